@@ -1,0 +1,231 @@
+//! JSON canonicalization for fingerprints.
+//!
+//! Two bodies that a JSON parser reads as the same document produce the same
+//! canonical bytes: object members are sorted by key, insignificant
+//! whitespace is dropped, strings are re-escaped one way. Numbers are kept
+//! exactly as written (`1.10` stays `1.10`): for money, `1.1` and `1.10` may
+//! well be meant differently, and nothing here rounds through `f64`.
+//!
+//! Anything that is not one JSON document (or nests deeper than
+//! [`MAX_DEPTH`]) yields `None`, and the caller hashes the raw bytes instead.
+
+/// Deepest nesting canonicalized; deeper documents are hashed as raw bytes.
+pub(crate) const MAX_DEPTH: usize = 128;
+
+/// Canonical form of `body`, or `None` if it is not a single JSON document.
+pub(crate) fn canonicalize(body: &[u8]) -> Option<Vec<u8>> {
+    let text = std::str::from_utf8(body).ok()?;
+    let mut parser = Parser { text, pos: 0 };
+    let mut out = Vec::with_capacity(body.len());
+    parser.skip_ws();
+    parser.value(&mut out, 0)?;
+    parser.skip_ws();
+    (parser.pos == text.len()).then_some(out)
+}
+
+struct Parser<'a> {
+    text: &'a str,
+    pos: usize,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.pos).copied()
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.pos += 1)
+    }
+
+    fn value(&mut self, out: &mut Vec<u8>, depth: usize) -> Option<()> {
+        match self.peek()? {
+            b'{' => self.object(out, depth + 1),
+            b'[' => self.array(out, depth + 1),
+            b'"' => {
+                let string = self.string()?;
+                write_string(out, &string);
+                Some(())
+            }
+            b't' => self.literal(out, "true"),
+            b'f' => self.literal(out, "false"),
+            b'n' => self.literal(out, "null"),
+            _ => self.number(out),
+        }
+    }
+
+    fn literal(&mut self, out: &mut Vec<u8>, word: &str) -> Option<()> {
+        self.text[self.pos..].starts_with(word).then_some(())?;
+        self.pos += word.len();
+        out.extend_from_slice(word.as_bytes());
+        Some(())
+    }
+
+    fn object(&mut self, out: &mut Vec<u8>, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.eat(b'{')?;
+        let mut members: Vec<(String, Vec<u8>)> = Vec::new();
+        self.skip_ws();
+        if self.eat(b'}').is_none() {
+            loop {
+                self.skip_ws();
+                let key = self.string()?;
+                self.skip_ws();
+                self.eat(b':')?;
+                self.skip_ws();
+                let mut value = Vec::new();
+                self.value(&mut value, depth)?;
+                members.push((key, value));
+                self.skip_ws();
+                if self.eat(b',').is_none() {
+                    self.eat(b'}')?;
+                    break;
+                }
+            }
+        }
+        // Stable: members with equal keys keep their relative order.
+        members.sort_by(|a, b| a.0.cmp(&b.0));
+        out.push(b'{');
+        for (index, (key, value)) in members.iter().enumerate() {
+            if index > 0 {
+                out.push(b',');
+            }
+            write_string(out, key);
+            out.push(b':');
+            out.extend_from_slice(value);
+        }
+        out.push(b'}');
+        Some(())
+    }
+
+    fn array(&mut self, out: &mut Vec<u8>, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.eat(b'[')?;
+        out.push(b'[');
+        self.skip_ws();
+        if self.eat(b']').is_none() {
+            loop {
+                self.skip_ws();
+                self.value(out, depth)?;
+                self.skip_ws();
+                if self.eat(b',').is_none() {
+                    self.eat(b']')?;
+                    break;
+                }
+                out.push(b',');
+            }
+        }
+        out.push(b']');
+        Some(())
+    }
+
+    /// A JSON string token, decoded (escapes resolved) by serde_json.
+    fn string(&mut self) -> Option<String> {
+        let start = self.pos;
+        self.eat(b'"')?;
+        let bytes = self.text.as_bytes();
+        loop {
+            match bytes.get(self.pos)? {
+                b'"' => break,
+                b'\\' => self.pos += 2,
+                _ => self.pos += 1,
+            }
+        }
+        self.pos += 1;
+        serde_json::from_str(self.text.get(start..self.pos)?).ok()
+    }
+
+    /// A JSON number, validated against the grammar and copied verbatim.
+    fn number(&mut self, out: &mut Vec<u8>) -> Option<()> {
+        let start = self.pos;
+        let _ = self.eat(b'-');
+        match self.peek()? {
+            b'0' => self.pos += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.eat(b'.').is_some() {
+            self.peek().filter(u8::is_ascii_digit)?;
+            self.digits();
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.pos += 1;
+            }
+            self.peek().filter(u8::is_ascii_digit)?;
+            self.digits();
+        }
+        out.extend_from_slice(&self.text.as_bytes()[start..self.pos]);
+        Some(())
+    }
+
+    fn digits(&mut self) {
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.pos += 1;
+        }
+    }
+}
+
+fn write_string(out: &mut Vec<u8>, value: &str) {
+    // Serializing a `&str` cannot fail.
+    if let Ok(encoded) = serde_json::to_vec(value) {
+        out.extend_from_slice(&encoded);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canon(text: &str) -> Option<String> {
+        canonicalize(text.as_bytes()).map(|bytes| String::from_utf8(bytes).unwrap())
+    }
+
+    #[test]
+    fn sorts_keys_and_drops_whitespace() {
+        assert_eq!(
+            canon(" { \"b\" : [1, 2, {\"z\":null,\"a\":true}], \"a\": \"x\" }\n"),
+            Some(r#"{"a":"x","b":[1,2,{"a":true,"z":null}]}"#.into())
+        );
+    }
+
+    #[test]
+    fn keeps_numbers_as_written() {
+        assert_eq!(canon("[1.10, 1e3, -0, 12345678901234567890123]").as_deref(),
+            Some("[1.10,1e3,-0,12345678901234567890123]"));
+    }
+
+    #[test]
+    fn normalizes_string_escapes() {
+        assert_eq!(canon(r#""\u0041\/""#), canon(r#""A/""#));
+        assert_eq!(canon(r#"{"\u0062":1,"a":2}"#), Some(r#"{"a":2,"b":1}"#.into()));
+    }
+
+    #[test]
+    fn refuses_what_is_not_one_document() {
+        for bad in ["", "{", "[1,]", "{\"a\"}", "01", "1.", "-", "tru", "1 2", "\"\\x\"", "{} x"] {
+            assert_eq!(canon(bad), None, "{bad:?}");
+        }
+        assert_eq!(canonicalize(&[0xff, b'1']), None);
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_not_overflowed() {
+        let deep = "[".repeat(100_000);
+        assert_eq!(canon(&deep), None);
+        let ok = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert!(canon(&ok).is_some());
+        let too_deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
+        assert_eq!(canon(&too_deep), None);
+    }
+}

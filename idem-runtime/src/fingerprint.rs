@@ -1,0 +1,172 @@
+//! Request fingerprints: what makes a retry "the same request".
+//!
+//! A fingerprint is SHA-256 over the method, the path as requested (path
+//! parameters included), the query string and the body. JSON bodies
+//! (`application/json` and any `*/*+json` type) are canonicalized first, so
+//! a client that re-serializes the same payload with other key order or
+//! whitespace is still recognized; every other body counts byte for byte.
+//!
+//! Each part is length-prefixed before hashing, so no two different
+//! requests can feed the hash the same bytes (`/a` + `b=1` vs `/ab` + `=1`).
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+use crate::canonical_json;
+
+/// The SHA-256 fingerprint of a request.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint([u8; 32]);
+
+/// The parts of a request that a fingerprint covers.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestParts<'a> {
+    /// HTTP method, such as `POST`.
+    pub method: &'a str,
+    /// The path as requested, such as `/orders/A/payments`.
+    pub path: &'a str,
+    /// The query string without the `?`, empty if none.
+    pub query: &'a str,
+    /// The `Content-Type` header, if any.
+    pub content_type: Option<&'a str>,
+    /// The request body.
+    pub body: &'a [u8],
+}
+
+impl Fingerprint {
+    /// Computes the fingerprint of a request.
+    pub fn of(parts: &RequestParts<'_>) -> Self {
+        let mut hasher = Sha256::new();
+        let mut field = |bytes: &[u8]| {
+            hasher.update((bytes.len() as u64).to_be_bytes());
+            hasher.update(bytes);
+        };
+        field(b"idem-fingerprint-v1");
+        field(parts.method.as_bytes());
+        field(parts.path.as_bytes());
+        field(parts.query.as_bytes());
+        let canonical = parts
+            .content_type
+            .filter(|ct| is_json(ct))
+            .and_then(|_| canonical_json::canonicalize(parts.body));
+        match canonical {
+            Some(json) => {
+                field(b"json");
+                field(&json);
+            }
+            None => {
+                field(b"raw");
+                field(parts.body);
+            }
+        }
+        Self(hasher.finalize().into())
+    }
+
+    /// Builds a fingerprint from its 32 raw bytes (as a store keeps them).
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// The 32 raw bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// Lower-case hexadecimal form (64 characters).
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// Parses the hexadecimal form produced by [`Fingerprint::to_hex`].
+    pub fn from_hex(text: &str) -> Option<Self> {
+        let mut bytes = [0; 32];
+        hex::decode_to_slice(text, &mut bytes).ok()?;
+        Some(Self(bytes))
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fingerprint({})", &self.to_hex()[..16])
+    }
+}
+
+/// Whether a `Content-Type` is JSON: `application/json` or `*/*+json`.
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    let subtype = subtype.to_ascii_lowercase();
+    (kind.eq_ignore_ascii_case("application") && subtype == "json") || subtype.ends_with("+json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts<'a>(path: &'a str, query: &'a str, ct: Option<&'a str>, body: &'a [u8]) -> RequestParts<'a> {
+        RequestParts {
+            method: "POST",
+            path,
+            query,
+            content_type: ct,
+            body,
+        }
+    }
+
+    #[test]
+    fn json_bodies_are_canonicalized() {
+        let ct = Some("application/json; charset=utf-8");
+        let a = Fingerprint::of(&parts("/orders", "", ct, br#"{"a":1,"b":[1,2]}"#));
+        let b = Fingerprint::of(&parts("/orders", "", ct, b"{ \"b\": [1, 2],\n \"a\": 1 }"));
+        assert_eq!(a, b);
+        let problem = Fingerprint::of(&parts("/orders", "", Some("application/merge-patch+json"), b"{ \"b\": [1, 2],\n \"a\": 1 }"));
+        assert_eq!(a, problem);
+        let c = Fingerprint::of(&parts("/orders", "", ct, br#"{"a":2,"b":[1,2]}"#));
+        assert_ne!(a, c);
+        let d = Fingerprint::of(&parts("/orders", "", ct, br#"{"a":1.0,"b":[1,2]}"#));
+        assert_ne!(a, d, "numbers count as written");
+    }
+
+    #[test]
+    fn other_bodies_count_byte_for_byte() {
+        let ct = Some("text/plain");
+        let a = Fingerprint::of(&parts("/orders", "", ct, br#"{"a":1,"b":2}"#));
+        let b = Fingerprint::of(&parts("/orders", "", ct, br#"{"b":2,"a":1}"#));
+        assert_ne!(a, b);
+        let none = Fingerprint::of(&parts("/orders", "", None, br#"{"a":1,"b":2}"#));
+        assert_eq!(a, none, "content types other than JSON do not matter");
+    }
+
+    #[test]
+    fn path_query_and_method_matter() {
+        let base = parts("/orders/A/payments", "", None, b"x");
+        let fp = Fingerprint::of(&base);
+        assert_ne!(fp, Fingerprint::of(&RequestParts { path: "/orders/B/payments", ..base }));
+        assert_ne!(fp, Fingerprint::of(&RequestParts { query: "a=1", ..base }));
+        assert_ne!(fp, Fingerprint::of(&RequestParts { method: "PUT", ..base }));
+        assert_ne!(fp, Fingerprint::of(&RequestParts { body: b"y", ..base }));
+        // Length prefixes keep field boundaries apart.
+        let a = Fingerprint::of(&parts("/a", "b=1", None, b""));
+        let b = Fingerprint::of(&parts("/ab", "=1", None, b""));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn invalid_json_falls_back_to_raw_bytes() {
+        let ct = Some("application/json");
+        let a = Fingerprint::of(&parts("/o", "", ct, b"{not json"));
+        let b = Fingerprint::of(&parts("/o", "", ct, b"{not json "));
+        assert_ne!(a, b);
+        assert_eq!(a, Fingerprint::of(&parts("/o", "", ct, b"{not json")));
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        let fp = Fingerprint::of(&parts("/o", "", None, b""));
+        assert_eq!(Fingerprint::from_hex(&fp.to_hex()), Some(fp));
+        assert_eq!(Fingerprint::from_hex("zz"), None);
+    }
+}

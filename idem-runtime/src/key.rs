@@ -1,0 +1,232 @@
+//! The idempotency key carried by the `Idempotency-Key` header.
+//!
+//! The IETF draft defines the header as an RFC 9651 sf-string (`"abc"`,
+//! with `\"` and `\\` escapes); Stripe's clients send a bare value (`abc`).
+//! Both are accepted and both mean the key `abc`. After unquoting, a key is
+//! 1 to [`MAX_KEY_LEN`] visible ASCII characters (`!` to `~`).
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+/// Longest accepted key, in characters (after unquoting).
+pub const MAX_KEY_LEN: usize = 255;
+
+/// A validated idempotency key.
+///
+/// Its `Debug` and `Display` forms print a short hash, never the key itself:
+/// keys are bearer-like secrets that must not land in logs.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+/// Why a header value is not an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The header is absent.
+    #[error("the `{header}` header is missing")]
+    Missing {
+        /// Name of the header that should carry the key.
+        header: String,
+    },
+    /// The header is present more than once.
+    #[error("the `{header}` header appears more than once")]
+    Repeated {
+        /// Name of the header.
+        header: String,
+    },
+    /// The key is empty after unquoting.
+    #[error("the idempotency key is empty")]
+    Empty,
+    /// The key is longer than [`MAX_KEY_LEN`].
+    #[error("the idempotency key has {len} characters; at most {MAX_KEY_LEN} are allowed")]
+    TooLong {
+        /// Length of the refused key.
+        len: usize,
+    },
+    /// The value is neither a valid sf-string nor a bare token.
+    #[error("the idempotency key is malformed: {reason}")]
+    Malformed {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}
+
+impl IdempotencyKey {
+    /// Parses a header value (as raw bytes) into a key.
+    ///
+    /// Surrounding spaces and tabs are ignored, as HTTP allows.
+    pub fn parse(value: &[u8]) -> Result<Self, KeyError> {
+        let value = trim_ows(value);
+        let key = match value.first() {
+            Some(b'"') => unquote(value)?,
+            _ => bare(value)?,
+        };
+        if key.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if key.len() > MAX_KEY_LEN {
+            return Err(KeyError::TooLong { len: key.len() });
+        }
+        Ok(Self(key))
+    }
+
+    /// The key as the client meant it (unquoted, unescaped).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// A short, stable hash of the key, for logs and traces.
+    pub fn short_hash(&self) -> String {
+        hex::encode(&Sha256::digest(self.0.as_bytes())[..6])
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IdempotencyKey(#{})", self.short_hash())
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.short_hash())
+    }
+}
+
+fn trim_ows(mut value: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = value {
+        value = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = value {
+        value = rest;
+    }
+    value
+}
+
+fn is_visible(byte: u8) -> bool {
+    (0x21..=0x7e).contains(&byte)
+}
+
+/// A bare value: visible ASCII only, as Stripe clients send.
+fn bare(value: &[u8]) -> Result<String, KeyError> {
+    if let Some(&byte) = value.iter().find(|&&b| !is_visible(b)) {
+        return Err(KeyError::Malformed {
+            reason: if byte.is_ascii() {
+                "it contains a space or a control character"
+            } else {
+                "it contains a non-ASCII byte"
+            },
+        });
+    }
+    if value.len() > MAX_KEY_LEN {
+        return Err(KeyError::TooLong { len: value.len() });
+    }
+    Ok(value.iter().map(|&b| char::from(b)).collect())
+}
+
+/// An RFC 9651 sf-string: `"` chars `"`, with `\"` and `\\` escapes.
+fn unquote(value: &[u8]) -> Result<String, KeyError> {
+    let mut out = String::with_capacity(value.len());
+    let mut bytes = value[1..].iter();
+    loop {
+        match bytes.next() {
+            None => {
+                return Err(KeyError::Malformed {
+                    reason: "the quoted string is not closed",
+                });
+            }
+            Some(b'"') => break,
+            Some(b'\\') => match bytes.next() {
+                Some(&escaped @ (b'"' | b'\\')) => out.push(char::from(escaped)),
+                _ => {
+                    return Err(KeyError::Malformed {
+                        reason: "only \\\" and \\\\ may be escaped in a quoted key",
+                    });
+                }
+            },
+            Some(&byte) if is_visible(byte) => out.push(char::from(byte)),
+            Some(b' ') => {
+                return Err(KeyError::Malformed {
+                    reason: "a key may not contain spaces",
+                });
+            }
+            Some(_) => {
+                return Err(KeyError::Malformed {
+                    reason: "it contains a control character or a non-ASCII byte",
+                });
+            }
+        }
+        if out.len() > MAX_KEY_LEN {
+            return Err(KeyError::TooLong { len: out.len() });
+        }
+    }
+    if bytes.next().is_some() {
+        return Err(KeyError::Malformed {
+            reason: "there is text after the closing quote",
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(value: &str) -> Result<String, KeyError> {
+        IdempotencyKey::parse(value.as_bytes()).map(|k| k.as_str().to_owned())
+    }
+
+    #[test]
+    fn quoted_and_bare_forms_mean_the_same_key() {
+        assert_eq!(parse("\"abc\""), Ok("abc".into()));
+        assert_eq!(parse("abc"), Ok("abc".into()));
+        assert_eq!(parse("  abc\t"), Ok("abc".into()));
+        assert_eq!(
+            parse("8e03978e-40d5-43e8-bc93-6894a57f9324"),
+            Ok("8e03978e-40d5-43e8-bc93-6894a57f9324".into())
+        );
+    }
+
+    #[test]
+    fn escapes_are_unescaped() {
+        assert_eq!(parse(r#""a\"b""#), Ok("a\"b".into()));
+        assert_eq!(parse(r#""a\\b""#), Ok("a\\b".into()));
+        assert!(matches!(parse(r#""a\nb""#), Err(KeyError::Malformed { .. })));
+        assert!(matches!(parse(r#""a\"#), Err(KeyError::Malformed { .. })));
+    }
+
+    #[test]
+    fn refuses_bad_values() {
+        assert_eq!(parse(""), Err(KeyError::Empty));
+        assert_eq!(parse("\"\""), Err(KeyError::Empty));
+        assert!(matches!(parse("\"abc"), Err(KeyError::Malformed { .. })));
+        assert!(matches!(parse("\"abc\"x"), Err(KeyError::Malformed { .. })));
+        assert!(matches!(parse("a b"), Err(KeyError::Malformed { .. })));
+        assert!(matches!(parse("\"a b\""), Err(KeyError::Malformed { .. })));
+        assert!(matches!(parse("clé"), Err(KeyError::Malformed { .. })));
+        assert!(matches!(parse("a\u{7f}"), Err(KeyError::Malformed { .. })));
+    }
+
+    #[test]
+    fn length_limits_apply_after_unquoting() {
+        let max = "k".repeat(MAX_KEY_LEN);
+        assert_eq!(parse(&max), Ok(max.clone()));
+        assert_eq!(parse(&format!("\"{max}\"")), Ok(max.clone()));
+        assert!(matches!(parse(&format!("{max}k")), Err(KeyError::TooLong { .. })));
+        assert!(matches!(
+            parse(&format!("\"{max}k\"")),
+            Err(KeyError::TooLong { .. })
+        ));
+        // 255 escaped quotes unquote to 255 characters.
+        let escaped = "\\\"".repeat(MAX_KEY_LEN);
+        assert_eq!(parse(&format!("\"{escaped}\"")), Ok("\"".repeat(MAX_KEY_LEN)));
+    }
+
+    #[test]
+    fn debug_and_display_hide_the_key() {
+        let key = IdempotencyKey::parse(b"secret-key-123").unwrap();
+        assert!(!format!("{key:?} {key}").contains("secret"));
+        assert_eq!(key.short_hash().len(), 12);
+    }
+}

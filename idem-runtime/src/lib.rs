@@ -1,0 +1,54 @@
+//! The runtime behind `#[idempotent]`: make actix-web endpoints safe to retry.
+//!
+//! This crate holds the pieces the attribute expands into calls of: key
+//! parsing ([`IdempotencyKey`]), request fingerprints ([`Fingerprint`]),
+//! scopes and storage keys ([`Scope`], [`StorageKey`]), stored responses
+//! ([`StoredResponse`]) and the [`Store`] trait with its backends
+//! ([`MemoryStore`] by default; Redis and Postgres behind features).
+//!
+//! The behaviour contract is the project's `SPEC.md`; the README shows the
+//! attribute and what it expands to.
+//!
+//! ```
+//! use std::time::Duration;
+//! use idem_runtime::{Claim, Fingerprint, IdempotencyKey, MemoryStore, RequestParts, Scope, StorageKey, Store};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = MemoryStore::new();
+//! let key = IdempotencyKey::parse(b"\"8e03978e-40d5\"")?;
+//! let storage_key = StorageKey::new(Scope::User, Some("alice"), "POST", "/orders", &key);
+//! let fingerprint = Fingerprint::of(&RequestParts {
+//!     method: "POST",
+//!     path: "/orders",
+//!     query: "",
+//!     content_type: Some("application/json"),
+//!     body: br#"{"amount_cents": 500}"#,
+//! });
+//! match store.claim(&storage_key, &fingerprint, Duration::from_secs(30)).await? {
+//!     Claim::Acquired { token } => { /* run the handler, then complete or release with `token` */ }
+//!     Claim::Replay(response) => { /* send `response` back with Idempotent-Replayed: true */ }
+//!     Claim::InFlight { retry_after } => { /* 409 with Retry-After */ }
+//!     Claim::Mismatch => { /* 422 */ }
+//! }
+//! # Ok(()) }
+//! ```
+
+mod canonical_json;
+mod duration;
+mod fingerprint;
+mod key;
+mod record;
+mod scope;
+mod store;
+pub mod stores;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use duration::{DurationError, parse_duration};
+pub use fingerprint::{Fingerprint, RequestParts};
+pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
+pub use record::{DecodeError, Record, RecordState, StoredResponse};
+pub use scope::{KEY_FORMAT_VERSION, Scope, StorageKey, UnknownScope};
+pub use store::{BoxError, Claim, Fence, FencingToken, Store, StoreError};
+#[cfg(feature = "memory")]
+pub use stores::MemoryStore;

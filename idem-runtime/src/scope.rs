@@ -1,0 +1,243 @@
+//! Key scopes and the storage keys built from them.
+//!
+//! A storage key is built from the tuple (format version, scope, subject,
+//! method, route, key). Each part is written as `<byte length>:<bytes>`, so
+//! the encoding is injective: no two different tuples produce the same
+//! storage key, whatever `:` or `|` the subject or the key contain (a naive
+//! `format!("{scope}:{subject}:{key}")` lets subject `a:b` + key `c` meet
+//! subject `a` + key `b:c`).
+//!
+//! Every storage key also carries a Redis Cluster hash tag, `{` + 32 hex
+//! digits of SHA-256 of the encoding + `}`, placed first so that every key a
+//! store derives for one record (by appending to the storage key) lands in
+//! one cluster slot.
+
+use std::fmt;
+use std::str::FromStr;
+
+use sha2::{Digest, Sha256};
+
+use crate::key::IdempotencyKey;
+
+/// Version of the storage key encoding; bumped if the layout ever changes.
+pub const KEY_FORMAT_VERSION: u32 = 1;
+
+/// The namespace an idempotency key lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Scope {
+    /// The route and the authenticated subject: two users never share a key.
+    User,
+    /// The method and route pattern: the same key on two routes is two keys.
+    #[default]
+    Route,
+    /// The key alone, across every route that uses this scope.
+    Global,
+}
+
+impl Scope {
+    /// The name used in the attribute (`"user"`, `"route"`, `"global"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Route => "route",
+            Self::Global => "global",
+        }
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Error for a scope name that is not `user`, `route` or `global`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown scope `{0}`; expected `user`, `route` or `global`")]
+pub struct UnknownScope(pub String);
+
+impl FromStr for Scope {
+    type Err = UnknownScope;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "user" => Ok(Self::User),
+            "route" => Ok(Self::Route),
+            "global" => Ok(Self::Global),
+            other => Err(UnknownScope(other.to_owned())),
+        }
+    }
+}
+
+/// Where one idempotency record lives in a store.
+///
+/// Built only by [`StorageKey::new`], whose encoding is injective.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct StorageKey {
+    encoded: String,
+}
+
+impl StorageKey {
+    /// Builds the storage key of `key` in `scope`.
+    ///
+    /// `subject` is used only by [`Scope::User`], `method` and `route` (the
+    /// route *pattern*, such as `/orders/{id}`) by `User` and `Route`; the
+    /// parts a scope does not use are left out, so `global` keys really are
+    /// shared across routes.
+    pub fn new(scope: Scope, subject: Option<&str>, method: &str, route: &str, key: &IdempotencyKey) -> Self {
+        let (subject, method, route) = match scope {
+            Scope::User => (subject.unwrap_or(""), method, route),
+            Scope::Route => ("", method, route),
+            Scope::Global => ("", "", ""),
+        };
+        Self::from_parts(scope.as_str(), subject, method, route, key.as_str())
+    }
+
+    fn from_parts(scope: &str, subject: &str, method: &str, route: &str, key: &str) -> Self {
+        let mut body = String::new();
+        for part in [scope, subject, method, route, key] {
+            body.push_str(&part.len().to_string());
+            body.push(':');
+            body.push_str(part);
+        }
+        let digest = Sha256::digest(body.as_bytes());
+        let tag = hex::encode(&digest[..16]);
+        Self {
+            encoded: format!("idem:v{KEY_FORMAT_VERSION}:{{{tag}}}:{body}"),
+        }
+    }
+
+    /// The full encoded key, as stores should use it.
+    pub fn as_str(&self) -> &str {
+        &self.encoded
+    }
+
+    /// The Redis Cluster hash tag, braces included (`{3f2a...}`).
+    pub fn hash_tag(&self) -> &str {
+        let start = self.encoded.find('{').unwrap_or(0);
+        let end = self.encoded[start..].find('}').map_or(self.encoded.len(), |i| start + i + 1);
+        &self.encoded[start..end]
+    }
+}
+
+impl fmt::Debug for StorageKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The tag identifies the record without printing the raw key.
+        write!(f, "StorageKey({})", self.hash_tag())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn key(text: &str) -> IdempotencyKey {
+        IdempotencyKey::parse(text.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn scopes_share_or_separate_keys() {
+        let k = key("abc");
+        let user_a = StorageKey::new(Scope::User, Some("alice"), "POST", "/orders", &k);
+        let user_b = StorageKey::new(Scope::User, Some("bob"), "POST", "/orders", &k);
+        assert_ne!(user_a, user_b);
+        let route_1 = StorageKey::new(Scope::Route, Some("alice"), "POST", "/orders", &k);
+        let route_2 = StorageKey::new(Scope::Route, Some("bob"), "POST", "/orders", &k);
+        assert_eq!(route_1, route_2, "route scope ignores the subject");
+        assert_ne!(route_1, StorageKey::new(Scope::Route, None, "POST", "/refunds", &k));
+        assert_ne!(route_1, StorageKey::new(Scope::Route, None, "PUT", "/orders", &k));
+        let global_1 = StorageKey::new(Scope::Global, None, "POST", "/orders", &k);
+        let global_2 = StorageKey::new(Scope::Global, Some("x"), "PUT", "/refunds", &k);
+        assert_eq!(global_1, global_2, "global scope is the key alone");
+        assert_ne!(global_1, route_1);
+    }
+
+    #[test]
+    fn the_naive_encoding_collides_and_ours_does_not() {
+        let naive = |subject: &str, key: &str| format!("user:{subject}:{key}");
+        assert_eq!(naive("a:b", "c"), naive("a", "b:c"));
+        let ours = |subject: &str, k: &str| StorageKey::new(Scope::User, Some(subject), "POST", "/o", &key(k));
+        assert_ne!(ours("a:b", "c"), ours("a", "b:c"));
+        assert_ne!(ours("1:a", "b"), ours("1", "a:b"));
+    }
+
+    #[test]
+    fn hash_tag_comes_first_and_is_stable() {
+        let k = StorageKey::new(Scope::User, Some("{evil}"), "POST", "/o/{id}", &key("}{"));
+        let tag = k.hash_tag();
+        assert_eq!(tag.len(), 34);
+        assert!(tag.starts_with('{') && tag.ends_with('}'));
+        assert!(tag[1..33].bytes().all(|b| b.is_ascii_hexdigit()));
+        assert!(k.as_str().starts_with(&format!("idem:v1:{tag}:")));
+        assert!(!format!("{k:?}").contains("evil"));
+    }
+
+    /// Subjects and keys drawn from an alphabet rich in separators.
+    fn tricky() -> impl Strategy<Value = String> {
+        proptest::string::string_regex("[a:|{}0-9]{0,6}").unwrap()
+    }
+
+    fn tricky_key() -> impl Strategy<Value = String> {
+        proptest::string::string_regex("[a:|{}0-9]{1,6}").unwrap()
+    }
+
+    fn scope() -> impl Strategy<Value = Scope> {
+        prop_oneof![Just(Scope::User), Just(Scope::Route), Just(Scope::Global)]
+    }
+
+    type Tuple = (Scope, String, String, String, String);
+
+    fn tuple() -> impl Strategy<Value = Tuple> {
+        (scope(), tricky(), prop_oneof![Just("POST".to_owned()), Just("PUT".to_owned())], tricky(), tricky_key())
+    }
+
+    /// The parts of a tuple that its scope actually uses.
+    fn significant(t: &Tuple) -> Tuple {
+        let (scope, subject, method, route, key) = t.clone();
+        match scope {
+            Scope::User => (scope, subject, method, route, key),
+            Scope::Route => (scope, String::new(), method, route, key),
+            Scope::Global => (scope, String::new(), String::new(), String::new(), key),
+        }
+    }
+
+    fn storage_key(t: &Tuple) -> StorageKey {
+        StorageKey::new(t.0, Some(&t.1), &t.2, &t.3, &key(&t.4))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        /// Different significant tuples never share a storage key.
+        #[test]
+        fn storage_keys_are_injective(a in tuple(), b in tuple()) {
+            prop_assert_eq!(
+                significant(&a) == significant(&b),
+                storage_key(&a) == storage_key(&b),
+                "{:?} vs {:?}", a, b
+            );
+        }
+
+        /// One text split at two different separators into (subject, key)
+        /// gives two storage keys: a naive `subject:key` join would not.
+        #[test]
+        fn splitting_at_a_separator_never_collides(
+            pieces in proptest::collection::vec("[a{}|0-9:]{1,3}", 2..6),
+            cut_a in 0usize..6,
+            shift in 1usize..6,
+            sep in "[:|]",
+        ) {
+            let cut_a = cut_a % pieces.len();
+            let cut_b = (cut_a + 1 + shift % (pieces.len() - 1)) % pieces.len();
+            let split = |cut: usize| (pieces[..cut].join(&sep), pieces[cut..].join(&sep));
+            let (subject_a, key_a) = split(cut_a);
+            let (subject_b, key_b) = split(cut_b);
+            prop_assert_ne!((&subject_a, &key_a), (&subject_b, &key_b));
+            let a = StorageKey::new(Scope::User, Some(&subject_a), "POST", "/o", &key(&key_a));
+            let b = StorageKey::new(Scope::User, Some(&subject_b), "POST", "/o", &key(&key_b));
+            prop_assert_ne!(a, b);
+        }
+    }
+}

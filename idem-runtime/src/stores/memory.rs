@@ -1,0 +1,252 @@
+//! The embedded, process-local store.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+
+use crate::fingerprint::Fingerprint;
+use crate::record::{Record, RecordState, StoredResponse};
+use crate::scope::StorageKey;
+use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
+
+/// Default [`MemoryStore`] bound on records.
+pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
+/// Default [`MemoryStore`] bound on stored response bytes (256 MiB).
+pub const DEFAULT_MAX_BYTES: usize = 256 << 20;
+
+/// An in-process store: the embedded default, for one server process.
+///
+/// Records live in this process only; use the Redis or Postgres store when
+/// several processes serve the same routes. It is bounded: when it holds
+/// `max_entries` live records or `max_bytes` of stored responses, expired
+/// records are purged first, and if that is not enough new claims fail with
+/// [`StoreError::Full`] (the runtime answers 503) rather than evicting a live
+/// record, which would silently break at-most-once.
+#[derive(Debug)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+    max_entries: usize,
+    max_bytes: usize,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    records: HashMap<String, Entry>,
+    /// Sum of the sizes of stored responses.
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    fingerprint: Fingerprint,
+    state: State,
+}
+
+#[derive(Debug)]
+enum State {
+    InFlight { token: FencingToken, lease_until: Instant },
+    Completed { response: StoredResponse, expires_at: Instant },
+}
+
+impl Entry {
+    fn expires_at(&self) -> Instant {
+        match &self.state {
+            State::InFlight { lease_until, .. } => *lease_until,
+            State::Completed { expires_at, .. } => *expires_at,
+        }
+    }
+
+    fn size(&self) -> usize {
+        match &self.state {
+            State::InFlight { .. } => 0,
+            State::Completed { response, .. } => response.size(),
+        }
+    }
+
+    fn owned_by(&self, token: FencingToken, now: Instant) -> bool {
+        matches!(self.state, State::InFlight { token: t, lease_until } if t == token && lease_until > now)
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// A store with the default bounds ([`DEFAULT_MAX_ENTRIES`], [`DEFAULT_MAX_BYTES`]).
+    pub fn new() -> Self {
+        Self::with_limits(DEFAULT_MAX_ENTRIES, DEFAULT_MAX_BYTES)
+    }
+
+    /// A store holding at most `max_entries` records and `max_bytes` of
+    /// stored responses.
+    pub fn with_limits(max_entries: usize, max_bytes: usize) -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+            max_entries: max_entries.max(1),
+            max_bytes,
+        }
+    }
+
+    /// Number of records held, expired ones not yet purged included.
+    pub fn len(&self) -> usize {
+        self.inner.lock().records.len()
+    }
+
+    /// Whether the store holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Inner {
+    fn remove(&mut self, key: &str) {
+        if let Some(entry) = self.records.remove(key) {
+            self.bytes -= entry.size();
+        }
+    }
+
+    fn purge(&mut self, now: Instant, batch: usize) -> u64 {
+        let expired: Vec<String> = self
+            .records
+            .iter()
+            .filter(|(_, entry)| entry.expires_at() <= now)
+            .map(|(key, _)| key.clone())
+            .take(batch)
+            .collect();
+        for key in &expired {
+            self.remove(key);
+        }
+        expired.len() as u64
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn claim(&self, key: &StorageKey, fingerprint: &Fingerprint, lease: Duration) -> Result<Claim, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.inner.lock();
+        if let Some(entry) = inner.records.get(key.as_str()) {
+            if entry.expires_at() > now {
+                if entry.fingerprint != *fingerprint {
+                    return Ok(Claim::Mismatch);
+                }
+                return Ok(match &entry.state {
+                    State::Completed { response, .. } => Claim::Replay(response.clone()),
+                    State::InFlight { lease_until, .. } => Claim::InFlight {
+                        retry_after: *lease_until - now,
+                    },
+                });
+            }
+            inner.remove(key.as_str());
+        }
+        if inner.records.len() >= self.max_entries || inner.bytes >= self.max_bytes {
+            inner.purge(now, usize::MAX);
+            if inner.records.len() >= self.max_entries || inner.bytes >= self.max_bytes {
+                return Err(StoreError::Full {
+                    store: "memory",
+                    detail: format!(
+                        "{} live records of at most {}, {} bytes of at most {}",
+                        inner.records.len(),
+                        self.max_entries,
+                        inner.bytes,
+                        self.max_bytes
+                    ),
+                });
+            }
+        }
+        let token = FencingToken::generate();
+        let entry = Entry {
+            fingerprint: *fingerprint,
+            state: State::InFlight {
+                token,
+                lease_until: now + lease,
+            },
+        };
+        inner.records.insert(key.as_str().to_owned(), entry);
+        Ok(Claim::Acquired { token })
+    }
+
+    async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.inner.lock();
+        match inner.records.get_mut(key.as_str()) {
+            Some(entry) if entry.owned_by(token, now) => {
+                entry.state = State::InFlight {
+                    token,
+                    lease_until: now + lease,
+                };
+                Ok(Fence::Held)
+            }
+            _ => Ok(Fence::Lost),
+        }
+    }
+
+    async fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<Fence, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.inner.lock();
+        match inner.records.get_mut(key.as_str()) {
+            Some(entry) if entry.owned_by(token, now) => {
+                entry.state = State::Completed {
+                    response: response.clone(),
+                    expires_at: now + ttl,
+                };
+                inner.bytes += response.size();
+                Ok(Fence::Held)
+            }
+            _ => Ok(Fence::Lost),
+        }
+    }
+
+    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.inner.lock();
+        match inner.records.get(key.as_str()) {
+            Some(entry) if entry.owned_by(token, now) => {
+                inner.remove(key.as_str());
+                Ok(Fence::Held)
+            }
+            _ => Ok(Fence::Lost),
+        }
+    }
+
+    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        let now = Instant::now();
+        let inner = self.inner.lock();
+        let Some(entry) = inner.records.get(key.as_str()).filter(|e| e.expires_at() > now) else {
+            return Ok(None);
+        };
+        let state = match &entry.state {
+            State::InFlight { token, lease_until } => RecordState::InFlight {
+                token: *token,
+                lease_left: *lease_until - now,
+            },
+            State::Completed { response, expires_at } => RecordState::Completed {
+                response: response.clone(),
+                ttl_left: *expires_at - now,
+            },
+        };
+        Ok(Some(Record {
+            fingerprint: entry.fingerprint,
+            state,
+        }))
+    }
+
+    async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
+        Ok(self.inner.lock().purge(Instant::now(), batch))
+    }
+}

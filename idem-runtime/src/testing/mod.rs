@@ -1,0 +1,95 @@
+//! The store conformance suite (feature `testing`).
+//!
+//! Every [`Store`] must pass it against its real server. Instantiate it in a
+//! test file with [`store_conformance_tests!`](crate::store_conformance_tests),
+//! giving an async function that returns the store, or `None` to skip (for
+//! example when no server URL is configured):
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use idem_runtime::{MemoryStore, Store};
+//!
+//! async fn store() -> Option<Arc<dyn Store>> {
+//!     Some(Arc::new(MemoryStore::new()))
+//! }
+//!
+//! idem_runtime::store_conformance_tests!(store);
+//! # fn main() {}
+//! ```
+//!
+//! Each case uses fresh random keys, so the cases can share one server and
+//! run in parallel.
+
+mod cases;
+mod race;
+
+use std::future::Future;
+use std::sync::Arc;
+
+pub use cases::*;
+pub use race::*;
+
+use crate::store::Store;
+
+/// Runs one conformance case on a fresh multi-threaded runtime.
+///
+/// `make` builds the store; when it returns `None` the case is skipped (the
+/// factory is expected to have said why).
+pub fn run<M, MF, C, CF>(make: M, case: C)
+where
+    M: FnOnce() -> MF,
+    MF: Future<Output = Option<Arc<dyn Store>>>,
+    C: FnOnce(Arc<dyn Store>) -> CF,
+    CF: Future<Output = ()>,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("building a tokio runtime");
+    runtime.block_on(async move {
+        if let Some(store) = make().await {
+            case(store).await;
+        }
+    });
+}
+
+/// Instantiates the whole conformance suite as `#[test]` functions.
+///
+/// The argument is the path of an `async fn() -> Option<Arc<dyn Store>>`.
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($make:path) => {
+        $crate::store_conformance_tests!(@cases $make;
+            claim_acquires_a_free_key,
+            completed_key_replays_byte_for_byte,
+            completed_key_refuses_another_fingerprint,
+            in_flight_key_reports_time_left,
+            in_flight_key_refuses_another_fingerprint,
+            expired_lease_can_be_taken_over,
+            stale_owner_can_neither_complete_nor_release,
+            expired_owner_without_successor_is_refused,
+            renew_keeps_the_lease_alive,
+            stale_owner_cannot_renew,
+            release_frees_the_key,
+            forged_token_is_refused,
+            completion_is_final,
+            completed_record_expires_after_ttl,
+            keys_are_independent,
+            large_binary_bodies_round_trip,
+            purge_keeps_live_records,
+            sixty_four_claimers_one_winner,
+            concurrent_claims_after_completion_all_replay,
+        );
+    };
+    (@cases $make:path; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::testing::run($make, |store| async move {
+                    $crate::testing::$case(store).await
+                });
+            }
+        )*
+    };
+}

@@ -1,0 +1,11 @@
+//! The store conformance suite, run against [`MemoryStore`].
+
+use std::sync::Arc;
+
+use idem_runtime::{MemoryStore, Store};
+
+async fn memory_store() -> Option<Arc<dyn Store>> {
+    Some(Arc::new(MemoryStore::new()))
+}
+
+idem_runtime::store_conformance_tests!(memory_store);
