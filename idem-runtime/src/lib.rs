@@ -52,3 +52,7 @@ pub use scope::{KEY_FORMAT_VERSION, Scope, StorageKey, UnknownScope};
 pub use store::{BoxError, Claim, Fence, FencingToken, Store, StoreError};
 #[cfg(feature = "memory")]
 pub use stores::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use stores::postgres::PostgresStore;
+#[cfg(feature = "redis")]
+pub use stores::redis::RedisStore;

@@ -1,1 +1,8 @@
-//! Shared helpers of the integration tests.
+//! Shared helpers of the integration tests: finding the test servers, and
+//! starting private ones for tests that stop them.
+
+pub mod backend;
+#[cfg(feature = "postgres")]
+pub mod postgres_server;
+#[cfg(feature = "redis")]
+pub mod redis_server;

@@ -4,4 +4,9 @@
 #[cfg(feature = "memory")]
 mod memory;
 #[cfg(feature = "memory")]
-pub use memory::MemoryStore;
+pub use memory::{DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, MemoryStore};
+
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;

@@ -1,0 +1,1 @@
+//! The Postgres store (feature `postgres`).

@@ -1,0 +1,1 @@
+//! The Redis / Valkey store (feature `redis`).

@@ -1,0 +1,1 @@
+//! A private PostgreSQL server for tests that stop and start it.

@@ -1,0 +1,1 @@
+//! A private redis-server for tests that stop and start it.
