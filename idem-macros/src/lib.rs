@@ -1,1 +1,132 @@
-//! The `#[idempotent]` attribute. Use it through `idem-runtime`.
+//! The `#[idempotent]` attribute for actix-web handlers.
+//!
+//! Use it through the runtime crate, which re-exports it as
+//! `idem_runtime::idempotent`; this crate only generates code, every behaviour
+//! lives in `idem-runtime`. The attribute and its arguments are documented on
+//! [`macro@idempotent`].
+
+mod args;
+mod duration;
+mod expand;
+mod validate;
+
+use proc_macro::TokenStream;
+use proc_macro2::Span;
+use syn::ItemFn;
+
+/// Makes an actix-web handler safe to retry with an `Idempotency-Key` header.
+///
+/// ```ignore
+/// use actix_web::{post, web, Responder};
+/// use idem_runtime::idempotent;
+///
+/// /// Places an order; a retry with the same key gets the first response back.
+/// #[idempotent(ttl = "24h", scope = "user")]
+/// #[post("/orders")]
+/// async fn create_order(body: web::Json<NewOrder>, db: web::Data<Db>) -> impl Responder {
+///     /* ... */
+/// }
+/// ```
+///
+/// The handler keeps its own signature, extractors and return type. The
+/// route attribute (`#[post(..)]`, `#[route(..)]`, ...) may be above or
+/// below `#[idempotent]`, or absent when the handler is registered with
+/// `web::resource("/orders").route(web::post().to(create_order))`.
+///
+/// # Arguments
+///
+/// Every argument is optional and checked at compile time; a mistake is a
+/// compile error pointing at the offending token.
+///
+/// | argument | meaning | default |
+/// |---|---|---|
+/// | `ttl = "24h"` | how long a completed response is kept and replayed | `"24h"` |
+/// | `scope = "route"` | namespace of the key: `"user"` (route and authenticated subject), `"route"` (method and route pattern) or `"global"` (the key alone) | `"route"` |
+/// | `lock_ttl = "30s"` | lease of an execution in flight, renewed while the handler runs; must be shorter than `ttl` | `"30s"` |
+/// | `header = "Idempotency-Key"` | the header that carries the key; a valid header name | `"Idempotency-Key"` |
+/// | `required = true` | `false`: a request without the key runs without idempotency | `true` |
+/// | `in_flight = "reject"` | a concurrent duplicate gets `409` at once (`"reject"`), or waits for the first one's response (`"wait"`) | `"reject"` |
+/// | `wait = "10s"` | longest wait in `in_flight = "wait"` mode, then `409`; only allowed with that mode | `"10s"` |
+/// | `crate = "idem_runtime"` | path of the runtime crate, when it is renamed or re-exported | `::idem_runtime` |
+///
+/// Durations are one or more `<number><unit>` parts, units `d`, `h`, `m`,
+/// `s`, largest first: `"90s"`, `"1h30m"`, `"7d"`. Zero is refused.
+///
+/// # What it expands to
+///
+/// The example above is equivalent to this hand-written code: the handler is
+/// kept whole inside a wrapper that actix-web registers, and the wrapper
+/// gives the request and its raw payload to the runtime, which buffers the
+/// body, checks the key, then runs the handler (with its own extractors over
+/// the buffered body) at most once, or replays its stored response.
+///
+/// ```ignore
+/// /// Places an order; a retry with the same key gets the first response back.
+/// #[post("/orders")]
+/// async fn create_order(
+///     __idem_req: ::idem_runtime::__private::HttpRequest,
+///     __idem_payload: ::idem_runtime::__private::Payload,
+/// ) -> ::idem_runtime::__private::HttpResponse {
+///     async fn create_order(body: web::Json<NewOrder>, db: web::Data<Db>) -> impl Responder {
+///         /* ... */
+///     }
+///     const __IDEM_OPTIONS: ::idem_runtime::__private::RouteOptions =
+///         ::idem_runtime::__private::RouteOptions {
+///             ttl: ::idem_runtime::__private::Duration::from_secs(86400),
+///             lock_ttl: ::idem_runtime::__private::Duration::from_secs(30),
+///             scope: ::idem_runtime::__private::Scope::User,
+///             header: "Idempotency-Key",
+///             required: true,
+///             in_flight: ::idem_runtime::__private::InFlight::Reject,
+///         };
+///     ::idem_runtime::__private::handle(&__IDEM_OPTIONS, __idem_req, __idem_payload, create_order)
+///         .await
+/// }
+/// ```
+///
+/// Route attributes, doc comments, `#[cfg]` and `#[deprecated]` go on the
+/// wrapper, which keeps the handler's name and visibility; every other
+/// attribute (`#[tracing::instrument]`, `#[allow]`, ...) stays on the
+/// handler. `__private` is not a public API: only this attribute may use it.
+///
+/// The function must be an `async fn` without `self` and without generic
+/// parameters, as actix-web handlers are.
+#[proc_macro_attribute]
+pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    idempotent2(args.into(), item.into()).into()
+}
+
+fn idempotent2(
+    args: proc_macro2::TokenStream,
+    item: proc_macro2::TokenStream,
+) -> proc_macro2::TokenStream {
+    let function: ItemFn = match syn::parse2(item.clone()) {
+        Ok(function) => function,
+        Err(_) => {
+            let error = syn::Error::new(
+                Span::call_site(),
+                "`#[idempotent]` goes on an `async fn` request handler",
+            );
+            return with_error(item, error);
+        }
+    };
+    let options = args::Args::parse(args).and_then(args::Args::build);
+    let checked = validate::handler(&function);
+    match (options, checked) {
+        (Ok(options), Ok(())) => expand::expand(&options, function),
+        (options, checked) => {
+            let errors = [options.err(), checked.err()].into_iter().flatten();
+            match validate::combine(errors) {
+                Some(error) => with_error(item, error),
+                None => unreachable!("one of the two results is an error"),
+            }
+        }
+    }
+}
+
+/// The user's function unchanged, plus the error: the compiler reports the
+/// error, and the IDE still knows the function.
+fn with_error(mut item: proc_macro2::TokenStream, error: syn::Error) -> proc_macro2::TokenStream {
+    item.extend(error.into_compile_error());
+    item
+}

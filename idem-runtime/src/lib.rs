@@ -33,6 +33,7 @@
 //! # Ok(()) }
 //! ```
 
+mod actix;
 mod canonical_json;
 mod duration;
 mod fingerprint;
@@ -44,7 +45,13 @@ pub mod stores;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use actix::{
+    DEFAULT_BODY_LIMIT, DEFAULT_RESPONSE_LIMIT, DEFAULT_STORE_TIMEOUT, Idem, Outcome, PROBLEM_TYPE_PREFIX, ProblemKind,
+    REPLAYED_HEADER, REQUESTS_METRIC, STORE_LATENCY_METRIC, ServerErrorPolicy, SubjectResolver,
+};
 pub use duration::{DurationError, parse_duration};
+/// Makes an actix-web handler idempotent; see the crate docs and the README.
+pub use idem_macros::idempotent;
 pub use fingerprint::{Fingerprint, RequestParts};
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use record::{DecodeError, Record, RecordState, StoredResponse};
@@ -56,3 +63,14 @@ pub use stores::MemoryStore;
 pub use stores::postgres::PostgresStore;
 #[cfg(feature = "redis")]
 pub use stores::redis::RedisStore;
+
+/// What the `#[idempotent]` expansion uses. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use ::actix_web::web::Payload;
+    pub use ::actix_web::{HttpRequest, HttpResponse};
+    pub use ::core::time::Duration;
+
+    pub use crate::Scope;
+    pub use crate::actix::{InFlight, RouteOptions, handle};
+}

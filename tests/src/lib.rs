@@ -6,3 +6,5 @@ pub mod backend;
 pub mod postgres_server;
 #[cfg(feature = "redis")]
 pub mod redis_server;
+pub mod server;
+pub mod orders;

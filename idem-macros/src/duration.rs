@@ -1,0 +1,1 @@
+../../idem-runtime/src/duration.rs

@@ -1,0 +1,281 @@
+//! Checks that need more than one argument, the defaults, and the checks on
+//! the annotated function itself.
+
+use std::time::Duration;
+
+use proc_macro2::{Ident, TokenStream, TokenTree};
+use quote::quote;
+use syn::ItemFn;
+
+use crate::args::{Args, Given, InFlightMode, Scope};
+
+/// Default of `ttl`.
+const TTL: Duration = Duration::from_secs(24 * 3_600);
+/// Default of `lock_ttl`.
+const LOCK_TTL: Duration = Duration::from_secs(30);
+/// Default of `wait`.
+const WAIT: Duration = Duration::from_secs(10);
+/// Default of `header`.
+const HEADER: &str = "Idempotency-Key";
+
+/// The checked options of one route, every default applied.
+pub(crate) struct Options {
+    pub(crate) ttl: Duration,
+    pub(crate) lock_ttl: Duration,
+    pub(crate) scope: Scope,
+    pub(crate) header: String,
+    pub(crate) required: bool,
+    pub(crate) in_flight: InFlight,
+    /// Path of the runtime crate (`::idem_runtime` unless `crate = ".."`).
+    pub(crate) krate: TokenStream,
+}
+
+/// What a concurrent duplicate gets.
+pub(crate) enum InFlight {
+    Reject,
+    Wait(Duration),
+}
+
+impl Args {
+    /// Applies the defaults and checks the arguments against each other.
+    pub(crate) fn build(self) -> syn::Result<Options> {
+        let ttl = self.ttl.as_ref().map_or(TTL, |given| given.value);
+        let lock_ttl = self.lock_ttl.as_ref().map_or(LOCK_TTL, |given| given.value);
+        let mut errors = Vec::new();
+
+        if lock_ttl >= ttl {
+            errors.push(match (&self.lock_ttl, &self.ttl) {
+                (Some(given), _) => argument_error(
+                    given,
+                    format!(
+                        "`lock_ttl` ({}) must be shorter than `ttl` ({}{}): a response must be kept \
+                         longer than one execution may hold the key",
+                        human(lock_ttl),
+                        human(ttl),
+                        if self.ttl.is_some() { "" } else { ", the default" },
+                    ),
+                ),
+                (None, Some(given)) => argument_error(
+                    given,
+                    format!(
+                        "`ttl` ({}) must be longer than `lock_ttl` ({}, the default); \
+                         lengthen `ttl` or give a shorter `lock_ttl`",
+                        human(ttl),
+                        human(lock_ttl),
+                    ),
+                ),
+                (None, None) => unreachable!("the default `lock_ttl` is shorter than the default `ttl`"),
+            });
+        }
+
+        let waits = matches!(
+            self.in_flight,
+            Some(Given {
+                value: InFlightMode::Wait,
+                ..
+            })
+        );
+        if let (Some(wait), false) = (&self.wait, waits) {
+            errors.push(argument_error(
+                wait,
+                "`wait` only applies with `in_flight = \"wait\"`; add `in_flight = \"wait\"` \
+                 or remove `wait`",
+            ));
+        }
+
+        if let Some(error) = combine(errors) {
+            return Err(error);
+        }
+        Ok(Options {
+            ttl,
+            lock_ttl,
+            scope: self.scope.map_or(Scope::Route, |given| given.value),
+            header: self
+                .header
+                .map_or_else(|| HEADER.to_owned(), |given| given.value),
+            required: self.required.is_none_or(|given| given.value),
+            in_flight: if waits {
+                InFlight::Wait(self.wait.map_or(WAIT, |given| given.value))
+            } else {
+                InFlight::Reject
+            },
+            krate: match self.krate {
+                Some(given) => {
+                    let path = given.value;
+                    quote!(#path)
+                }
+                None => quote!(::idem_runtime),
+            },
+        })
+    }
+}
+
+/// Checks that the annotated function can be an actix-web handler.
+pub(crate) fn handler(function: &ItemFn) -> syn::Result<()> {
+    let sig = &function.sig;
+    let mut errors = Vec::new();
+    if sig.asyncness.is_none() {
+        errors.push(syn::Error::new_spanned(
+            sig.fn_token,
+            "`#[idempotent]` needs an `async fn`: write `async fn` here",
+        ));
+    }
+    if let Some(unsafety) = sig.unsafety {
+        errors.push(syn::Error::new_spanned(
+            unsafety,
+            "an `unsafe fn` cannot be an actix-web handler",
+        ));
+    }
+    if let Some(receiver) = sig.receiver() {
+        errors.push(syn::Error::new_spanned(
+            receiver,
+            "`#[idempotent]` handlers cannot take `self`: an actix-web handler is a free \
+             function; reach shared state through an extractor such as `web::Data<T>`",
+        ));
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        errors.push(syn::Error::new_spanned(
+            &sig.generics,
+            "`#[idempotent]` does not support generic handlers; write one handler per concrete type",
+        ));
+    }
+    match combine(errors) {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
+/// An error spanning a whole argument, from its name to its value.
+fn argument_error<T>(given: &Given<T>, message: impl std::fmt::Display) -> syn::Error {
+    // `Span::join` is not stable; `new_spanned` spans from the first token of
+    // what it is given to the last one, so two placeholder tokens carrying
+    // the two spans do it.
+    let tokens: TokenStream = [
+        TokenTree::Ident(Ident::new("name", given.name)),
+        TokenTree::Ident(Ident::new("value", given.span)),
+    ]
+    .into_iter()
+    .collect();
+    syn::Error::new_spanned(tokens, message)
+}
+
+/// One error carrying every message, if there is any.
+pub(crate) fn combine(errors: impl IntoIterator<Item = syn::Error>) -> Option<syn::Error> {
+    errors.into_iter().reduce(|mut all, error| {
+        all.combine(error);
+        all
+    })
+}
+
+/// `5400s` as `1h30m`, in the attribute's own notation.
+fn human(duration: Duration) -> String {
+    let mut seconds = duration.as_secs();
+    let mut text = String::new();
+    for (unit, size) in [('d', 86_400), ('h', 3_600), ('m', 60), ('s', 1)] {
+        if seconds >= size {
+            text.push_str(&format!("{}{unit}", seconds / size));
+            seconds %= size;
+        }
+    }
+    if text.is_empty() {
+        text.push_str("0s");
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(tokens: TokenStream) -> syn::Result<Options> {
+        Args::parse(tokens).and_then(Args::build)
+    }
+
+    fn message(result: syn::Result<Options>) -> String {
+        match result {
+            Ok(_) => panic!("expected an error"),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    #[test]
+    fn applies_the_defaults() {
+        let Ok(options) = build(quote!()) else {
+            panic!("defaults must build")
+        };
+        assert_eq!(options.ttl, Duration::from_secs(86_400));
+        assert_eq!(options.lock_ttl, Duration::from_secs(30));
+        assert_eq!(options.scope, Scope::Route);
+        assert_eq!(options.header, "Idempotency-Key");
+        assert!(options.required);
+        assert!(matches!(options.in_flight, InFlight::Reject));
+        assert_eq!(options.krate.to_string(), ":: idem_runtime");
+    }
+
+    #[test]
+    fn wait_mode_takes_its_wait() {
+        let Ok(options) = build(quote!(in_flight = "wait")) else {
+            panic!("must build")
+        };
+        assert!(
+            matches!(options.in_flight, InFlight::Wait(wait) if wait == Duration::from_secs(10))
+        );
+        let Ok(options) = build(quote!(in_flight = "wait", wait = "1m")) else {
+            panic!("must build")
+        };
+        assert!(
+            matches!(options.in_flight, InFlight::Wait(wait) if wait == Duration::from_secs(60))
+        );
+    }
+
+    #[test]
+    fn lock_ttl_must_be_below_ttl() {
+        let text = message(build(quote!(ttl = "1m", lock_ttl = "1m")));
+        assert!(
+            text.starts_with("`lock_ttl` (1m) must be shorter than `ttl` (1m)"),
+            "{text}"
+        );
+        let text = message(build(quote!(ttl = "20s")));
+        assert!(
+            text.starts_with("`ttl` (20s) must be longer than `lock_ttl` (30s, the default)"),
+            "{text}"
+        );
+        let text = message(build(quote!(lock_ttl = "2d")));
+        assert!(text.contains("`ttl` (1d, the default)"), "{text}");
+    }
+
+    #[test]
+    fn wait_needs_wait_mode() {
+        let text = message(build(quote!(wait = "5s")));
+        assert!(
+            text.starts_with("`wait` only applies with `in_flight = \"wait\"`"),
+            "{text}"
+        );
+        assert!(build(quote!(in_flight = "reject", wait = "5s")).is_err());
+    }
+
+    #[test]
+    fn checks_the_function() {
+        let ok: ItemFn = syn::parse_quote!(
+            async fn f(body: String) -> String {
+                body
+            }
+        );
+        assert!(handler(&ok).is_ok());
+        let bad: ItemFn = syn::parse_quote!(
+            unsafe fn f<T>(&self) {}
+        );
+        let Err(error) = handler(&bad) else {
+            panic!("expected errors")
+        };
+        let messages: Vec<String> = error.into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(messages.len(), 4, "{messages:?}");
+    }
+
+    #[test]
+    fn human_durations() {
+        assert_eq!(human(Duration::from_secs(5_400)), "1h30m");
+        assert_eq!(human(Duration::from_secs(93_784)), "1d2h3m4s");
+        assert_eq!(human(Duration::from_secs(30)), "30s");
+    }
+}

@@ -1,0 +1,217 @@
+//! The one entry point the `#[idempotent]` expansion calls: SPEC section 4,
+//! steps 1 to 9.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::Payload;
+use actix_web::http::header::CONTENT_TYPE;
+use actix_web::{FromRequest, Handler, HttpRequest, HttpResponse, Responder, web};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::body::buffer;
+use super::capture::replay;
+use super::config::{Config, Idem};
+use super::execute::{Claimed, execute};
+use super::observe::{Outcome, count, store_call};
+use super::options::{InFlight, RouteOptions};
+use super::problem::{self, ProblemKind};
+use crate::fingerprint::{Fingerprint, RequestParts};
+use crate::key::{IdempotencyKey, KeyError};
+use crate::scope::{Scope, StorageKey};
+use crate::store::Claim;
+
+/// Longest pause between two claims while waiting (`in_flight = "wait"`).
+const MAX_WAIT_POLL: Duration = Duration::from_millis(250);
+
+/// Serves one request to an `#[idempotent]` handler.
+pub async fn handle<F, Args>(
+    options: &'static RouteOptions,
+    req: HttpRequest,
+    payload: web::Payload,
+    handler: F,
+) -> HttpResponse
+where
+    F: Handler<Args>,
+    Args: FromRequest + 'static,
+    F::Output: Responder + 'static,
+{
+    let route = req.match_pattern().unwrap_or_else(|| req.path().to_owned());
+    let span = tracing::info_span!(
+        "idempotent",
+        method = %req.method(),
+        route = %route,
+        scope = options.scope.as_str(),
+        key = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    process(options, route, req, payload.into_inner(), handler)
+        .instrument(span)
+        .await
+}
+
+async fn process<F, Args>(
+    options: &'static RouteOptions,
+    route: String,
+    req: HttpRequest,
+    payload: Payload,
+    handler: F,
+) -> HttpResponse
+where
+    F: Handler<Args>,
+    Args: FromRequest + 'static,
+    F::Output: Responder + 'static,
+{
+    let Some(config) = config_of(&req) else {
+        tracing::error!(
+            route = %route,
+            "no idem_runtime::Idem is registered on the App; add App::new().app_data(Idem::new(store))"
+        );
+        count(&route, Outcome::Rejected);
+        let detail = format!(
+            "the idempotent route {route} needs an idem_runtime::Idem configuration registered with App::app_data"
+        );
+        return problem::response(ProblemKind::NotConfigured, &detail);
+    };
+    // 1. The key.
+    let key = match read_key(&req, options) {
+        Ok(Some(key)) => key,
+        Ok(None) => return run_without_key(req, payload, handler).await,
+        Err((kind, detail)) => return reject(&route, kind, &detail),
+    };
+    tracing::Span::current().record("key", key.short_hash());
+    // 2. The subject.
+    let subject = match (options.scope, &config.subject) {
+        (Scope::User, None) => {
+            tracing::error!(route = %route, "scope = \"user\" needs Idem::subject(..) to resolve the subject");
+            let detail = format!("the route {route} uses scope = \"user\" but no subject resolver is configured");
+            return reject(&route, ProblemKind::NotConfigured, &detail);
+        }
+        (Scope::User, Some(resolve)) => match resolve(&req) {
+            Some(subject) => Some(subject),
+            None => return reject(&route, ProblemKind::MissingSubject, "this request needs an authenticated user"),
+        },
+        _ => None,
+    };
+    // 3. The body.
+    let body = match buffer(&req, payload, config.body_limit).await {
+        Ok(body) => body,
+        Err(response) => {
+            count(&route, Outcome::Rejected);
+            return response;
+        }
+    };
+    // 4. The fingerprint.
+    let fingerprint = Fingerprint::of(&RequestParts {
+        method: req.method().as_str(),
+        path: req.path(),
+        query: req.query_string(),
+        content_type: req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
+        body: &body,
+    });
+    // 5. The handler's own extractors, over the buffered body.
+    let args = match Args::from_request(&req, &mut Payload::from(body)).await {
+        Ok(args) => args,
+        Err(error) => {
+            count(&route, Outcome::Rejected);
+            return error.into().error_response();
+        }
+    };
+    // 6 to 9. Claim, then execute, replay or refuse.
+    let key = StorageKey::new(options.scope, subject.as_deref(), req.method().as_str(), &route, &key);
+    let deadline = match options.in_flight {
+        InFlight::Reject => None,
+        InFlight::Wait(wait) => Some(Instant::now() + wait),
+    };
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let claim = config.store.claim(&key, &fingerprint, options.lock_ttl);
+        let claim = store_call(config.store.kind(), "claim", config.store_timeout, claim).await;
+        match claim {
+            Ok(Claim::Acquired { token }) => {
+                let claimed = Claimed {
+                    config,
+                    options,
+                    route,
+                    key,
+                    token,
+                };
+                return execute(claimed, req, handler, args).await;
+            }
+            Ok(Claim::Replay(stored)) => {
+                count(&route, Outcome::Replayed);
+                return replay(&stored);
+            }
+            Ok(Claim::Mismatch) => {
+                count(&route, Outcome::Mismatch);
+                let detail = "this idempotency key was already used for a different request \
+                              (method, path, query or body differ); use a new key for a new request";
+                return problem::response(ProblemKind::KeyReused, detail);
+            }
+            Ok(Claim::InFlight { retry_after }) => {
+                let now = Instant::now();
+                match deadline {
+                    Some(deadline) if now < deadline => {
+                        tokio::time::sleep(pause.min(deadline - now)).await;
+                        pause = (pause * 2).min(MAX_WAIT_POLL);
+                    }
+                    _ => {
+                        count(&route, Outcome::InFlight);
+                        let detail = "a request with this idempotency key is still being processed; retry later";
+                        return problem::retry_after(ProblemKind::InFlight, detail, retry_after);
+                    }
+                }
+            }
+            Err(error) => {
+                count(&route, Outcome::StoreError);
+                let detail = format!("the idempotency store is unavailable ({error}); the request was not processed");
+                return problem::retry_after(ProblemKind::StoreUnavailable, &detail, Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+fn config_of(req: &HttpRequest) -> Option<Arc<Config>> {
+    req.app_data::<Idem>()
+        .or_else(|| req.app_data::<web::Data<Idem>>().map(|data| data.get_ref()))
+        .map(|idem| Arc::clone(&idem.inner))
+}
+
+fn reject(route: &str, kind: ProblemKind, detail: &str) -> HttpResponse {
+    count(route, Outcome::Rejected);
+    problem::response(kind, detail)
+}
+
+/// The key, `None` when it is absent and not required, or a 400.
+fn read_key(req: &HttpRequest, options: &RouteOptions) -> Result<Option<IdempotencyKey>, (ProblemKind, String)> {
+    let mut values = req.headers().get_all(options.header);
+    let header = options.header.to_owned();
+    let error = match (values.next(), values.next()) {
+        (None, _) if !options.required => return Ok(None),
+        (None, _) => KeyError::Missing { header },
+        (Some(_), Some(_)) => KeyError::Repeated { header },
+        (Some(value), None) => match IdempotencyKey::parse(value.as_bytes()) {
+            Ok(key) => return Ok(Some(key)),
+            Err(error) => error,
+        },
+    };
+    let kind = match error {
+        KeyError::Missing { .. } => ProblemKind::MissingKey,
+        _ => ProblemKind::InvalidKey,
+    };
+    Err((kind, format!("{error} (header `{}`)", options.header)))
+}
+
+/// `required = false` and no key: the handler runs as if not annotated.
+async fn run_without_key<F, Args>(req: HttpRequest, mut payload: Payload, handler: F) -> HttpResponse
+where
+    F: Handler<Args>,
+    Args: FromRequest + 'static,
+    F::Output: Responder + 'static,
+{
+    match Args::from_request(&req, &mut payload).await {
+        Ok(args) => handler.call(args).await.respond_to(&req).map_into_boxed_body(),
+        Err(error) => error.into().error_response(),
+    }
+}

@@ -1,0 +1,72 @@
+//! Metrics (through the `metrics` facade) and store-call timing.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use crate::store::StoreError;
+
+/// Counter of idempotent requests, labelled `outcome` and `route`.
+pub const REQUESTS_METRIC: &str = "idem_requests_total";
+/// Histogram of store call latency in seconds, labelled `op` and `store`.
+pub const STORE_LATENCY_METRIC: &str = "idem_store_call_seconds";
+
+/// How an idempotent request ended, as counted in [`REQUESTS_METRIC`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The handler ran.
+    Executed,
+    /// A stored response was replayed.
+    Replayed,
+    /// The same request was still in flight (409).
+    InFlight,
+    /// The key was reused for a different request (422).
+    Mismatch,
+    /// Refused before any store call: bad key, no subject, body too large,
+    /// extractor failure, no configuration.
+    Rejected,
+    /// The store failed (503 before execution, or a failed completion).
+    StoreError,
+    /// The handler finished after its lease was lost; nothing was stored.
+    LeaseLost,
+}
+
+impl Outcome {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Executed => "executed",
+            Self::Replayed => "replayed",
+            Self::InFlight => "in_flight",
+            Self::Mismatch => "mismatch",
+            Self::Rejected => "rejected",
+            Self::StoreError => "store_error",
+            Self::LeaseLost => "lease_lost",
+        }
+    }
+}
+
+/// Counts one outcome for `route` and records it on the current span.
+pub(crate) fn count(route: &str, outcome: Outcome) {
+    metrics::counter!(REQUESTS_METRIC, "outcome" => outcome.as_str(), "route" => route.to_owned()).increment(1);
+    tracing::Span::current().record("outcome", outcome.as_str());
+}
+
+/// Runs one store call with the configured timeout, recording its latency.
+pub(crate) async fn store_call<T>(
+    store: &'static str,
+    op: &'static str,
+    timeout: Duration,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let started = Instant::now();
+    let result = match tokio::time::timeout(timeout, call).await {
+        Ok(result) => result,
+        Err(_) => Err(StoreError::Timeout { store, after: timeout }),
+    };
+    metrics::histogram!(STORE_LATENCY_METRIC, "op" => op, "store" => store).record(started.elapsed().as_secs_f64());
+    if let Err(error) = &result {
+        tracing::warn!(op, %error, "idempotency store call failed");
+    }
+    result
+}

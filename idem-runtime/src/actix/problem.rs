@@ -1,0 +1,114 @@
+//! RFC 9457 problem details for the responses the runtime itself produces.
+
+use std::time::Duration;
+
+use actix_web::HttpResponse;
+use actix_web::http::StatusCode;
+use actix_web::http::header::{CONTENT_TYPE, RETRY_AFTER};
+use serde::Serialize;
+
+/// Prefix of every problem `type` URI; the README lists them all.
+pub const PROBLEM_TYPE_PREFIX: &str = "urn:idem:problem:";
+
+/// The situations in which the runtime answers by itself (SPEC section 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProblemKind {
+    /// 400: the key header is missing on a route that requires it.
+    MissingKey,
+    /// 400: the key is malformed, repeated or too long.
+    InvalidKey,
+    /// 401: `scope = "user"` and no subject could be resolved.
+    MissingSubject,
+    /// 413: the body is over the configured limit.
+    BodyTooLarge,
+    /// 422: the key was used for a different request.
+    KeyReused,
+    /// 409: the same request is still being processed.
+    InFlight,
+    /// 503: the store failed before the handler ran.
+    StoreUnavailable,
+    /// 500: no configuration registered on the app.
+    NotConfigured,
+    /// 500: the handler panicked.
+    HandlerPanicked,
+    /// 500 (replayed): the original response was too large to keep.
+    ResponseNotStored,
+}
+
+impl ProblemKind {
+    /// The status, the `type` slug and the `title` of this problem.
+    pub fn parts(self) -> (StatusCode, &'static str, &'static str) {
+        match self {
+            Self::MissingKey => (StatusCode::BAD_REQUEST, "missing-key", "Idempotency key missing"),
+            Self::InvalidKey => (StatusCode::BAD_REQUEST, "invalid-key", "Idempotency key invalid"),
+            Self::MissingSubject => (StatusCode::UNAUTHORIZED, "missing-subject", "Authentication required"),
+            Self::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body-too-large", "Request body too large"),
+            Self::KeyReused => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "key-reused",
+                "Idempotency key reused with a different request",
+            ),
+            Self::InFlight => (StatusCode::CONFLICT, "in-flight", "Request already in progress"),
+            Self::StoreUnavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store-unavailable",
+                "Idempotency store unavailable",
+            ),
+            Self::NotConfigured => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "not-configured",
+                "Idempotency runtime not configured",
+            ),
+            Self::HandlerPanicked => (StatusCode::INTERNAL_SERVER_ERROR, "handler-panicked", "Internal error"),
+            Self::ResponseNotStored => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "response-not-stored",
+                "Original response could not be kept for replay",
+            ),
+        }
+    }
+
+    /// The full `type` URI, such as `urn:idem:problem:key-reused`.
+    pub fn type_uri(self) -> String {
+        format!("{PROBLEM_TYPE_PREFIX}{}", self.parts().1)
+    }
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    title: &'a str,
+    status: u16,
+    detail: &'a str,
+}
+
+/// Serializes the problem body.
+pub(crate) fn body(kind: ProblemKind, detail: &str) -> Vec<u8> {
+    let (status, _, title) = kind.parts();
+    let body = Body {
+        kind: &kind.type_uri(),
+        title,
+        status: status.as_u16(),
+        detail,
+    };
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+/// A problem+json response.
+pub(crate) fn response(kind: ProblemKind, detail: &str) -> HttpResponse {
+    HttpResponse::build(kind.parts().0)
+        .insert_header((CONTENT_TYPE, "application/problem+json"))
+        .body(body(kind, detail))
+}
+
+/// A problem+json response with `Retry-After` in whole seconds (at least 1).
+pub(crate) fn retry_after(kind: ProblemKind, detail: &str, after: Duration) -> HttpResponse {
+    let seconds = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+    let mut response = response(kind, detail);
+    if let Ok(value) = seconds.max(1).to_string().try_into() {
+        response.headers_mut().insert(RETRY_AFTER, value);
+    }
+    response
+}

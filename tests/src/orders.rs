@@ -1,0 +1,84 @@
+//! A small annotated app shared by the actix integration tests: handlers
+//! that count their executions.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use actix_web::{HttpRequest, HttpResponse, post, web};
+use idem_runtime::{Idem, MemoryStore, idempotent};
+use serde_json::json;
+
+/// How many times each handler body ran.
+#[derive(Debug, Default)]
+pub struct Calls {
+    /// Executions of [`create_order`].
+    pub orders: AtomicUsize,
+    /// Executions of [`pay`].
+    pub payments: AtomicUsize,
+}
+
+impl Calls {
+    /// Executions of `create_order` so far.
+    pub fn orders(&self) -> usize {
+        self.orders.load(Ordering::SeqCst)
+    }
+
+    /// Executions of `pay` so far.
+    pub fn payments(&self) -> usize {
+        self.payments.load(Ordering::SeqCst)
+    }
+}
+
+/// The subject resolver of these tests: the `X-User-ID` header.
+pub fn user_header(req: &HttpRequest) -> Option<String> {
+    req.headers().get("x-user-id")?.to_str().ok().map(str::to_owned)
+}
+
+/// An [`Idem`] over a fresh memory store, subjects from `X-User-ID`.
+pub fn memory_idem() -> Idem {
+    Idem::new(MemoryStore::new()).subject(user_header)
+}
+
+/// Creates an order; sleeps `?delay_ms=` first. Answers 201 with the call
+/// number, a multi-valued header and a cookie.
+#[idempotent(scope = "user", lock_ttl = "2s", ttl = "1h")]
+#[post("/orders")]
+pub async fn create_order(
+    body: web::Json<serde_json::Value>,
+    query: web::Query<Delay>,
+    calls: web::Data<Calls>,
+) -> HttpResponse {
+    let call = calls.orders.fetch_add(1, Ordering::SeqCst) + 1;
+    if query.delay_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(query.delay_ms)).await;
+    }
+    HttpResponse::Created()
+        .insert_header(("location", format!("/orders/{call}")))
+        .append_header(("x-multi", "one"))
+        .append_header(("x-multi", "two"))
+        .insert_header(("set-cookie", "session=abc"))
+        .json(json!({ "call": call, "order": body.into_inner() }))
+}
+
+/// Pays an order: the path parameter is part of the fingerprint.
+#[post("/orders/{id}/payments")]
+#[idempotent(scope = "user")]
+pub async fn pay(path: web::Path<String>, calls: web::Data<Calls>) -> HttpResponse {
+    let call = calls.payments.fetch_add(1, Ordering::SeqCst) + 1;
+    HttpResponse::Created().json(json!({ "call": call, "order": path.into_inner() }))
+}
+
+/// The `?delay_ms=` query parameter of [`create_order`].
+#[derive(Debug, serde::Deserialize)]
+pub struct Delay {
+    /// Milliseconds the handler sleeps.
+    #[serde(default)]
+    pub delay_ms: u64,
+}
+
+/// Registers [`create_order`] and [`pay`] with a fresh [`Calls`].
+pub fn routes(calls: web::Data<Calls>) -> impl Fn(&mut web::ServiceConfig) + Clone + Send + 'static {
+    move |config: &mut web::ServiceConfig| {
+        config.app_data(calls.clone()).service(create_order).service(pay);
+    }
+}

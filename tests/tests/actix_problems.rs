@@ -1,0 +1,265 @@
+//! Every row of SPEC section 5: the responses the runtime produces itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::{Service, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::test::{self, TestRequest};
+use actix_web::{App, web};
+use async_trait::async_trait;
+use idem_runtime::{
+    Claim, Fence, FencingToken, Fingerprint, Idem, MemoryStore, Record, StorageKey, Store, StoreError, StoredResponse,
+};
+use idem_tests::orders::{Calls, memory_idem, routes, user_header};
+use serde_json::{Value, json};
+
+type Request = actix_http::Request;
+
+async fn app(idem: Option<Idem>, calls: &web::Data<Calls>) -> impl Service<Request, Response = ServiceResponse, Error = actix_web::Error> {
+    let mut app = App::new().configure(routes(calls.clone()));
+    if let Some(idem) = idem {
+        app = app.app_data(idem);
+    }
+    test::init_service(app).await
+}
+
+fn order(key: Option<&str>, user: Option<&str>, body: Value) -> TestRequest {
+    let mut req = TestRequest::post().uri("/orders").set_json(body);
+    if let Some(key) = key {
+        req = req.insert_header(("idempotency-key", key));
+    }
+    if let Some(user) = user {
+        req = req.insert_header(("x-user-id", user));
+    }
+    req
+}
+
+/// Status, content type and parsed body of a problem response.
+async fn problem(response: ServiceResponse) -> (StatusCode, Value) {
+    let status = response.status();
+    let content_type = response.headers().get("content-type").cloned();
+    assert_eq!(content_type.as_ref().map(|v| v.to_str().unwrap()), Some("application/problem+json"));
+    let body: Value = test::read_body_json(response).await;
+    assert_eq!(body["status"], status.as_u16(), "{body}");
+    assert!(body["title"].as_str().is_some_and(|t| !t.is_empty()), "{body}");
+    assert!(body["detail"].as_str().is_some_and(|t| !t.is_empty()), "{body}");
+    (status, body)
+}
+
+#[actix_web::test]
+async fn missing_key_is_400() {
+    let calls = web::Data::new(Calls::default());
+    let app = app(Some(memory_idem()), &calls).await;
+    let response = test::call_service(&app, order(None, Some("alice"), json!({})).to_request()).await;
+    let (status, body) = problem(response).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["type"], "urn:idem:problem:missing-key");
+    assert_eq!(calls.orders(), 0);
+}
+
+#[actix_web::test]
+async fn malformed_repeated_or_long_keys_are_400() {
+    let calls = web::Data::new(Calls::default());
+    let app = app(Some(memory_idem()), &calls).await;
+    let long = "k".repeat(256);
+    for key in ["\"unterminated", "has space", "\"bad\\escape\"", "\"\"", long.as_str()] {
+        let response = test::call_service(&app, order(Some(key), Some("alice"), json!({})).to_request()).await;
+        let (status, body) = problem(response).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{key}");
+        assert_eq!(body["type"], "urn:idem:problem:invalid-key", "{key}");
+    }
+    let repeated = order(Some("a"), Some("alice"), json!({})).append_header(("idempotency-key", "b"));
+    let (status, _) = problem(test::call_service(&app, repeated.to_request()).await).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(calls.orders(), 0);
+}
+
+#[actix_web::test]
+async fn quoted_and_bare_keys_are_the_same_key() {
+    let calls = web::Data::new(Calls::default());
+    let app = app(Some(memory_idem()), &calls).await;
+    let first = test::call_service(&app, order(Some("\"k-1\""), Some("alice"), json!({"a": 1})).to_request()).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let retry = test::call_service(&app, order(Some("k-1"), Some("alice"), json!({"a": 1})).to_request()).await;
+    assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(calls.orders(), 1);
+}
+
+#[actix_web::test]
+async fn missing_subject_is_401() {
+    let calls = web::Data::new(Calls::default());
+    let app = app(Some(memory_idem()), &calls).await;
+    let response = test::call_service(&app, order(Some("k"), None, json!({})).to_request()).await;
+    let (status, body) = problem(response).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(body["type"], "urn:idem:problem:missing-subject");
+    assert_eq!(calls.orders(), 0);
+}
+
+#[actix_web::test]
+async fn body_over_the_limit_is_413_and_nothing_is_kept() {
+    let calls = web::Data::new(Calls::default());
+    let app = app(Some(memory_idem().body_limit(64)), &calls).await;
+    let big = json!({ "note": "x".repeat(100) });
+    let response = test::call_service(&app, order(Some("k"), Some("alice"), big).to_request()).await;
+    let (status, body) = problem(response).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(body["detail"].as_str().unwrap().contains("64 bytes"), "{body}");
+    // The key is still free: a request within the limit runs.
+    let small = test::call_service(&app, order(Some("k"), Some("alice"), json!({"a": 1})).to_request()).await;
+    assert_eq!(small.status(), StatusCode::CREATED);
+    assert_eq!(calls.orders(), 1);
+}
+
+#[actix_web::test]
+async fn key_reused_for_another_request_is_422() {
+    let calls = web::Data::new(Calls::default());
+    let app = app(Some(memory_idem()), &calls).await;
+    let first = test::call_service(&app, order(Some("k"), Some("alice"), json!({"amount": 1})).to_request()).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let other = test::call_service(&app, order(Some("k"), Some("alice"), json!({"amount": 2})).to_request()).await;
+    let (status, body) = problem(other).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["type"], "urn:idem:problem:key-reused");
+    assert_eq!(calls.orders(), 1);
+}
+
+#[actix_web::test]
+async fn same_request_in_flight_is_409_with_retry_after() {
+    let calls = web::Data::new(Calls::default());
+    let app = app(Some(memory_idem()), &calls).await;
+    let slow = |key| {
+        TestRequest::post()
+            .uri("/orders?delay_ms=400")
+            .insert_header(("idempotency-key", key))
+            .insert_header(("x-user-id", "alice"))
+            .set_json(json!({"a": 1}))
+            .to_request()
+    };
+    let first = test::call_service(&app, slow("k"));
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        test::call_service(&app, slow("k")).await
+    };
+    let (first, second) = tokio::join!(first, second);
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let retry_after = second.headers().get("retry-after").cloned().expect("Retry-After");
+    let seconds: u64 = retry_after.to_str().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&seconds), "lock_ttl is 2s: {seconds}");
+    let (status, body) = problem(second).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(body["type"], "urn:idem:problem:in-flight");
+    assert_eq!(calls.orders(), 1);
+}
+
+/// A store whose server is down: every call fails as a client library's
+/// connection error would. (The Redis and Postgres suites stop real servers.)
+struct DownStore;
+
+#[async_trait]
+impl Store for DownStore {
+    fn kind(&self) -> &'static str {
+        "down"
+    }
+    async fn claim(&self, _: &StorageKey, _: &Fingerprint, _: Duration) -> Result<Claim, StoreError> {
+        Err(StoreError::unavailable("down", std::io::Error::from(std::io::ErrorKind::ConnectionRefused)))
+    }
+    async fn renew(&self, _: &StorageKey, _: FencingToken, _: Duration) -> Result<Fence, StoreError> {
+        unreachable!("no claim ever succeeds")
+    }
+    async fn complete(&self, _: &StorageKey, _: FencingToken, _: &StoredResponse, _: Duration) -> Result<Fence, StoreError> {
+        unreachable!("no claim ever succeeds")
+    }
+    async fn release(&self, _: &StorageKey, _: FencingToken) -> Result<Fence, StoreError> {
+        unreachable!("no claim ever succeeds")
+    }
+    async fn get(&self, _: &StorageKey) -> Result<Option<Record>, StoreError> {
+        Ok(None)
+    }
+    async fn purge_expired(&self, _: usize) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+}
+
+/// A store that never answers: the configured timeout turns it into a 503.
+struct HangingStore(MemoryStore);
+
+#[async_trait]
+impl Store for HangingStore {
+    fn kind(&self) -> &'static str {
+        "hanging"
+    }
+    async fn claim(&self, _: &StorageKey, _: &Fingerprint, _: Duration) -> Result<Claim, StoreError> {
+        std::future::pending().await
+    }
+    async fn renew(&self, k: &StorageKey, t: FencingToken, l: Duration) -> Result<Fence, StoreError> {
+        self.0.renew(k, t, l).await
+    }
+    async fn complete(&self, k: &StorageKey, t: FencingToken, r: &StoredResponse, ttl: Duration) -> Result<Fence, StoreError> {
+        self.0.complete(k, t, r, ttl).await
+    }
+    async fn release(&self, k: &StorageKey, t: FencingToken) -> Result<Fence, StoreError> {
+        self.0.release(k, t).await
+    }
+    async fn get(&self, k: &StorageKey) -> Result<Option<Record>, StoreError> {
+        self.0.get(k).await
+    }
+    async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
+        self.0.purge_expired(batch).await
+    }
+}
+
+#[actix_web::test]
+async fn store_failure_before_execution_is_503_and_the_handler_does_not_run() {
+    let calls = web::Data::new(Calls::default());
+    for idem in [
+        Idem::new(DownStore).subject(user_header),
+        Idem::from_arc(Arc::new(HangingStore(MemoryStore::new())))
+            .subject(user_header)
+            .store_timeout(Duration::from_millis(200)),
+    ] {
+        let app = app(Some(idem), &calls).await;
+        let response = test::call_service(&app, order(Some("k"), Some("alice"), json!({})).to_request()).await;
+        assert!(response.headers().contains_key("retry-after"));
+        let (status, body) = problem(response).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body["type"], "urn:idem:problem:store-unavailable");
+    }
+    assert_eq!(calls.orders(), 0);
+}
+
+#[actix_web::test]
+async fn missing_configuration_is_500_naming_the_setup() {
+    let calls = web::Data::new(Calls::default());
+    let app = app(None, &calls).await;
+    let response = test::call_service(&app, order(Some("k"), Some("alice"), json!({})).to_request()).await;
+    let (status, body) = problem(response).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(body["type"], "urn:idem:problem:not-configured");
+    assert!(body["detail"].as_str().unwrap().contains("Idem"), "{body}");
+    assert_eq!(calls.orders(), 0);
+}
+
+#[actix_web::test]
+async fn replay_returns_the_stored_response_marked_replayed() {
+    let calls = web::Data::new(Calls::default());
+    let app = app(Some(memory_idem()), &calls).await;
+    let first = test::call_service(&app, order(Some("k"), Some("alice"), json!({"a": 1})).to_request()).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    assert!(first.headers().contains_key("set-cookie"), "the first client gets every header");
+    let first_location = first.headers().get("location").cloned();
+    let first_body = test::read_body(first).await;
+    for _ in 0..2 {
+        let retry = test::call_service(&app, order(Some("k"), Some("alice"), json!({"a": 1})).to_request()).await;
+        assert_eq!(retry.status(), StatusCode::CREATED);
+        assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
+        assert_eq!(retry.headers().get("location").cloned(), first_location);
+        let multi: Vec<_> = retry.headers().get_all("x-multi").map(|v| v.to_str().unwrap().to_owned()).collect();
+        assert_eq!(multi, ["one", "two"], "multi-valued headers keep every value in order");
+        assert!(!retry.headers().contains_key("set-cookie"), "Set-Cookie is not replayed by default");
+        assert_eq!(test::read_body(retry).await, first_body);
+    }
+    assert_eq!(calls.orders(), 1);
+}
