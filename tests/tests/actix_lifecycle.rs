@@ -1,0 +1,166 @@
+//! Server errors, panics, optional keys and the registration forms.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use actix_web::http::StatusCode;
+use actix_web::test::{self, TestRequest};
+use actix_web::{App, HttpResponse, Responder, post, web};
+use idem_runtime::{Idem, MemoryStore, ServerErrorPolicy, idempotent};
+
+#[derive(Default)]
+struct Hits(AtomicUsize);
+
+impl Hits {
+    fn next(&self) -> usize {
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
+    }
+    fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Fails with 503 on its first call, then succeeds.
+#[idempotent]
+#[post("/flaky")]
+async fn flaky(hits: web::Data<Hits>) -> HttpResponse {
+    match hits.next() {
+        1 => HttpResponse::ServiceUnavailable().body("try again"),
+        n => HttpResponse::Created().body(format!("created on call {n}")),
+    }
+}
+
+/// Panics on its first call, then succeeds.
+#[idempotent]
+#[post("/panicky")]
+async fn panicky(hits: web::Data<Hits>) -> &'static str {
+    if hits.next() == 1 {
+        panic!("the first call fails");
+    }
+    "fine"
+}
+
+/// Runs without idempotency when the key is absent.
+#[idempotent(required = false)]
+#[post("/optional")]
+async fn optional(hits: web::Data<Hits>, body: String) -> impl Responder {
+    format!("{}:{body}", hits.next())
+}
+
+/// Registered with `.to()`, no route attribute; a custom header.
+#[idempotent(header = "X-Request-Key")]
+async fn by_resource(hits: web::Data<Hits>) -> Result<HttpResponse, actix_web::Error> {
+    Ok(HttpResponse::Ok().body(format!("call {}", hits.next())))
+}
+
+fn req(uri: &str, key: Option<&str>) -> actix_http::Request {
+    let mut req = TestRequest::post().uri(uri).set_payload("payload");
+    if let Some(key) = key {
+        req = req.insert_header(("idempotency-key", key));
+    }
+    req.to_request()
+}
+
+macro_rules! app {
+    ($idem:expr, $hits:expr) => {
+        test::init_service(
+            App::new()
+                .app_data($idem)
+                .app_data($hits.clone())
+                .service(flaky)
+                .service(panicky)
+                .service(optional)
+                .service(web::resource("/resource").route(web::post().to(by_resource))),
+        )
+        .await
+    };
+}
+
+#[actix_web::test]
+async fn server_errors_release_the_key_by_default() {
+    let hits = web::Data::new(Hits::default());
+    let app = app!(Idem::new(MemoryStore::new()), hits);
+    let first = test::call_service(&app, req("/flaky", Some("k"))).await;
+    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let retry = test::call_service(&app, req("/flaky", Some("k"))).await;
+    assert_eq!(retry.status(), StatusCode::CREATED, "the retry ran the handler again");
+    assert_eq!(test::read_body(retry).await, "created on call 2");
+    let replay = test::call_service(&app, req("/flaky", Some("k"))).await;
+    assert_eq!(replay.headers().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(hits.get(), 2);
+}
+
+#[actix_web::test]
+async fn server_errors_can_be_stored_instead() {
+    let hits = web::Data::new(Hits::default());
+    let app = app!(Idem::new(MemoryStore::new()).server_errors(ServerErrorPolicy::Store), hits);
+    let first = test::call_service(&app, req("/flaky", Some("k"))).await;
+    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let retry = test::call_service(&app, req("/flaky", Some("k"))).await;
+    assert_eq!(retry.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(test::read_body(retry).await, "try again");
+    assert_eq!(hits.get(), 1);
+}
+
+#[actix_web::test]
+async fn a_panic_releases_the_key_and_answers_500() {
+    let hits = web::Data::new(Hits::default());
+    let app = app!(Idem::new(MemoryStore::new()), hits);
+    let first = test::call_service(&app, req("/panicky", Some("k"))).await;
+    assert_eq!(first.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(first.headers().get("content-type").unwrap(), "application/problem+json");
+    let retry = test::call_service(&app, req("/panicky", Some("k"))).await;
+    assert_eq!(retry.status(), StatusCode::OK);
+    assert_eq!(test::read_body(retry).await, "fine");
+    assert_eq!(hits.get(), 2);
+}
+
+#[actix_web::test]
+async fn optional_key_runs_plainly_without_one() {
+    let hits = web::Data::new(Hits::default());
+    let app = app!(Idem::new(MemoryStore::new()), hits);
+    for expected in ["1:payload", "2:payload"] {
+        let response = test::call_service(&app, req("/optional", None)).await;
+        assert_eq!(test::read_body(response).await, expected);
+    }
+    let keyed = test::call_service(&app, req("/optional", Some("k"))).await;
+    assert_eq!(test::read_body(keyed).await, "3:payload");
+    let replay = test::call_service(&app, req("/optional", Some("k"))).await;
+    assert_eq!(test::read_body(replay).await, "3:payload");
+    assert_eq!(hits.get(), 3);
+}
+
+#[actix_web::test]
+async fn resource_registration_and_custom_header_work() {
+    let hits = web::Data::new(Hits::default());
+    let app = app!(Idem::new(MemoryStore::new()), hits);
+    let missing = test::call_service(&app, req("/resource", Some("k"))).await;
+    assert_eq!(missing.status(), StatusCode::BAD_REQUEST, "the key must come in X-Request-Key");
+    let keyed = || {
+        TestRequest::post()
+            .uri("/resource")
+            .insert_header(("x-request-key", "\"abc\""))
+            .to_request()
+    };
+    let first = test::call_service(&app, keyed()).await;
+    assert_eq!(test::read_body(first).await, "call 1");
+    let retry = test::call_service(&app, keyed()).await;
+    assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(test::read_body(retry).await, "call 1");
+    assert_eq!(hits.get(), 1);
+}
+
+#[actix_web::test]
+async fn oversized_responses_are_not_replayed_nor_run_twice() {
+    let hits = web::Data::new(Hits::default());
+    let app = app!(Idem::new(MemoryStore::new()).response_limit(8), hits);
+    let first = test::call_service(&app, req("/flaky", Some("k"))).await;
+    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE, "released, as a 5xx");
+    let second = test::call_service(&app, req("/flaky", Some("k"))).await;
+    assert_eq!(test::read_body(second).await, "created on call 2", "the client gets it whole");
+    let retry = test::call_service(&app, req("/flaky", Some("k"))).await;
+    assert_eq!(retry.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body: serde_json::Value = test::read_body_json(retry).await;
+    assert_eq!(body["type"], "urn:idem:problem:response-not-stored");
+    assert_eq!(hits.get(), 2);
+}

@@ -1,0 +1,167 @@
+//! What counts as "the same request", and the scopes of keys.
+
+use actix_web::dev::{Service, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::test::{self, TestRequest};
+use actix_web::{App, HttpResponse, post, put, web};
+use idem_runtime::idempotent;
+use idem_tests::orders::{Calls, memory_idem, routes};
+use serde_json::json;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+type Request = actix_http::Request;
+
+/// A counter shared by the scope test handlers.
+#[derive(Default)]
+struct Hits(AtomicUsize);
+
+#[idempotent(scope = "route")]
+#[post("/route-a")]
+async fn route_a(hits: web::Data<Hits>) -> HttpResponse {
+    HttpResponse::Ok().body(format!("a{}", hits.0.fetch_add(1, Ordering::SeqCst) + 1))
+}
+
+#[idempotent(scope = "route")]
+#[post("/route-b")]
+async fn route_b(hits: web::Data<Hits>) -> HttpResponse {
+    HttpResponse::Ok().body(format!("b{}", hits.0.fetch_add(1, Ordering::SeqCst) + 1))
+}
+
+#[idempotent(scope = "global")]
+#[post("/global-a")]
+async fn global_a(hits: web::Data<Hits>) -> HttpResponse {
+    HttpResponse::Ok().body(format!("ga{}", hits.0.fetch_add(1, Ordering::SeqCst) + 1))
+}
+
+#[idempotent(scope = "global")]
+#[put("/global-a")]
+async fn global_a_put(hits: web::Data<Hits>) -> HttpResponse {
+    HttpResponse::Ok().body(format!("gp{}", hits.0.fetch_add(1, Ordering::SeqCst) + 1))
+}
+
+async fn app(calls: &web::Data<Calls>, hits: &web::Data<Hits>) -> impl Service<Request, Response = ServiceResponse, Error = actix_web::Error> {
+    let app = App::new()
+        .app_data(memory_idem())
+        .app_data(hits.clone())
+        .configure(routes(calls.clone()))
+        .service(route_a)
+        .service(route_b)
+        .service(global_a)
+        .service(global_a_put);
+    test::init_service(app).await
+}
+
+fn post_raw(uri: &str, key: &str, user: &str, body: &'static str) -> Request {
+    TestRequest::post()
+        .uri(uri)
+        .insert_header(("idempotency-key", key))
+        .insert_header(("x-user-id", user))
+        .insert_header(("content-type", "application/json"))
+        .set_payload(body)
+        .to_request()
+}
+
+#[actix_web::test]
+async fn reserialized_json_is_the_same_request() {
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Hits::default()));
+    let app = app(&calls, &hits).await;
+    let first = test::call_service(&app, post_raw("/orders", "k", "alice", r#"{"amount":500,"currency":"EUR","tags":["a","b"]}"#)).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let body = test::read_body(first).await;
+    let reordered = "{\n  \"tags\": [ \"a\", \"b\" ],\n  \"currency\": \"EUR\",\n  \"amount\": 500\n}";
+    let retry = test::call_service(&app, post_raw("/orders", "k", "alice", reordered)).await;
+    assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(test::read_body(retry).await, body);
+    // Array order and number spelling are significant.
+    for other in [r#"{"amount":500,"currency":"EUR","tags":["b","a"]}"#, r#"{"amount":500.0,"currency":"EUR","tags":["a","b"]}"#] {
+        let response = test::call_service(&app, post_raw("/orders", "k", "alice", other)).await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{other}");
+    }
+    assert_eq!(calls.orders(), 1);
+}
+
+#[actix_web::test]
+async fn query_string_is_part_of_the_request() {
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Hits::default()));
+    let app = app(&calls, &hits).await;
+    let first = test::call_service(&app, post_raw("/orders?delay_ms=0", "k", "alice", "{}")).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let other = test::call_service(&app, post_raw("/orders?delay_ms=1", "k", "alice", "{}")).await;
+    assert_eq!(other.status(), StatusCode::UNPROCESSABLE_ENTITY);
+}
+
+#[actix_web::test]
+async fn same_key_on_another_path_parameter_is_refused_not_replayed() {
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Hits::default()));
+    let app = app(&calls, &hits).await;
+    let pay_a = test::call_service(&app, post_raw("/orders/A/payments", "pay-1", "alice", "{}")).await;
+    assert_eq!(pay_a.status(), StatusCode::CREATED);
+    let pay_b = test::call_service(&app, post_raw("/orders/B/payments", "pay-1", "alice", "{}")).await;
+    assert_eq!(pay_b.status(), StatusCode::UNPROCESSABLE_ENTITY, "B must never get A's payment");
+    assert_eq!(calls.payments(), 1);
+}
+
+#[actix_web::test]
+async fn user_scope_separates_subjects() {
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Hits::default()));
+    let app = app(&calls, &hits).await;
+    for user in ["alice", "bob", "alice:x", "alice"] {
+        let response = test::call_service(&app, post_raw("/orders", "shared", user, "{}")).await;
+        assert!(response.status().is_success(), "{user}");
+    }
+    assert_eq!(calls.orders(), 3, "alice, bob and alice:x each ran once; alice's retry replayed");
+}
+
+#[actix_web::test]
+async fn route_scope_separates_routes_but_not_users() {
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Hits::default()));
+    let app = app(&calls, &hits).await;
+    let a = test::call_service(&app, post_raw("/route-a", "k", "alice", "{}")).await;
+    assert_eq!(test::read_body(a).await, "a1");
+    let b = test::call_service(&app, post_raw("/route-b", "k", "alice", "{}")).await;
+    assert_eq!(test::read_body(b).await, "b2", "another route, another key space");
+    let a_bob = test::call_service(&app, post_raw("/route-a", "k", "bob", "{}")).await;
+    assert_eq!(a_bob.headers().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(test::read_body(a_bob).await, "a1", "route scope ignores the subject");
+    assert_eq!(hits.0.load(Ordering::SeqCst), 2);
+}
+
+#[actix_web::test]
+async fn global_scope_shares_the_key_across_routes() {
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Hits::default()));
+    let app = app(&calls, &hits).await;
+    let first = test::call_service(&app, post_raw("/global-a", "g", "alice", "{}")).await;
+    assert_eq!(test::read_body(first).await, "ga1");
+    // Same key, other method: a different request under the same global key.
+    let put = TestRequest::put()
+        .uri("/global-a")
+        .insert_header(("idempotency-key", "g"))
+        .insert_header(("content-type", "application/json"))
+        .set_payload("{}")
+        .to_request();
+    assert_eq!(test::call_service(&app, put).await.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(hits.0.load(Ordering::SeqCst), 1);
+}
+
+#[actix_web::test]
+async fn extractor_failure_stores_nothing() {
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Hits::default()));
+    let app = app(&calls, &hits).await;
+    let bad = test::call_service(&app, post_raw("/orders", "k", "alice", "{not json")).await;
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST, "actix's own Json error");
+    let good = test::call_service(&app, post_raw("/orders", "k", "alice", r#"{"a":1}"#)).await;
+    assert_eq!(good.status(), StatusCode::CREATED, "the key was never claimed");
+    assert!(good.headers().get("idempotent-replayed").is_none());
+    assert_eq!(calls.orders(), 1);
+}
+
+#[actix_web::test]
+async fn set_cookie_can_be_replayed_when_configured() {
+    let calls = web::Data::new(Calls::default());
+    let idem = memory_idem().replay_header(actix_web::http::header::SET_COOKIE);
+    let app = test::init_service(App::new().app_data(idem).configure(routes(calls.clone()))).await;
+    let _ = test::call_service(&app, post_raw("/orders", "k", "alice", "{}")).await;
+    let retry = test::call_service(&app, post_raw("/orders", "k", "alice", "{}")).await;
+    assert_eq!(retry.headers().get("set-cookie").unwrap(), "session=abc");
+    assert_eq!(json!(calls.orders()), json!(1));
+}
