@@ -15,6 +15,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, Lit, LitBool, LitStr, Token};
 
 use crate::duration::parse_duration;
+use crate::validate::combine;
 
 /// Every argument, as listed in error messages.
 pub(crate) const ALLOWED: &str =
@@ -58,64 +59,119 @@ pub(crate) struct Args {
     pub(crate) krate: Option<Given<syn::Path>>,
 }
 
+/// One `name = value` pair as written; `value` is `None` when the name
+/// stands alone (`ttl`) or takes parentheses (`ttl("24h")`).
+struct Arg {
+    path: syn::Path,
+    value: Option<Expr>,
+}
+
+impl Arg {
+    /// Reads one argument; only a syntax error (a value that is not an
+    /// expression) fails here.
+    fn read(meta: &ParseNestedMeta<'_>) -> syn::Result<Self> {
+        let value = if meta.input.peek(Token![=]) {
+            Some(meta.value()?.parse::<Expr>()?)
+        } else {
+            if meta.input.peek(syn::token::Paren) {
+                meta.input.parse::<proc_macro2::Group>()?;
+            }
+            None
+        };
+        Ok(Arg {
+            path: meta.path.clone(),
+            value,
+        })
+    }
+
+    /// The value, or an error on the name when it has none.
+    fn value(&self, name: &str, example: &str) -> syn::Result<&Expr> {
+        self.value.as_ref().ok_or_else(|| {
+            syn::Error::new_spanned(
+                &self.path,
+                format!("`{name}` needs a value, for example `{name} = {example}`"),
+            )
+        })
+    }
+
+    /// Refuses the second occurrence of an argument, on its name.
+    fn once<T>(&self, slot: &Option<T>, name: &str) -> syn::Result<()> {
+        match slot {
+            Some(_) => Err(syn::Error::new_spanned(
+                &self.path,
+                format!("duplicate argument `{name}`; each argument may be given once"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn given<T>(&self, value: T, span: Span) -> Given<T> {
+        Given {
+            value,
+            name: self.path.span(),
+            span,
+        }
+    }
+}
+
 impl Args {
     /// Parses the tokens between the attribute's parentheses.
     ///
-    /// A malformed list (`ttl` without `= value`, a stray token) stops at the
-    /// first error; errors in values are collected so that every wrong
-    /// argument is reported at once.
+    /// Every wrong argument is reported, each on its own token; a syntax
+    /// error (`ttl = ,`) ends the parse.
     pub(crate) fn parse(tokens: TokenStream) -> syn::Result<Self> {
         let mut args = Args::default();
-        let mut errors: Option<syn::Error> = None;
+        let mut errors = Vec::new();
         let parser = syn::meta::parser(|meta| {
-            if let Err(error) = args.set(&meta) {
-                match &mut errors {
-                    Some(errors) => errors.combine(error),
-                    None => errors = Some(error),
-                }
+            let arg = Arg::read(&meta)?;
+            if let Err(error) = args.set(&arg) {
+                errors.push(error);
             }
             Ok(())
         });
-        parser.parse2(tokens)?;
-        match errors {
-            Some(errors) => Err(errors),
+        if let Err(error) = parser.parse2(tokens) {
+            errors.push(error);
+        }
+        match combine(errors) {
+            Some(error) => Err(error),
             None => Ok(args),
         }
     }
 
-    /// Dispatches one `name = value` pair to its setter.
-    fn set(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
-        let Some(name) = meta.path.get_ident().map(ToString::to_string) else {
-            skip_value(meta)?;
-            return Err(unknown(meta));
-        };
-        match name.as_str() {
-            "ttl" => self.set_ttl(meta),
-            "scope" => self.set_scope(meta),
-            "lock_ttl" => self.set_lock_ttl(meta),
-            "header" => self.set_header(meta),
-            "required" => self.set_required(meta),
-            "in_flight" => self.set_in_flight(meta),
-            "wait" => self.set_wait(meta),
-            "crate" => self.set_crate(meta),
+    /// Hands one argument to its setter.
+    fn set(&mut self, arg: &Arg) -> syn::Result<()> {
+        let name = arg.path.get_ident().map(ToString::to_string);
+        match name.as_deref() {
+            Some("ttl") => self.set_ttl(arg),
+            Some("scope") => self.set_scope(arg),
+            Some("lock_ttl") => self.set_lock_ttl(arg),
+            Some("header") => self.set_header(arg),
+            Some("required") => self.set_required(arg),
+            Some("in_flight") => self.set_in_flight(arg),
+            Some("wait") => self.set_wait(arg),
+            Some("crate") => self.set_crate(arg),
             _ => {
-                skip_value(meta)?;
-                Err(unknown(meta))
+                let path = &arg.path;
+                let name = quote::quote!(#path).to_string().replace(' ', "");
+                Err(syn::Error::new_spanned(
+                    path,
+                    format!("unknown argument `{name}`; expected one of {ALLOWED}"),
+                ))
             }
         }
     }
 
-    fn set_ttl(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
-        let value = value(meta, "ttl", "\"24h\"")?;
-        once(&self.ttl, meta, "ttl")?;
-        self.ttl = Some(duration(meta, &value, "ttl", "\"24h\"")?);
+    fn set_ttl(&mut self, arg: &Arg) -> syn::Result<()> {
+        let value = arg.value("ttl", "\"24h\"")?;
+        arg.once(&self.ttl, "ttl")?;
+        self.ttl = Some(duration(arg, value, "ttl", "\"24h\"")?);
         Ok(())
     }
 
-    fn set_scope(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
-        let value = value(meta, "scope", "\"user\"")?;
-        once(&self.scope, meta, "scope")?;
-        let lit = string(&value, "scope", "\"user\"")?;
+    fn set_scope(&mut self, arg: &Arg) -> syn::Result<()> {
+        let value = arg.value("scope", "\"user\"")?;
+        arg.once(&self.scope, "scope")?;
+        let lit = string(value, "scope", "\"user\"")?;
         let scope = match lit.value().as_str() {
             "user" => Scope::User,
             "route" => Scope::Route,
@@ -129,56 +185,44 @@ impl Args {
                 ));
             }
         };
-        self.scope = Some(Given {
-            value: scope,
-            name: meta.path.span(),
-            span: lit.span(),
-        });
+        self.scope = Some(arg.given(scope, lit.span()));
         Ok(())
     }
 
-    fn set_lock_ttl(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
-        let value = value(meta, "lock_ttl", "\"30s\"")?;
-        once(&self.lock_ttl, meta, "lock_ttl")?;
-        self.lock_ttl = Some(duration(meta, &value, "lock_ttl", "\"30s\"")?);
+    fn set_lock_ttl(&mut self, arg: &Arg) -> syn::Result<()> {
+        let value = arg.value("lock_ttl", "\"30s\"")?;
+        arg.once(&self.lock_ttl, "lock_ttl")?;
+        self.lock_ttl = Some(duration(arg, value, "lock_ttl", "\"30s\"")?);
         Ok(())
     }
 
-    fn set_header(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
-        let value = value(meta, "header", "\"Idempotency-Key\"")?;
-        once(&self.header, meta, "header")?;
-        let lit = string(&value, "header", "\"Idempotency-Key\"")?;
+    fn set_header(&mut self, arg: &Arg) -> syn::Result<()> {
+        let value = arg.value("header", "\"Idempotency-Key\"")?;
+        arg.once(&self.header, "header")?;
+        let lit = string(value, "header", "\"Idempotency-Key\"")?;
         let name = lit.value();
         if let Some(problem) = header_name_problem(&name) {
             return Err(syn::Error::new(
                 lit.span(),
                 format!(
-                    "invalid `header` \"{}\": {problem}; a header name is one or more of \
-                     the letters, digits and ! # $ % & ' * + - . ^ _ ` | ~",
+                    "invalid `header` \"{}\": {problem}; an HTTP header name is made of \
+                     letters, digits and ! # $ % & ' * + - . ^ _ ` | ~",
                     name.escape_debug()
                 ),
             ));
         }
-        self.header = Some(Given {
-            value: name,
-            name: meta.path.span(),
-            span: lit.span(),
-        });
+        self.header = Some(arg.given(name, lit.span()));
         Ok(())
     }
 
-    fn set_required(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
-        let value = value(meta, "required", "false")?;
-        once(&self.required, meta, "required")?;
-        let required = match &value {
+    fn set_required(&mut self, arg: &Arg) -> syn::Result<()> {
+        let value = arg.value("required", "false")?;
+        arg.once(&self.required, "required")?;
+        let required = match value {
             Expr::Lit(ExprLit {
                 lit: Lit::Bool(LitBool { value, span }),
                 ..
-            }) => Given {
-                value: *value,
-                name: meta.path.span(),
-                span: *span,
-            },
+            }) => arg.given(*value, *span),
             Expr::Lit(ExprLit {
                 lit: Lit::Str(lit), ..
             }) if matches!(lit.value().as_str(), "true" | "false") => {
@@ -191,8 +235,8 @@ impl Args {
                 ));
             }
             other => {
-                return Err(syn::Error::new(
-                    other.span(),
+                return Err(syn::Error::new_spanned(
+                    other,
                     "`required` expects a bool literal: `required = true` or `required = false`",
                 ));
             }
@@ -201,10 +245,10 @@ impl Args {
         Ok(())
     }
 
-    fn set_in_flight(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
-        let value = value(meta, "in_flight", "\"wait\"")?;
-        once(&self.in_flight, meta, "in_flight")?;
-        let lit = string(&value, "in_flight", "\"wait\"")?;
+    fn set_in_flight(&mut self, arg: &Arg) -> syn::Result<()> {
+        let value = arg.value("in_flight", "\"wait\"")?;
+        arg.once(&self.in_flight, "in_flight")?;
+        let lit = string(value, "in_flight", "\"wait\"")?;
         let mode = match lit.value().as_str() {
             "reject" => InFlightMode::Reject,
             "wait" => InFlightMode::Wait,
@@ -217,25 +261,21 @@ impl Args {
                 ));
             }
         };
-        self.in_flight = Some(Given {
-            value: mode,
-            name: meta.path.span(),
-            span: lit.span(),
-        });
+        self.in_flight = Some(arg.given(mode, lit.span()));
         Ok(())
     }
 
-    fn set_wait(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
-        let value = value(meta, "wait", "\"10s\"")?;
-        once(&self.wait, meta, "wait")?;
-        self.wait = Some(duration(meta, &value, "wait", "\"10s\"")?);
+    fn set_wait(&mut self, arg: &Arg) -> syn::Result<()> {
+        let value = arg.value("wait", "\"10s\"")?;
+        arg.once(&self.wait, "wait")?;
+        self.wait = Some(duration(arg, value, "wait", "\"10s\"")?);
         Ok(())
     }
 
-    fn set_crate(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
-        let value = value(meta, "crate", "\"idem_runtime\"")?;
-        once(&self.krate, meta, "crate")?;
-        let lit = string(&value, "crate", "\"idem_runtime\"")?;
+    fn set_crate(&mut self, arg: &Arg) -> syn::Result<()> {
+        let value = arg.value("crate", "\"idem_runtime\"")?;
+        arg.once(&self.krate, "crate")?;
+        let lit = string(value, "crate", "\"idem_runtime\"")?;
         // `LitStr::parse` gives every token of the path the literal's span, so
         // a wrong path is reported on the literal.
         let path = lit.parse::<syn::Path>().map_err(|_| {
@@ -247,54 +287,9 @@ impl Args {
                 ),
             )
         })?;
-        self.krate = Some(Given {
-            value: path,
-            name: meta.path.span(),
-            span: lit.span(),
-        });
+        self.krate = Some(arg.given(path, lit.span()));
         Ok(())
     }
-}
-
-/// The value after `name =`; `name` alone or `name(..)` is refused.
-fn value(meta: &ParseNestedMeta<'_>, name: &str, example: &str) -> syn::Result<Expr> {
-    if meta.input.peek(Token![=]) {
-        meta.value()?.parse()
-    } else {
-        skip_value(meta)?;
-        Err(meta.error(format_args!(
-            "`{name}` needs a value, for example `{name} = {example}`"
-        )))
-    }
-}
-
-/// Consumes whatever follows an argument name that is being refused, so that
-/// parsing goes on with the next argument.
-fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
-    if meta.input.peek(Token![=]) {
-        meta.value()?.parse::<Expr>()?;
-    } else if meta.input.peek(syn::token::Paren) {
-        meta.input.parse::<proc_macro2::Group>()?;
-    }
-    Ok(())
-}
-
-/// Refuses the second occurrence of an argument, on its name.
-fn once<T>(slot: &Option<T>, meta: &ParseNestedMeta<'_>, name: &str) -> syn::Result<()> {
-    match slot {
-        Some(_) => Err(meta.error(format_args!(
-            "duplicate argument `{name}`; each argument may be given once"
-        ))),
-        None => Ok(()),
-    }
-}
-
-fn unknown(meta: &ParseNestedMeta<'_>) -> syn::Error {
-    let path = &meta.path;
-    let name = quote::quote!(#path).to_string().replace(' ', "");
-    meta.error(format_args!(
-        "unknown argument `{name}`; expected one of {ALLOWED}"
-    ))
 }
 
 /// The string literal of a `name = "..."` argument.
@@ -303,28 +298,19 @@ fn string(value: &Expr, name: &str, example: &str) -> syn::Result<LitStr> {
         Expr::Lit(ExprLit {
             lit: Lit::Str(lit), ..
         }) => Ok(lit.clone()),
-        other => Err(syn::Error::new(
-            other.span(),
+        other => Err(syn::Error::new_spanned(
+            other,
             format!("`{name}` expects a string literal, for example `{name} = {example}`"),
         )),
     }
 }
 
 /// A duration argument, checked with the runtime's own grammar.
-fn duration(
-    meta: &ParseNestedMeta<'_>,
-    value: &Expr,
-    name: &str,
-    example: &str,
-) -> syn::Result<Given<Duration>> {
+fn duration(arg: &Arg, value: &Expr, name: &str, example: &str) -> syn::Result<Given<Duration>> {
     let lit = string(value, name, example)?;
     let text = lit.value();
     match parse_duration(&text) {
-        Ok(duration) => Ok(Given {
-            value: duration,
-            name: meta.path.span(),
-            span: lit.span(),
-        }),
+        Ok(duration) => Ok(arg.given(duration, lit.span())),
         Err(error) => Err(syn::Error::new(
             lit.span(),
             format!("invalid `{name}` \"{}\": {error}", text.escape_debug()),
@@ -340,7 +326,7 @@ fn header_name_problem(name: &str) -> Option<String> {
     let bad = name
         .chars()
         .find(|&ch| !(ch.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(ch)))?;
-    Some(format!("{:?} is not allowed in a header name", bad))
+    Some(format!("{bad:?} is not allowed"))
 }
 
 #[cfg(test)]
@@ -430,6 +416,18 @@ mod tests {
             error(quote!(ttl)),
             "`ttl` needs a value, for example `ttl = \"24h\"`"
         );
+    }
+
+    #[test]
+    fn keeps_value_errors_when_the_syntax_breaks_later() {
+        let message = error(quote!(scope = "users", ttl = ,));
+        assert!(message.starts_with("unknown scope \"users\""), "{message}");
+        assert!(message.lines().count() == 2, "{message}");
+        assert_eq!(
+            error(quote!(ttl("24h"))),
+            "`ttl` needs a value, for example `ttl = \"24h\"`"
+        );
+        assert!(error(quote!(idem::ttl = "24h")).starts_with("unknown argument `idem::ttl`"));
     }
 
     #[test]

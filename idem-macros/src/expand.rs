@@ -1,7 +1,7 @@
 //! Code generation: the user's handler, kept whole, inside a wrapper that
 //! hands the request to `__private::handle`.
 
-use proc_macro2::{Ident, Literal, Span, TokenStream};
+use proc_macro2::{Delimiter, Group, Ident, Literal, Span, TokenStream};
 use quote::quote;
 use syn::{Attribute, ItemFn, Visibility};
 
@@ -56,6 +56,17 @@ pub(crate) fn expand(options: &Options, mut function: ItemFn) -> TokenStream {
     let payload = Ident::new("__idem_payload", Span::mixed_site());
     let route_options = Ident::new("__IDEM_OPTIONS", Span::mixed_site());
     let options = route_options_value(options, &private);
+    // A handler that actix-web cannot call (an argument that is not an
+    // extractor, say) fails the bounds of `handle`: report it on the
+    // handler's parameter list rather than on the attribute.
+    // Only the call's own tokens take that span: the arguments inside keep
+    // theirs (the locals' hygiene, the handler's name).
+    let span = function.sig.paren_token.span.join();
+    let arguments = Group::new(
+        Delimiter::Parenthesis,
+        quote!(&#route_options, #request, #payload, #name),
+    );
+    let call = respan(quote!(#private::handle #arguments .await), span);
 
     quote! {
         #(#outside)*
@@ -65,9 +76,21 @@ pub(crate) fn expand(options: &Options, mut function: ItemFn) -> TokenStream {
         ) -> #private::HttpResponse {
             #function
             const #route_options: #private::RouteOptions = #options;
-            #private::handle(&#route_options, #request, #payload, #name).await
+            #call
         }
     }
+}
+
+/// `tokens` with the span of every top-level token (and of every group's
+/// delimiters, not its content) set to `span`.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            token.set_span(span);
+            token
+        })
+        .collect()
 }
 
 /// The `RouteOptions { .. }` literal.

@@ -117,7 +117,7 @@ pub(crate) fn handler(function: &ItemFn) -> syn::Result<()> {
     if sig.asyncness.is_none() {
         errors.push(syn::Error::new_spanned(
             sig.fn_token,
-            "`#[idempotent]` needs an `async fn`: write `async fn` here",
+            "`#[idempotent]` needs an `async fn`: add `async` before `fn`",
         ));
     }
     if let Some(unsafety) = sig.unsafety {

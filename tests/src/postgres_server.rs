@@ -1,1 +1,242 @@
-//! A private PostgreSQL server for tests that stop and start it.
+//! A private PostgreSQL server for tests that stop and start it, or that
+//! count the statements it runs without other tests adding to the count.
+//!
+//! The server gets a throwaway data directory (`initdb -U idem
+//! --auth=trust`), listens on a free loopback port and keeps its socket and
+//! log in that directory. Binaries come from `$IDEM_PG_BIN` (set by
+//! `scripts/test`), else the newest `/usr/lib/postgresql/*/bin`, else `PATH`.
+//! PostgreSQL refuses to run as root: when we are root it runs as
+//! `$IDEM_PG_USER` (default `postgres`) through `runuser`, as `scripts/test`
+//! does.
+
+use std::fs::File;
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::backend;
+
+/// The superuser `initdb` creates; it logs in without a password.
+pub const USER: &str = "idem";
+
+/// A PostgreSQL server owned by one test; stopped and deleted when dropped.
+#[derive(Debug)]
+pub struct PostgresServer {
+    bin: PathBuf,
+    /// Who runs the server when we are root.
+    run_as: Option<String>,
+    dir: PathBuf,
+    port: u16,
+    settings: Vec<String>,
+}
+
+/// The directory holding `initdb` and `pg_ctl`.
+fn bin_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("IDEM_PG_BIN").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
+    let has_tools = |dir: &Path| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file();
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse().ok()?;
+            Some((version, entry.path().join("bin")))
+        })
+        .filter(|(_, dir)| has_tools(dir))
+        .collect();
+    versions.sort();
+    if let Some((_, dir)) = versions.pop() {
+        return Some(dir);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).find(|dir| has_tools(dir))
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free loopback port");
+    listener
+        .local_addr()
+        .expect("local address of a bound socket")
+        .port()
+}
+
+impl PostgresServer {
+    /// Starts a private server for `test` with extra `postgres -c`
+    /// `settings`, or returns `None` after printing a skip line when no
+    /// PostgreSQL binaries are found (a failure under `scripts/test`).
+    pub fn start(test: &str, settings: &[(&str, &str)]) -> Option<Self> {
+        let Some(bin) = bin_dir() else {
+            assert!(
+                !backend::required(),
+                "{test}: no PostgreSQL binaries found (IDEM_PG_BIN unset, none in /usr/lib/postgresql or on PATH), \
+                 but IDEM_REQUIRE_BACKENDS=1 forbids skipping"
+            );
+            let line = format!(
+                "SKIP backend test {test}: no PostgreSQL binaries (scripts/test sets IDEM_PG_BIN)\n"
+            );
+            let _ = std::io::stderr().write_all(line.as_bytes());
+            return None;
+        };
+        let run_as = running_as_root()
+            .then(|| std::env::var("IDEM_PG_USER").ok().filter(|u| !u.is_empty()))
+            .map(|user| user.unwrap_or_else(|| "postgres".to_owned()));
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir = std::env::temp_dir().join(format!("idem-pg-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("creating the PostgreSQL directory");
+        let mut server = Self {
+            bin,
+            run_as,
+            dir,
+            port: 0,
+            settings: settings
+                .iter()
+                .map(|(name, value)| format!("-c {name}={value}"))
+                .collect(),
+        };
+        if let Some(user) = &server.run_as {
+            let status = Command::new("chown")
+                .arg(user)
+                .arg(&server.dir)
+                .status()
+                .expect("running chown");
+            assert!(
+                status.success(),
+                "{test}: chown {user} {} failed",
+                server.dir.display()
+            );
+        }
+        let initdb_log = File::create(server.dir.join("initdb.log")).expect("creating initdb.log");
+        let status = server
+            .command("initdb")
+            .arg("-D")
+            .arg(server.data())
+            .args(["-U", USER, "--auth=trust", "--no-sync", "-E", "UTF8"])
+            .stdout(initdb_log.try_clone().expect("cloning a file handle"))
+            .stderr(initdb_log)
+            .status()
+            .expect("running initdb");
+        assert!(
+            status.success(),
+            "{test}: initdb failed; see {}",
+            server.dir.join("initdb.log").display()
+        );
+        // Another process may take the free port between our probe and the
+        // server's bind: try a few ports.
+        for _ in 0..5 {
+            server.port = free_port();
+            if server.pg_ctl_start() {
+                return Some(server);
+            }
+        }
+        panic!(
+            "{test}: PostgreSQL did not start; see {}",
+            server.log().display()
+        );
+    }
+
+    /// `postgres://idem@127.0.0.1:<port>/<database>`.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://{USER}@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// The port the server listens on (kept across restarts).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the server the way an operator would for a quick restart
+    /// (`pg_ctl stop -m fast`: open sessions are terminated) and waits
+    /// until it is down.
+    pub fn stop(&self) {
+        let status = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "fast", "-w", "-t", "30", "stop"])
+            .stdout(Stdio::null())
+            .status()
+            .expect("running pg_ctl stop");
+        assert!(
+            status.success(),
+            "pg_ctl stop failed: {status}; see {}",
+            self.log().display()
+        );
+    }
+
+    /// Starts the stopped server again, on the same port and data directory.
+    pub fn restart(&self) {
+        assert!(
+            self.pg_ctl_start(),
+            "PostgreSQL did not restart on port {}; see {}",
+            self.port,
+            self.log().display()
+        );
+    }
+
+    fn pg_ctl_start(&self) -> bool {
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off {}",
+            self.port,
+            self.dir.display(),
+            self.settings.join(" ")
+        );
+        self.command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .arg("-l")
+            .arg(self.log())
+            .args(["-w", "-t", "30", "-o", &options, "start"])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    }
+
+    /// A PostgreSQL program, run as the unprivileged user when we are root.
+    fn command(&self, program: &str) -> Command {
+        let program = self.bin.join(program);
+        match &self.run_as {
+            Some(user) => {
+                let mut command = Command::new("runuser");
+                command.args(["-u", user, "--"]).arg(program);
+                command
+            }
+            None => Command::new(program),
+        }
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        if self.data().join("postmaster.pid").exists() {
+            let _ = self
+                .command("pg_ctl")
+                .arg("-D")
+                .arg(self.data())
+                .args(["-m", "immediate", "-w", "stop"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

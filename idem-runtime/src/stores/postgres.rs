@@ -1,1 +1,393 @@
 //! The Postgres store (feature `postgres`).
+//!
+//! Records live in one table (default [`DEFAULT_TABLE`]) that
+//! [`PostgresStore::migrate`] creates. Every operation is **one SQL
+//! statement**, so one round trip:
+//!
+//! | operation | statement |
+//! |---|---|
+//! | claim | `INSERT ... ON CONFLICT (key) DO UPDATE ... RETURNING ...` |
+//! | renew, complete | fenced `UPDATE ... WHERE key = $1 AND token = $2 AND expires_at > now()` |
+//! | release | fenced `DELETE` |
+//! | get | `SELECT ... WHERE key = $1 AND expires_at > now()` |
+//! | purge | `DELETE ... WHERE key IN (SELECT ... ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)` |
+//!
+//! A first execution is therefore two statements (claim, complete) and a
+//! replay one (claim). Every expiry decision and every "time left" is
+//! computed by the database from its own `now()`, never the app's clock.
+//!
+//! Expired rows count as absent for claims and lookups; they are deleted by
+//! [`Store::purge_expired`] or by the background task of
+//! [`PostgresStore::spawn_sweeper`].
+//!
+//! # Schema
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS idem_records (
+//!     key           text        PRIMARY KEY,         -- StorageKey::as_str()
+//!     fingerprint   bytea       NOT NULL,            -- 32 bytes, SHA-256
+//!     state         text        NOT NULL,            -- 'in_flight' | 'completed'
+//!     token         bytea,                           -- fencing token; NULL once completed
+//!     expires_at    timestamptz NOT NULL,            -- lease end, then record end
+//!     status        integer,                         -- stored response ...
+//!     header_names  text[],                          -- ... headers in order, one entry per value
+//!     header_values bytea[],
+//!     body          bytea                            -- ... body byte for byte
+//! ) WITH (fillfactor = 90);
+//! CREATE INDEX IF NOT EXISTS idem_records_expires_at_idx ON idem_records (expires_at);
+//! ```
+//! (plus `CHECK` constraints; see `postgres/schema.sql`.)
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use idem_runtime::PostgresStore;
+//!
+//! # async fn demo() -> Result<(), idem_runtime::StoreError> {
+//! let store = PostgresStore::connect("postgres://app:secret@db.internal/app").await?;
+//! store.migrate().await?;
+//! // Delete expired rows every minute, 1000 per statement.
+//! let sweeper = store.spawn_sweeper(Duration::from_secs(60), 1000);
+//! // ... register `store` with the app; at shutdown:
+//! sweeper.stop().await;
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod row;
+mod sql;
+mod sweeper;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::types::PgInterval;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+pub use self::error::redact_url;
+pub use self::sql::{DEFAULT_TABLE, InvalidTableName};
+use self::sql::{Statements, TableName, sql};
+pub use self::sweeper::SweeperHandle;
+use crate::fingerprint::Fingerprint;
+use crate::record::{Record, StoredResponse};
+use crate::scope::StorageKey;
+use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
+
+/// The store's name in errors, logs and metrics.
+const KIND: &str = "postgres";
+
+/// How long [`PostgresStore::pool_options`] lets an operation wait for a
+/// connection: during an outage, operations fail after this long.
+pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Default bound on one operation, connection wait included; guards against
+/// a server that stops answering without closing the connection.
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest lease or TTL written; longer ones are cut to this (100 years).
+const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A [`Store`] in a PostgreSQL table, shared by every server process that
+/// uses the same database.
+///
+/// Cheap to clone: clones share the connection pool.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+    table: TableName,
+    sql: Statements,
+    /// `postgres://user@host:port/db`, for errors: never the password.
+    server: Arc<str>,
+    timeout: Option<Duration>,
+}
+
+impl PostgresStore {
+    /// A store in table [`DEFAULT_TABLE`] of the pool's database.
+    ///
+    /// The pool's settings are used as they are; build it from
+    /// [`PostgresStore::pool_options`] for an acquire timeout that makes an
+    /// outage fail fast.
+    pub fn new(pool: PgPool) -> Self {
+        Self::build(pool, TableName::default_table())
+    }
+
+    /// A store in table `name` (`table` or `schema.table`, each part
+    /// matching `[a-z_][a-z0-9_]*`; the schema must exist).
+    pub fn with_table(pool: PgPool, name: &str) -> Result<Self, InvalidTableName> {
+        Ok(Self::build(pool, TableName::parse(name)?))
+    }
+
+    fn build(pool: PgPool, table: TableName) -> Self {
+        let server = error::describe(&pool.connect_options()).into();
+        Self {
+            sql: Statements::new(&table),
+            pool,
+            table,
+            server,
+            timeout: Some(DEFAULT_OPERATION_TIMEOUT),
+        }
+    }
+
+    /// Pool settings suited to the store: connections are awaited at most
+    /// [`DEFAULT_ACQUIRE_TIMEOUT`], so requests fail fast (503) during an
+    /// outage instead of piling up. Adjust the pool size to the number of
+    /// concurrent idempotent requests a process serves.
+    pub fn pool_options() -> PgPoolOptions {
+        PgPoolOptions::new().acquire_timeout(DEFAULT_ACQUIRE_TIMEOUT)
+    }
+
+    /// Connects to `url` with [`PostgresStore::pool_options`] and uses table
+    /// [`DEFAULT_TABLE`]. Errors never contain the URL's password.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, Self::pool_options()).await
+    }
+
+    /// Connects to `url` with the given pool settings.
+    pub async fn connect_with(url: &str, options: PgPoolOptions) -> Result<Self, StoreError> {
+        let pool = options
+            .connect(url)
+            .await
+            .map_err(|e| error::connect_error(e, url))?;
+        Ok(Self::new(pool))
+    }
+
+    /// Bounds every operation (connection wait included) by `timeout`,
+    /// after which it fails with [`StoreError::Timeout`]; `None` leaves only
+    /// the pool's acquire timeout. Default: [`DEFAULT_OPERATION_TIMEOUT`].
+    ///
+    /// A claim cut short may still have been applied by the server; its
+    /// lease then runs out unused.
+    pub fn with_operation_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The table's name, as given (`idem_records`, `app.idem_records`).
+    pub fn table_name(&self) -> String {
+        self.table.to_string()
+    }
+
+    /// Creates the table and its index if they do not exist. Safe to run at
+    /// every start, from many processes at once (they take turns on an
+    /// advisory lock).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let result = async {
+            let mut tx = self.pool.begin().await?;
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                .bind(format!("idem-runtime migrate {}", self.table))
+                .execute(&mut *tx)
+                .await?;
+            sqlx::raw_sql(sql(&self.sql.schema))
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await
+        }
+        .await;
+        result.map_err(|e| self.error(e))
+    }
+
+    /// Starts a task on the current Tokio runtime that deletes expired rows
+    /// every `interval`, `batch` rows per statement, until a batch comes back
+    /// short. Failures are logged (`warn`) and retried at the next interval.
+    ///
+    /// # Panics
+    ///
+    /// When called outside a Tokio runtime (as `tokio::spawn` does).
+    pub fn spawn_sweeper(&self, interval: Duration, batch: usize) -> SweeperHandle {
+        SweeperHandle::spawn(self.clone(), interval, batch)
+    }
+
+    async fn run<T>(
+        &self,
+        operation: impl Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, StoreError> {
+        let result = match self.timeout {
+            Some(after) => tokio::time::timeout(after, operation)
+                .await
+                .map_err(|_| StoreError::Timeout { store: KIND, after })?,
+            None => operation.await,
+        };
+        result.map_err(|e| self.error(e))
+    }
+
+    fn error(&self, error: sqlx::Error) -> StoreError {
+        error::store_error(error, &self.server, &self.table)
+    }
+
+    fn corrupt(&self, reason: String) -> StoreError {
+        StoreError::Corrupt {
+            store: KIND,
+            message: format!("table {} on {}: {reason}", self.table, self.server),
+        }
+    }
+}
+
+/// A lease or TTL as an SQL interval: whole microseconds, rounded up so a
+/// lease is never shorter than asked.
+fn interval(duration: Duration) -> PgInterval {
+    let micros = duration.min(MAX_INTERVAL).as_nanos().div_ceil(1000);
+    PgInterval {
+        months: 0,
+        days: 0,
+        microseconds: i64::try_from(micros).unwrap_or(i64::MAX),
+    }
+}
+
+fn fence(rows_affected: u64) -> Fence {
+    if rows_affected == 1 {
+        Fence::Held
+    } else {
+        Fence::Lost
+    }
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Not the pool's connect options: their Debug shows the password.
+        f.debug_struct("PostgresStore")
+            .field("server", &self.server)
+            .field("table", &self.table)
+            .field("pool_size", &self.pool.size())
+            .field("operation_timeout", &self.timeout)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn claim(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Claim, StoreError> {
+        let token = FencingToken::generate();
+        let token_bytes = token.to_bytes();
+        let query = sqlx::query(sql(&self.sql.claim))
+            .bind(key.as_str())
+            .bind(&fingerprint.as_bytes()[..])
+            .bind(&token_bytes[..])
+            .bind(interval(lease));
+        let row = self.run(query.fetch_one(&self.pool)).await?;
+        row::claim(&row, token).map_err(|reason| self.corrupt(reason))
+    }
+
+    async fn renew(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<Fence, StoreError> {
+        let token_bytes = token.to_bytes();
+        let query = sqlx::query(sql(&self.sql.renew))
+            .bind(key.as_str())
+            .bind(&token_bytes[..])
+            .bind(interval(lease));
+        Ok(fence(
+            self.run(query.execute(&self.pool)).await?.rows_affected(),
+        ))
+    }
+
+    async fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<Fence, StoreError> {
+        let token_bytes = token.to_bytes();
+        let names: Vec<&str> = response
+            .headers
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .collect();
+        let values: Vec<&[u8]> = response
+            .headers
+            .iter()
+            .map(|(_, value)| value.as_slice())
+            .collect();
+        let query = sqlx::query(sql(&self.sql.complete))
+            .bind(key.as_str())
+            .bind(&token_bytes[..])
+            .bind(interval(ttl))
+            .bind(i32::from(response.status))
+            .bind(&names[..])
+            .bind(&values[..])
+            .bind(&response.body[..]);
+        Ok(fence(
+            self.run(query.execute(&self.pool)).await?.rows_affected(),
+        ))
+    }
+
+    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
+        let token_bytes = token.to_bytes();
+        let query = sqlx::query(sql(&self.sql.release))
+            .bind(key.as_str())
+            .bind(&token_bytes[..]);
+        Ok(fence(
+            self.run(query.execute(&self.pool)).await?.rows_affected(),
+        ))
+    }
+
+    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        let query = sqlx::query(sql(&self.sql.get)).bind(key.as_str());
+        match self.run(query.fetch_optional(&self.pool)).await? {
+            Some(row) => row::record(&row)
+                .map(Some)
+                .map_err(|reason| self.corrupt(reason)),
+            None => Ok(None),
+        }
+    }
+
+    async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
+        let query =
+            sqlx::query(sql(&self.sql.purge)).bind(i64::try_from(batch).unwrap_or(i64::MAX));
+        Ok(self.run(query.execute(&self.pool)).await?.rows_affected())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_round_up_to_microseconds_and_are_bounded() {
+        assert_eq!(interval(Duration::from_millis(300)).microseconds, 300_000);
+        assert_eq!(interval(Duration::from_nanos(1)).microseconds, 1);
+        assert_eq!(interval(Duration::from_nanos(1_001)).microseconds, 2);
+        assert_eq!(interval(Duration::ZERO).microseconds, 0);
+        assert_eq!(
+            interval(Duration::MAX).microseconds,
+            MAX_INTERVAL.as_micros() as i64
+        );
+    }
+
+    #[tokio::test]
+    async fn debug_output_never_shows_the_password() {
+        let pool = PostgresStore::pool_options()
+            .connect_lazy("postgres://idem:hunter2@db.invalid:5432/app")
+            .unwrap();
+        let store = PostgresStore::with_table(pool, "app.records").unwrap();
+        let debug = format!("{store:?}");
+        assert!(!debug.contains("hunter2"), "{debug}");
+        assert!(
+            debug.contains("postgres://idem@db.invalid:5432/app"),
+            "{debug}"
+        );
+        assert!(debug.contains("app.records"), "{debug}");
+        assert_eq!(store.table_name(), "app.records");
+    }
+}

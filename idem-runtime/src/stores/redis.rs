@@ -1,1 +1,395 @@
 //! The Redis / Valkey store (feature `redis`).
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use idem_runtime::{RedisStore, Store};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! // `rediss://` needs one of the `redis` crate's TLS features in your build.
+//! let store = RedisStore::connect("redis://:password@127.0.0.1:6379/0").await?.with_key_prefix("shop:")?;
+//! let store: Arc<dyn Store> = Arc::new(store);
+//! # Ok(()) }
+//! ```
+//!
+//! # One round trip per operation
+//!
+//! `claim`, `renew`, `complete`, `release` and `get` are each one Lua script
+//! sent with `EVALSHA` (loaded again on `NOSCRIPT`, after a server restart
+//! or `SCRIPT FLUSH`), so each is atomic on the server and costs one
+//! command: a replay is one `EVALSHA`, a first execution two (claim and
+//! complete) plus one per lease renewal. [`RedisStore::connect`] loads the
+//! scripts once up front.
+//!
+//! # Key layout
+//!
+//! One record is one Redis hash at `<prefix><storage key>`, where the
+//! storage key is [`StorageKey::as_str`]: `idem:v1:{<hash tag>}:<encoded
+//! scope, subject, method, route and key>`. The prefix is empty unless set
+//! with [`RedisStore::with_key_prefix`], and may not contain braces, so the
+//! record's `{hash tag}` decides its Redis Cluster slot. Fields:
+//!
+//! | field | holds | present |
+//! |---|---|---|
+//! | `fp` | request fingerprint, 32 raw bytes | always |
+//! | `tok` | owner's fencing token, 16 raw bytes | while in flight |
+//! | `resp` | the response, [`StoredResponse::to_bytes`] (binary, postcard) | once completed |
+//!
+//! The key's expiry is the lease while in flight and the TTL once completed,
+//! set by the scripts with `PEXPIRE`; `retry_after`, `lease_left` and
+//! `ttl_left` come from `PTTL`. All expiry is Redis's own clock, never the
+//! application's: an expired record is a missing key, its token is dead with
+//! it (a paused owner cannot renew, complete or release after its lease ran
+//! out, whether or not someone took over), and [`Store::purge_expired`] has
+//! nothing to do.
+//!
+//! # Sizes
+//!
+//! A record costs the response's encoded size plus about 100 bytes. The
+//! runtime's stored-response limit bounds what reaches the store; beyond
+//! that, [`complete`](Store::complete) refuses a record over
+//! [`MAX_RECORD_BYTES`] (Redis's default `proto-max-bulk-len`, 512 MiB) with
+//! [`StoreError::Full`] without sending it. A server at `maxmemory` under
+//! `noeviction` answers `OOM`, also reported as [`StoreError::Full`].
+//!
+//! # Deployment
+//!
+//! - `maxmemory-policy noeviction`: an evicted record lets a retry run the
+//!   handler a second time, silently breaking at-most-once.
+//! - Persistence: `appendonly yes` (`appendfsync everysec` or `always`); a
+//!   restart without it forgets every record. Replication is asynchronous,
+//!   so a failover can lose the last claims in the same way.
+//! - Redis Cluster: every script touches one key, so no command is ever
+//!   `CROSSSLOT`. This store talks to one endpoint through a
+//!   [`ConnectionManager`]; reach a cluster through a cluster-aware proxy.
+//!
+//! # Outages
+//!
+//! The connection is a [`ConnectionManager`]: one multiplexed connection
+//! that reconnects by itself. With [`RedisStore::default_config`] an
+//! operation fails within about the response timeout (2 s) when the server
+//! hangs, and within a few connection attempts (1 s each at most) when it
+//! is down, with [`StoreError::Timeout`] or [`StoreError::Unavailable`]
+//! (the runtime answers 503 before a handler runs). Once the server is back,
+//! the same store works again without a restart (the first call may still
+//! see the failed reconnection). A timed-out operation may yet have run on
+//! the server: a claim then holds its key until its lease runs out, so
+//! retries get 409 meanwhile, never a second execution. Errors and `Debug`
+//! output show the URL with its password masked.
+
+mod error;
+mod reply;
+mod scripts;
+mod url;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ScriptInvocation, Value};
+
+pub use self::error::InvalidKeyPrefix;
+use self::error::{Endpoint, check_prefix};
+use self::scripts::{Scripts, millis};
+use crate::fingerprint::Fingerprint;
+use crate::record::{Record, StoredResponse};
+use crate::scope::StorageKey;
+use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
+
+/// Largest record [`RedisStore`] sends: Redis's default
+/// `proto-max-bulk-len` (512 MiB); larger values would be refused by the
+/// server and cost the shared connection.
+pub const MAX_RECORD_BYTES: usize = 512 << 20;
+
+/// Default time to establish one connection ([`RedisStore::default_config`]).
+pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default time to wait for one reply ([`RedisStore::default_config`]).
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default number of reconnection attempts after the first, per operation
+/// that finds the connection down ([`RedisStore::default_config`]).
+pub const DEFAULT_RECONNECT_RETRIES: usize = 2;
+
+/// A [`Store`] in Redis or Valkey: atomic Lua scripts, one round trip per
+/// operation, expiry by the server's clock. See the [module
+/// documentation](self) for the key layout and deployment advice.
+///
+/// Cloning is cheap and shares the connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    connection: ConnectionManager,
+    scripts: Arc<Scripts>,
+    prefix: String,
+    endpoint: Endpoint,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field(
+                "url",
+                &self.endpoint.display().unwrap_or("<caller's connection>"),
+            )
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://`, `rediss://`, `redis+unix://`, auth in
+    /// the URL) with [`RedisStore::default_config`], and loads the scripts.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, Self::default_config()).await
+    }
+
+    /// Connects to `url` with a connection configuration of your own (its
+    /// timeouts bound every operation), and loads the scripts.
+    pub async fn connect_with(
+        url: &str,
+        config: ConnectionManagerConfig,
+    ) -> Result<Self, StoreError> {
+        let endpoint = Endpoint::new(Some(url::redact(url)), config.response_timeout());
+        let client = redis::Client::open(url).map_err(|e| endpoint.error("open", e))?;
+        let connection = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|e| endpoint.error("connect", e))?;
+        let store = Self::build(connection, endpoint);
+        store.load_scripts().await?;
+        Ok(store)
+    }
+
+    /// A store on a connection you built. Scripts are loaded on first use.
+    pub fn from_manager(connection: ConnectionManager) -> Self {
+        Self::build(connection, Endpoint::new(None, None))
+    }
+
+    fn build(connection: ConnectionManager, endpoint: Endpoint) -> Self {
+        Self {
+            connection,
+            scripts: Arc::new(Scripts::new()),
+            prefix: String::new(),
+            endpoint,
+        }
+    }
+
+    /// The connection settings [`RedisStore::connect`] uses: fail fast
+    /// rather than queue requests behind a dead server.
+    /// [`DEFAULT_CONNECTION_TIMEOUT`] per connection attempt,
+    /// [`DEFAULT_RESPONSE_TIMEOUT`] per reply, and
+    /// [`DEFAULT_RECONNECT_RETRIES`] quick retries (50 ms to 1 s apart).
+    pub fn default_config() -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(DEFAULT_CONNECTION_TIMEOUT))
+            .set_response_timeout(Some(DEFAULT_RESPONSE_TIMEOUT))
+            .set_number_of_retries(DEFAULT_RECONNECT_RETRIES)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(1))
+    }
+
+    /// Places every record under `prefix` (such as `"shop:"`), before the
+    /// storage key, so that several applications can share one database.
+    ///
+    /// Fails if the prefix contains `{` or `}`: the first hash tag of a key
+    /// decides its cluster slot, and it must stay the record's own.
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Result<Self, InvalidKeyPrefix> {
+        self.prefix = check_prefix(prefix.into())?;
+        Ok(self)
+    }
+
+    /// The Redis key that holds the record of `key`.
+    pub fn record_key(&self, key: &StorageKey) -> String {
+        let mut record = String::with_capacity(self.prefix.len() + key.as_str().len());
+        record.push_str(&self.prefix);
+        record.push_str(key.as_str());
+        record
+    }
+
+    /// Loads every script with `SCRIPT LOAD` in one round trip, so that the
+    /// first operations need no `NOSCRIPT` fallback.
+    pub async fn load_scripts(&self) -> Result<(), StoreError> {
+        let mut pipeline = redis::pipe();
+        for (_, source) in self.scripts.all() {
+            pipeline.cmd("SCRIPT").arg("LOAD").arg(source);
+        }
+        let hashes: Vec<String> = pipeline
+            .query_async(&mut self.connection.clone())
+            .await
+            .map_err(|e| self.endpoint.error("load scripts", e))?;
+        let expected = self
+            .scripts
+            .all()
+            .map(|(script, _)| script.get_hash().to_owned());
+        if hashes != expected {
+            return Err(StoreError::Corrupt {
+                store: "redis",
+                message: format!(
+                    "SCRIPT LOAD answered {hashes:?}, expected the SHA-1s {expected:?}"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    async fn run(&self, operation: &str, call: &ScriptInvocation<'_>) -> Result<Value, StoreError> {
+        call.invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(|e| self.endpoint.error(operation, e))
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn claim(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+    ) -> Result<Claim, StoreError> {
+        let token = FencingToken::generate();
+        let mut call = self.scripts.claim.key(self.record_key(key));
+        call.arg(fingerprint.as_bytes().as_slice())
+            .arg(token.to_bytes().as_slice())
+            .arg(millis(lease));
+        reply::claim(self.run("claim", &call).await?, token)
+    }
+
+    async fn renew(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        lease: Duration,
+    ) -> Result<Fence, StoreError> {
+        let mut call = self.scripts.renew.key(self.record_key(key));
+        call.arg(token.to_bytes().as_slice()).arg(millis(lease));
+        reply::fence(self.run("renew", &call).await?)
+    }
+
+    async fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<Fence, StoreError> {
+        let encoded = response.to_bytes();
+        if encoded.len() > MAX_RECORD_BYTES {
+            return Err(StoreError::Full {
+                store: "redis",
+                detail: format!(
+                    "a stored response of {} bytes is over the {MAX_RECORD_BYTES} bytes Redis accepts in one value",
+                    encoded.len()
+                ),
+            });
+        }
+        let mut call = self.scripts.complete.key(self.record_key(key));
+        call.arg(token.to_bytes().as_slice())
+            .arg(encoded)
+            .arg(millis(ttl));
+        reply::fence(self.run("complete", &call).await?)
+    }
+
+    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
+        let mut call = self.scripts.release.key(self.record_key(key));
+        call.arg(token.to_bytes().as_slice());
+        reply::fence(self.run("release", &call).await?)
+    }
+
+    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        let call = self.scripts.get.key(self.record_key(key));
+        reply::record(self.run("get", &call).await?)
+    }
+
+    /// Redis expires records by itself: nothing to purge.
+    async fn purge_expired(&self, _batch: usize) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+
+    use super::*;
+    use crate::key::IdempotencyKey;
+    use crate::scope::Scope;
+
+    fn storage_key() -> StorageKey {
+        let key = IdempotencyKey::parse(b"order-1").unwrap();
+        StorageKey::new(Scope::User, Some("alice"), "POST", "/orders", &key)
+    }
+
+    /// A loopback port with nothing listening on it.
+    fn closed_port() -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn record_keys_keep_the_hash_tag_after_the_prefix() {
+        runtime().block_on(async {
+            let port = closed_port();
+            let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+            let manager =
+                ConnectionManager::new_lazy_with_config(client, RedisStore::default_config())
+                    .unwrap();
+            let key = storage_key();
+            let store = RedisStore::from_manager(manager);
+            assert_eq!(store.record_key(&key), key.as_str());
+            let store = store.with_key_prefix("shop:").unwrap();
+            let record = store.record_key(&key);
+            assert_eq!(record, format!("shop:{}", key.as_str()));
+            // Redis Cluster hashes the first `{...}` of a key: it must be the record's tag.
+            let open = record.find('{').unwrap();
+            let close = open + record[open..].find('}').unwrap();
+            assert_eq!(&record[open..=close], key.hash_tag());
+            assert!(store.with_key_prefix("{shop}:").is_err());
+        });
+    }
+
+    #[test]
+    fn a_refused_connection_is_unavailable_and_keeps_the_password_secret() {
+        runtime().block_on(async {
+            let url = format!("redis://app:hunter2@127.0.0.1:{}/", closed_port());
+            let started = std::time::Instant::now();
+            let error = RedisStore::connect(&url).await.unwrap_err();
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{:?}",
+                started.elapsed()
+            );
+            assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+            let shown = format!("{error} / {error:?}");
+            assert!(shown.contains("redis://app:***@127.0.0.1:"), "{shown}");
+            assert!(!shown.contains("hunter2"), "{shown}");
+        });
+    }
+
+    #[test]
+    fn debug_output_masks_the_password() {
+        runtime().block_on(async {
+            let url = format!("redis://:hunter2@127.0.0.1:{}/", closed_port());
+            let client = redis::Client::open(url.as_str()).unwrap();
+            let manager =
+                ConnectionManager::new_lazy_with_config(client, RedisStore::default_config())
+                    .unwrap();
+            let mut store = RedisStore::from_manager(manager);
+            store.endpoint = Endpoint::new(Some(url::redact(&url)), None);
+            let shown = format!("{store:?}");
+            assert!(
+                shown.contains("redis://:***@127.0.0.1:") && !shown.contains("hunter2"),
+                "{shown}"
+            );
+        });
+    }
+}

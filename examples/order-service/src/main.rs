@@ -1,0 +1,51 @@
+//! The order service: orders and payments made safe to retry with
+//! `#[idempotent]`. See the README for the HTTP interface.
+
+mod backend;
+mod config;
+mod error;
+mod model;
+mod repo;
+mod routes;
+
+use std::time::Duration;
+
+use actix_web::{App, HttpServer, web};
+use clap::Parser;
+use idem_runtime::Idem;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use tracing_subscriber::EnvFilter;
+
+use crate::config::Config;
+use crate::routes::{AppState, configure, user_id};
+
+#[actix_web::main]
+async fn main() -> std::io::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .init();
+    let config = Config::parse();
+    let metrics = PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| std::io::Error::other(format!("installing the metrics recorder: {e}")))?;
+    let (store, repo) = backend::connect(&config.store).await.map_err(|e| {
+        tracing::error!(store = %config.store.redacted(), error = %e, "cannot reach the store");
+        std::io::Error::other(e)
+    })?;
+    let idem = Idem::from_arc(store).subject(user_id);
+    let state = web::Data::new(AppState {
+        repo,
+        charge_delay: Duration::from_millis(config.charge_delay_ms),
+        metrics,
+    });
+    let server = HttpServer::new(move || App::new().app_data(idem.clone()).app_data(state.clone()).configure(configure))
+        .bind(&config.addr)?;
+    let addr = server.addrs().first().map_or(config.addr.clone(), ToString::to_string);
+    tracing::info!(
+        addr = %addr,
+        store = config.store.kind(),
+        url = %config.store.redacted(),
+        "order-service listening on http://{addr}"
+    );
+    server.run().await
+}

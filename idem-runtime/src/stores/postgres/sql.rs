@@ -1,0 +1,207 @@
+//! Table names and the SQL of each operation, rendered once per store.
+
+use std::fmt;
+use std::sync::Arc;
+
+use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
+
+/// Table used by [`PostgresStore::new`](super::PostgresStore::new).
+pub const DEFAULT_TABLE: &str = "idem_records";
+
+/// Longest table name part; leaves room for the `_expires_at_idx` suffix of
+/// the index name within PostgreSQL's 63-byte identifier limit.
+const MAX_TABLE_LEN: usize = 48;
+/// PostgreSQL's identifier limit, for the schema part.
+const MAX_SCHEMA_LEN: usize = 63;
+
+/// A table name refused by [`PostgresStore::with_table`](super::PostgresStore::with_table).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid table name `{name}`: expected `table` or `schema.table`, each part matching \
+     [a-z_][a-z0-9_]* (table at most {MAX_TABLE_LEN} bytes, schema at most {MAX_SCHEMA_LEN})"
+)]
+pub struct InvalidTableName {
+    /// The name as given.
+    pub name: String,
+}
+
+/// A validated, optionally schema-qualified table name.
+#[derive(Clone, PartialEq, Eq)]
+pub(super) struct TableName {
+    schema: Option<String>,
+    table: String,
+}
+
+fn valid_part(part: &str, max: usize) -> bool {
+    let mut bytes = part.bytes();
+    matches!(bytes.next(), Some(b'a'..=b'z' | b'_'))
+        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_'))
+        && part.len() <= max
+}
+
+impl TableName {
+    /// [`DEFAULT_TABLE`], valid by construction (checked by a test).
+    pub(super) fn default_table() -> Self {
+        Self {
+            schema: None,
+            table: DEFAULT_TABLE.to_owned(),
+        }
+    }
+
+    /// Validates `name`: `table` or `schema.table`, lower-case identifiers.
+    pub(super) fn parse(name: &str) -> Result<Self, InvalidTableName> {
+        let invalid = || InvalidTableName {
+            name: name.to_owned(),
+        };
+        let (schema, table) = match name.split_once('.') {
+            Some((schema, table)) => (Some(schema), table),
+            None => (None, name),
+        };
+        if !valid_part(table, MAX_TABLE_LEN)
+            || !schema.is_none_or(|s| valid_part(s, MAX_SCHEMA_LEN))
+        {
+            return Err(invalid());
+        }
+        Ok(Self {
+            schema: schema.map(str::to_owned),
+            table: table.to_owned(),
+        })
+    }
+
+    /// The quoted, qualified name to use in SQL. Quoting keeps reserved
+    /// words (`user`, `order`) usable; validation keeps quotes out of names.
+    fn quoted(&self) -> String {
+        match &self.schema {
+            Some(schema) => format!("\"{schema}\".\"{}\"", self.table),
+            None => format!("\"{}\"", self.table),
+        }
+    }
+
+    /// The quoted name of the expiry index (created in the table's schema).
+    fn index(&self) -> String {
+        format!("\"{}_expires_at_idx\"", self.table)
+    }
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.schema {
+            Some(schema) => write!(f, "{schema}.{}", self.table),
+            None => f.write_str(&self.table),
+        }
+    }
+}
+
+impl fmt::Debug for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
+/// The statements of one store, with its table name filled in.
+#[derive(Clone)]
+pub(super) struct Statements {
+    pub(super) schema: Arc<str>,
+    pub(super) claim: Arc<str>,
+    pub(super) renew: Arc<str>,
+    pub(super) complete: Arc<str>,
+    pub(super) release: Arc<str>,
+    pub(super) get: Arc<str>,
+    pub(super) purge: Arc<str>,
+}
+
+impl Statements {
+    pub(super) fn new(table: &TableName) -> Self {
+        let (quoted, index) = (table.quoted(), table.index());
+        let render = |sql: &str| -> Arc<str> {
+            sql.replace("{table}", &quoted)
+                .replace("{index}", &index)
+                .into()
+        };
+        Self {
+            schema: render(include_str!("schema.sql")),
+            claim: render(include_str!("claim.sql")),
+            renew: render(include_str!("renew.sql")),
+            complete: render(include_str!("complete.sql")),
+            release: render(include_str!("release.sql")),
+            get: render(include_str!("get.sql")),
+            purge: render(include_str!("purge.sql")),
+        }
+    }
+}
+
+/// One of the rendered statements, ready for `sqlx::query`.
+pub(super) fn sql(text: &Arc<str>) -> SqlStr {
+    // Safe to assert: the only dynamic part is a table name that passed
+    // `TableName::parse` (lower-case letters, digits, `_`) and is quoted.
+    AssertSqlSafe(Arc::clone(text)).into_sql_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_plain_and_schema_qualified_names() {
+        let plain = TableName::parse("idem_records").unwrap();
+        assert_eq!(plain.quoted(), "\"idem_records\"");
+        assert_eq!(plain.index(), "\"idem_records_expires_at_idx\"");
+        let qualified = TableName::parse("billing.idem_2").unwrap();
+        assert_eq!(qualified.quoted(), "\"billing\".\"idem_2\"");
+        assert_eq!(qualified.index(), "\"idem_2_expires_at_idx\"");
+        assert_eq!(qualified.to_string(), "billing.idem_2");
+        assert!(TableName::parse("_x").is_ok());
+        assert!(
+            TableName::parse("user").is_ok(),
+            "reserved words are fine once quoted"
+        );
+        assert!(TableName::parse(&"t".repeat(MAX_TABLE_LEN)).is_ok());
+        assert!(TableName::parse(DEFAULT_TABLE) == Ok(TableName::default_table()));
+    }
+
+    #[test]
+    fn refuses_anything_else() {
+        for name in [
+            "",
+            ".",
+            "a.",
+            ".a",
+            "a.b.c",
+            "Idem",
+            "1idem",
+            "idem-records",
+            "idem records",
+            "idem\"; DROP TABLE x; --",
+            "idem;",
+            "\"idem\"",
+            "idém",
+        ] {
+            let error = TableName::parse(name).unwrap_err();
+            assert_eq!(error.name, name);
+            assert!(error.to_string().contains("[a-z_][a-z0-9_]*"), "{error}");
+        }
+        assert!(TableName::parse(&"t".repeat(MAX_TABLE_LEN + 1)).is_err());
+        assert!(TableName::parse(&format!("{}.t", "s".repeat(MAX_SCHEMA_LEN + 1))).is_err());
+    }
+
+    #[test]
+    fn every_statement_names_the_table() {
+        let statements = Statements::new(&TableName::parse("app.records").unwrap());
+        for sql in [
+            &statements.schema,
+            &statements.claim,
+            &statements.renew,
+            &statements.complete,
+            &statements.release,
+            &statements.get,
+            &statements.purge,
+        ] {
+            assert!(sql.contains("\"app\".\"records\""), "{sql}");
+            assert!(
+                !sql.contains("{table}") && !sql.contains("{index}"),
+                "{sql}"
+            );
+        }
+        assert!(statements.schema.contains("\"records_expires_at_idx\""));
+    }
+}

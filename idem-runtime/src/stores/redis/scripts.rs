@@ -1,0 +1,98 @@
+//! The Lua scripts behind each store operation, and their arguments.
+//!
+//! Every script touches exactly one key, the record, so it runs unchanged on
+//! Redis Cluster. The scripts never read a clock: leases and TTLs are set
+//! with `PEXPIRE` and read back with `PTTL`, so all expiry follows the Redis
+//! server's clock, and an expired record is simply a missing key.
+
+use std::time::Duration;
+
+use redis::Script;
+
+/// Source of each script, in the order of [`Scripts::all`].
+const SOURCES: [&str; 5] = [
+    include_str!("claim.lua"),
+    include_str!("renew.lua"),
+    include_str!("complete.lua"),
+    include_str!("release.lua"),
+    include_str!("get.lua"),
+];
+
+/// Longest expiry handed to Redis (about 2,200 years): Redis refuses expiry
+/// times that overflow when added to its clock.
+const MAX_EXPIRE_MS: u64 = 1 << 46;
+
+/// The store's scripts; `redis::Script` sends them with `EVALSHA` and falls
+/// back to loading them when the server answers `NOSCRIPT` (after a restart
+/// or a `SCRIPT FLUSH`).
+#[derive(Debug)]
+pub(super) struct Scripts {
+    pub(super) claim: Script,
+    pub(super) renew: Script,
+    pub(super) complete: Script,
+    pub(super) release: Script,
+    pub(super) get: Script,
+}
+
+impl Scripts {
+    pub(super) fn new() -> Self {
+        let [claim, renew, complete, release, get] = SOURCES.map(Script::new);
+        Self {
+            claim,
+            renew,
+            complete,
+            release,
+            get,
+        }
+    }
+
+    /// Each script with its source, for `SCRIPT LOAD`.
+    pub(super) fn all(&self) -> [(&Script, &'static str); 5] {
+        let [claim, renew, complete, release, get] = SOURCES;
+        [
+            (&self.claim, claim),
+            (&self.renew, renew),
+            (&self.complete, complete),
+            (&self.release, release),
+            (&self.get, get),
+        ]
+    }
+}
+
+/// A lease or TTL as the milliseconds argument of `PEXPIRE`: rounded up, at
+/// least 1 (`PEXPIRE 0` would delete the record at once) and capped.
+pub(super) fn millis(duration: Duration) -> u64 {
+    let ms = duration.as_nanos().div_ceil(1_000_000);
+    u64::try_from(ms)
+        .unwrap_or(u64::MAX)
+        .clamp(1, MAX_EXPIRE_MS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_round_up_to_whole_milliseconds() {
+        assert_eq!(millis(Duration::ZERO), 1);
+        assert_eq!(millis(Duration::from_nanos(1)), 1);
+        assert_eq!(millis(Duration::from_micros(1_500)), 2);
+        assert_eq!(millis(Duration::from_millis(300)), 300);
+        assert_eq!(millis(Duration::from_secs(86_400)), 86_400_000);
+        assert_eq!(millis(Duration::MAX), MAX_EXPIRE_MS);
+    }
+
+    #[test]
+    fn every_script_touches_only_its_one_key() {
+        let scripts = Scripts::new();
+        for (script, source) in scripts.all() {
+            assert_eq!(script.get_hash().len(), 40);
+            // Cluster safety: no script names a key other than KEYS[1], and
+            // none reads a clock of its own.
+            assert!(!source.contains("KEYS[2]"), "{source}");
+            for call in ["'TIME'", "'KEYS'", "'SCAN'"] {
+                assert!(!source.contains(call), "{source} calls {call}");
+            }
+        }
+    }
+}

@@ -1,0 +1,13 @@
+// A duration of zero.
+use actix_web::{HttpResponse, post};
+use idem_runtime::idempotent;
+
+#[idempotent(ttl = "0h")]
+#[post("/orders")]
+async fn create_order() -> HttpResponse {
+    HttpResponse::Created().finish()
+}
+
+fn main() {
+    let _ = actix_web::App::new().service(create_order);
+}

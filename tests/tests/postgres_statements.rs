@@ -1,0 +1,176 @@
+#![cfg(feature = "postgres")]
+//! Statements per operation, as counted by the server itself.
+//!
+//! A private PostgreSQL server loads `pg_stat_statements`; the store works
+//! in a database of its own, and after a `pg_stat_statements_reset()` the
+//! test sums the `calls` of every statement executed in that database
+//! (transaction control and utility statements included). Counting runs on
+//! a separate connection to another database, so it does not count itself.
+//! Expected: a replay is one statement, a first execution (claim, then
+//! complete) two.
+
+use std::time::Duration;
+
+use idem_runtime::testing::{fingerprint, fresh_key, response};
+use idem_runtime::{Claim, Fence, PostgresStore, Store};
+use idem_tests::postgres_server::PostgresServer;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+const DATABASE: &str = "idem_statements";
+const LEASE: Duration = Duration::from_secs(60);
+
+/// The statements executed in [`DATABASE`] since the last reset, as
+/// (query text, calls), and their total.
+async fn executed(admin: &PgPool) -> (Vec<(String, i64)>, i64) {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT query, calls FROM pg_stat_statements
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1) ORDER BY query",
+    )
+    .bind(DATABASE)
+    .fetch_all(admin)
+    .await
+    .expect("reading pg_stat_statements");
+    let total = rows.iter().map(|(_, calls)| calls).sum();
+    (rows, total)
+}
+
+async fn reset(admin: &PgPool) {
+    sqlx::query("SELECT pg_stat_statements_reset()")
+        .execute(admin)
+        .await
+        .expect("resetting pg_stat_statements");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_is_one_statement_and_first_execution_two() {
+    if idem_tests::backend::url("IDEM_POSTGRES_URL", "postgres_statements").is_none() {
+        return;
+    }
+    let Some(server) = PostgresServer::start(
+        "postgres_statements",
+        &[
+            ("shared_preload_libraries", "pg_stat_statements"),
+            ("pg_stat_statements.track", "top"),
+        ],
+    ) else {
+        return;
+    };
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&server.url("postgres"))
+        .await
+        .expect("connecting to the private server");
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(&admin)
+        .await
+        .expect("creating pg_stat_statements");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {DATABASE}")))
+        .execute(&admin)
+        .await
+        .expect("creating the store's database");
+    let store = PostgresStore::connect(&server.url(DATABASE))
+        .await
+        .expect("connecting the store");
+    store.migrate().await.expect("migrating");
+
+    // Warm up: the pool's connection exists and has its statements prepared.
+    let warm = fresh_key();
+    let Claim::Acquired { token } = store
+        .claim(&warm, &fingerprint("warm"), LEASE)
+        .await
+        .unwrap()
+    else {
+        panic!("warm-up claim not acquired");
+    };
+    assert_eq!(
+        store
+            .complete(&warm, token, &response(b"warm"), LEASE)
+            .await
+            .unwrap(),
+        Fence::Held
+    );
+
+    // Sanity: the counter sees statements in this database at all.
+    reset(&admin).await;
+    assert_eq!(executed(&admin).await.1, 0, "nothing ran yet");
+
+    // First execution: claim, then complete.
+    let key = fresh_key();
+    let Claim::Acquired { token } = store.claim(&key, &fingerprint("a"), LEASE).await.unwrap()
+    else {
+        panic!("first claim not acquired");
+    };
+    assert_eq!(
+        store
+            .complete(&key, token, &response(b"first"), LEASE)
+            .await
+            .unwrap(),
+        Fence::Held
+    );
+    let (statements, total) = executed(&admin).await;
+    assert_eq!(total, 2, "first execution: {statements:#?}");
+    assert!(
+        statements
+            .iter()
+            .any(|(q, n)| q.contains("INSERT INTO") && q.contains("ON CONFLICT") && *n == 1)
+    );
+    // (Literals may show as `$n`: pg_stat_statements normalizes constants.)
+    assert!(
+        statements
+            .iter()
+            .any(|(q, n)| q.contains("UPDATE") && q.contains("header_values =") && *n == 1)
+    );
+
+    // Replay: the claim alone, one statement, with the response in it.
+    reset(&admin).await;
+    assert_eq!(
+        store.claim(&key, &fingerprint("a"), LEASE).await.unwrap(),
+        Claim::Replay(response(b"first"))
+    );
+    let (statements, total) = executed(&admin).await;
+    assert_eq!(total, 1, "replay: {statements:#?}");
+
+    // Ten replays: ten statements, nothing extra per request.
+    reset(&admin).await;
+    for _ in 0..10 {
+        assert!(matches!(
+            store.claim(&key, &fingerprint("a"), LEASE).await.unwrap(),
+            Claim::Replay(_)
+        ));
+    }
+    assert_eq!(executed(&admin).await.1, 10);
+
+    // The other answers of a claim, and the fenced operations: one each.
+    let busy = fresh_key();
+    let Claim::Acquired { token } = store.claim(&busy, &fingerprint("b"), LEASE).await.unwrap()
+    else {
+        panic!("claim not acquired");
+    };
+    for (name, operation) in [
+        ("in flight", 0),
+        ("mismatch", 1),
+        ("renew", 2),
+        ("get", 3),
+        ("release", 4),
+    ] {
+        reset(&admin).await;
+        match operation {
+            0 => assert!(matches!(
+                store.claim(&busy, &fingerprint("b"), LEASE).await.unwrap(),
+                Claim::InFlight { .. }
+            )),
+            1 => assert_eq!(
+                store.claim(&busy, &fingerprint("c"), LEASE).await.unwrap(),
+                Claim::Mismatch
+            ),
+            2 => assert_eq!(store.renew(&busy, token, LEASE).await.unwrap(), Fence::Held),
+            3 => assert!(store.get(&busy).await.unwrap().is_some()),
+            _ => assert_eq!(store.release(&busy, token).await.unwrap(), Fence::Held),
+        }
+        let (statements, total) = executed(&admin).await;
+        assert_eq!(total, 1, "{name}: {statements:#?}");
+    }
+    store.pool().close().await;
+    admin.close().await;
+}

@@ -1,0 +1,103 @@
+//! A lease that runs out while its owner is paused (no renewals): a new
+//! claimer takes over, the old owner is fenced off, and the new owner's
+//! response is the one replayed.
+#![cfg(feature = "redis")]
+
+use std::time::Duration;
+
+use idem_runtime::testing::{fingerprint, fresh_key, response};
+use idem_runtime::{Claim, Fence, RecordState, RedisStore, Store};
+
+const LEASE: Duration = Duration::from_millis(400);
+
+async fn store(test: &str) -> Option<RedisStore> {
+    let url = idem_tests::backend::url("IDEM_REDIS_URL", test)?;
+    Some(
+        RedisStore::connect(&url)
+            .await
+            .expect("connecting to Redis"),
+    )
+}
+
+fn acquired(claim: Claim) -> idem_runtime::FencingToken {
+    match claim {
+        Claim::Acquired { token } => token,
+        other => panic!("expected the key to be acquired, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn paused_owner_loses_its_lease_to_a_new_claimer() {
+    let Some(store) = store("paused_owner_loses_its_lease_to_a_new_claimer").await else {
+        return;
+    };
+    let key = fresh_key();
+    let request = fingerprint("charge 5 EUR");
+    let paused = acquired(store.claim(&key, &request, LEASE).await.unwrap());
+
+    // While the lease lives, a retry is told to come back, not run.
+    match store.claim(&key, &request, LEASE).await.unwrap() {
+        Claim::InFlight { retry_after } => assert!(
+            retry_after <= LEASE && !retry_after.is_zero(),
+            "{retry_after:?}"
+        ),
+        other => panic!("expected in flight, got {other:?}"),
+    }
+
+    // The owner stalls (a GC pause, a stuck call) and renews nothing; the
+    // lease runs out on the Redis server's clock.
+    tokio::time::sleep(LEASE + Duration::from_millis(400)).await;
+    let successor = acquired(
+        store
+            .claim(&key, &request, Duration::from_secs(30))
+            .await
+            .unwrap(),
+    );
+    assert_ne!(paused, successor);
+
+    // The paused owner wakes up: everything it tries is refused.
+    assert_eq!(store.renew(&key, paused, LEASE).await.unwrap(), Fence::Lost);
+    assert_eq!(
+        store
+            .complete(&key, paused, &response(b"paused"), Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Fence::Lost
+    );
+    assert_eq!(store.release(&key, paused).await.unwrap(), Fence::Lost);
+    match store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("the successor's record")
+        .state
+    {
+        RecordState::InFlight { token, .. } => assert_eq!(token, successor),
+        other => panic!("the paused owner changed the record: {other:?}"),
+    }
+
+    // The successor completes, and its response is what retries get back.
+    let stored = response(b"successor");
+    assert_eq!(
+        store
+            .complete(&key, successor, &stored, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Fence::Held
+    );
+    assert_eq!(
+        store.claim(&key, &request, LEASE).await.unwrap(),
+        Claim::Replay(stored.clone())
+    );
+    assert_eq!(
+        store
+            .complete(&key, paused, &response(b"paused"), Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Fence::Lost
+    );
+    assert_eq!(
+        store.claim(&key, &request, LEASE).await.unwrap(),
+        Claim::Replay(stored)
+    );
+}

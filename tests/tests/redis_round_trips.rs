@@ -1,0 +1,166 @@
+//! Round trips per store operation, as a private Redis server sees them
+//! through `MONITOR`: a replay is one command, a first execution two (claim
+//! and complete), a renewal one.
+//!
+//! `MONITOR` rather than `INFO commandstats`, because commandstats also
+//! counts the commands a script runs inside the server (`HMGET`, `PEXPIRE`,
+//! ...), which cost no round trip; `MONITOR` tags those `[.. lua]`, so the
+//! commands sent by the client can be told apart.
+#![cfg(feature = "redis")]
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use idem_runtime::testing::{fingerprint, fresh_key, response};
+use idem_runtime::{Claim, Fence, RedisStore, Store};
+use idem_tests::redis_server::RedisServer;
+use redis::aio::MultiplexedConnection;
+
+const LEASE: Duration = Duration::from_secs(30);
+const TTL: Duration = Duration::from_secs(600);
+
+/// Watches every command a private server receives.
+struct Observer {
+    /// Sends the window marks; its commands are not counted.
+    admin: MultiplexedConnection,
+    feed: Pin<Box<dyn Stream<Item = String> + Send>>,
+    marks: u32,
+}
+
+impl Observer {
+    async fn new(server: &RedisServer) -> Self {
+        let client = redis::Client::open(server.url()).expect("a valid URL");
+        let admin = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connecting the observer");
+        let monitor = client.get_async_monitor().await.expect("MONITOR");
+        let mut observer = Self {
+            admin,
+            feed: Box::pin(monitor.into_on_message::<String>()),
+            marks: 0,
+        };
+        observer.mark().await;
+        observer
+    }
+
+    /// Ends the current window: the names of the commands that clients (not
+    /// scripts) sent since the previous mark, in order.
+    async fn mark(&mut self) -> Vec<String> {
+        self.marks += 1;
+        let marker = format!("idem-round-trip-mark-{}", self.marks);
+        let echoed: String = redis::cmd("ECHO")
+            .arg(&marker)
+            .query_async(&mut self.admin)
+            .await
+            .expect("ECHO");
+        assert_eq!(echoed, marker);
+        let mut commands = Vec::new();
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(5), self.feed.next())
+                .await
+                .expect("MONITOR fell silent")
+                .expect("MONITOR ended");
+            if line.contains(&marker) {
+                return commands;
+            }
+            // 1700000000.123456 [0 127.0.0.1:40000] "EVALSHA" "2f1c..." "1" ...
+            let (source, command) = line
+                .split_once('[')
+                .and_then(|(_, rest)| rest.split_once("] "))
+                .unwrap_or_else(|| panic!("unexpected MONITOR line {line:?}"));
+            if !source.ends_with(" lua") {
+                let name = command
+                    .split('"')
+                    .nth(1)
+                    .unwrap_or_else(|| panic!("no command in {line:?}"));
+                commands.push(name.to_ascii_uppercase());
+            }
+        }
+    }
+}
+
+fn evalsha(times: usize) -> Vec<String> {
+    vec!["EVALSHA".to_owned(); times]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_operation_is_one_command() {
+    let Some(server) = RedisServer::start("each_operation_is_one_command") else {
+        return;
+    };
+    let mut observer = Observer::new(&server).await;
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("connecting the store");
+    let (key, request) = (fresh_key(), fingerprint("order 42"));
+
+    // First execution: claim + complete (connecting loaded the scripts).
+    observer.mark().await;
+    let token = match store.claim(&key, &request, LEASE).await.unwrap() {
+        Claim::Acquired { token } => token,
+        other => panic!("expected the key to be acquired, got {other:?}"),
+    };
+    assert_eq!(
+        store
+            .complete(&key, token, &response(b"created"), TTL)
+            .await
+            .unwrap(),
+        Fence::Held
+    );
+    assert_eq!(observer.mark().await, evalsha(2), "a first execution");
+
+    // Replay: one command.
+    assert_eq!(
+        store.claim(&key, &request, LEASE).await.unwrap(),
+        Claim::Replay(response(b"created"))
+    );
+    assert_eq!(observer.mark().await, evalsha(1), "a replay");
+
+    // A heartbeat on an in-flight key: one command; so is a duplicate's claim.
+    let key = fresh_key();
+    let token = match store.claim(&key, &request, LEASE).await.unwrap() {
+        Claim::Acquired { token } => token,
+        other => panic!("expected the key to be acquired, got {other:?}"),
+    };
+    observer.mark().await;
+    assert_eq!(store.renew(&key, token, LEASE).await.unwrap(), Fence::Held);
+    assert_eq!(observer.mark().await, evalsha(1), "a renewal");
+    assert!(matches!(
+        store.claim(&key, &request, LEASE).await.unwrap(),
+        Claim::InFlight { .. }
+    ));
+    assert_eq!(observer.mark().await, evalsha(1), "an in-flight duplicate");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scripts_come_back_after_a_flush_at_the_cost_of_one_load() {
+    let Some(server) =
+        RedisServer::start("scripts_come_back_after_a_flush_at_the_cost_of_one_load")
+    else {
+        return;
+    };
+    let mut observer = Observer::new(&server).await;
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("connecting the store");
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut observer.admin)
+        .await
+        .expect("SCRIPT FLUSH");
+    observer.mark().await;
+    let (key, request) = (fresh_key(), fingerprint("after flush"));
+    assert!(matches!(
+        store.claim(&key, &request, LEASE).await.unwrap(),
+        Claim::Acquired { .. }
+    ));
+    // EVALSHA answered NOSCRIPT, then SCRIPT LOAD and EVALSHA again.
+    assert_eq!(observer.mark().await, ["EVALSHA", "SCRIPT", "EVALSHA"]);
+    assert!(matches!(
+        store.claim(&key, &request, LEASE).await.unwrap(),
+        Claim::InFlight { .. }
+    ));
+    assert_eq!(observer.mark().await, evalsha(1), "loaded again for good");
+}
