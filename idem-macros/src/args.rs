@@ -17,9 +17,17 @@ use syn::{Expr, ExprLit, Lit, LitBool, LitStr, Token};
 use crate::duration::parse_duration;
 use crate::validate::combine;
 
-/// Every argument, as listed in error messages.
-pub(crate) const ALLOWED: &str =
-    "`ttl`, `scope`, `lock_ttl`, `header`, `required`, `in_flight`, `wait`, `crate`";
+/// Every argument, in the order the docs list them.
+const NAMES: [&str; 8] = [
+    "ttl",
+    "scope",
+    "lock_ttl",
+    "header",
+    "required",
+    "in_flight",
+    "wait",
+    "crate",
+];
 
 /// A value given in the attribute, with the spans of its name and literal.
 pub(crate) struct Given<T> {
@@ -153,10 +161,7 @@ impl Args {
             _ => {
                 let path = &arg.path;
                 let name = quote::quote!(#path).to_string().replace(' ', "");
-                Err(syn::Error::new_spanned(
-                    path,
-                    format!("unknown argument `{name}`; expected one of {ALLOWED}"),
-                ))
+                Err(syn::Error::new_spanned(path, unknown_argument(&name)))
             }
         }
     }
@@ -292,6 +297,48 @@ impl Args {
     }
 }
 
+/// The message for an argument that does not exist: every allowed name,
+/// and the closest one when the name looks like a typo of it.
+fn unknown_argument(name: &str) -> String {
+    let allowed = NAMES.map(|name| format!("`{name}`")).join(", ");
+    let mut message = format!("unknown argument `{name}`; expected one of {allowed}");
+    let typo = NAMES
+        .iter()
+        .map(|known| (edit_distance(name, known), known))
+        .filter(|(distance, _)| *distance <= 2)
+        .min_by_key(|(distance, _)| *distance);
+    if let Some((_, known)) = typo {
+        message.push_str(&format!(" (did you mean `{known}`?)"));
+    }
+    message
+}
+
+/// Levenshtein distance, ASCII-case-insensitive, `-` counted as `_`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let normalize = |text: &str| -> Vec<char> {
+        text.chars()
+            .map(|ch| {
+                if ch == '-' {
+                    '_'
+                } else {
+                    ch.to_ascii_lowercase()
+                }
+            })
+            .collect()
+    };
+    let (a, b) = (normalize(a), normalize(b));
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
 /// The string literal of a `name = "..."` argument.
 fn string(value: &Expr, name: &str, example: &str) -> syn::Result<LitStr> {
     match value {
@@ -390,11 +437,27 @@ mod tests {
 
     #[test]
     fn unknown_argument_lists_the_allowed_ones() {
-        let message = error(quote!(tll = "24h"));
+        let allowed =
+            "`ttl`, `scope`, `lock_ttl`, `header`, `required`, `in_flight`, `wait`, `crate`";
         assert_eq!(
-            message,
-            format!("unknown argument `tll`; expected one of {ALLOWED}")
+            error(quote!(tll = "24h")),
+            format!("unknown argument `tll`; expected one of {allowed} (did you mean `ttl`?)")
         );
+        assert_eq!(
+            error(quote!(expiry = "24h")),
+            format!("unknown argument `expiry`; expected one of {allowed}")
+        );
+        assert!(error(quote!(inflight = "wait")).ends_with("(did you mean `in_flight`?)"));
+        assert!(error(quote!(Lock_TTL = "1m")).ends_with("(did you mean `lock_ttl`?)"));
+    }
+
+    #[test]
+    fn edit_distances() {
+        assert_eq!(edit_distance("ttl", "ttl"), 0);
+        assert_eq!(edit_distance("tll", "ttl"), 1);
+        assert_eq!(edit_distance("lock-ttl", "lock_ttl"), 0);
+        assert_eq!(edit_distance("", "wait"), 4);
+        assert_eq!(edit_distance("scope", "crate"), 4);
     }
 
     #[test]

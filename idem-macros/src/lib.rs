@@ -12,7 +12,7 @@ mod validate;
 
 use proc_macro::TokenStream;
 use proc_macro2::Span;
-use syn::ItemFn;
+use syn::Item;
 
 /// Makes an actix-web handler safe to retry with an `Idempotency-Key` header.
 ///
@@ -100,27 +100,25 @@ fn idempotent2(
     args: proc_macro2::TokenStream,
     item: proc_macro2::TokenStream,
 ) -> proc_macro2::TokenStream {
-    let function: ItemFn = match syn::parse2(item.clone()) {
-        Ok(function) => function,
-        Err(_) => {
+    let function = match syn::parse2::<Item>(item.clone()) {
+        Ok(Item::Fn(function)) => function,
+        Ok(_) => {
             let error = syn::Error::new(
                 Span::call_site(),
                 "`#[idempotent]` goes on an `async fn` request handler",
             );
             return with_error(item, error);
         }
+        Err(error) => return with_error(item, error),
     };
     let options = args::Args::parse(args).and_then(args::Args::build);
-    let checked = validate::handler(&function);
-    match (options, checked) {
+    match (options, validate::handler(&function)) {
         (Ok(options), Ok(())) => expand::expand(&options, function),
-        (options, checked) => {
-            let errors = [options.err(), checked.err()].into_iter().flatten();
-            match validate::combine(errors) {
-                Some(error) => with_error(item, error),
-                None => unreachable!("one of the two results is an error"),
-            }
+        (Err(mut error), Err(more)) => {
+            error.combine(more);
+            with_error(item, error)
         }
+        (Err(error), Ok(())) | (Ok(_), Err(error)) => with_error(item, error),
     }
 }
 
@@ -129,4 +127,49 @@ fn idempotent2(
 fn with_error(mut item: proc_macro2::TokenStream, error: syn::Error) -> proc_macro2::TokenStream {
     item.extend(error.into_compile_error());
     item
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use super::idempotent2;
+
+    #[test]
+    fn on_error_keeps_the_function_and_reports_every_error() {
+        let item = quote!(
+            fn create_order() -> HttpResponse {
+                HttpResponse::Created().finish()
+            }
+        );
+        let out = idempotent2(quote!(scope = "tenant"), item.clone()).to_string();
+        assert!(out.starts_with(&item.to_string()), "{out}");
+        assert_eq!(out.matches("compile_error").count(), 2, "{out}");
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_function() {
+        let item = quote!(
+            struct Orders;
+        );
+        let out = idempotent2(quote!(), item.clone()).to_string();
+        assert!(out.starts_with(&item.to_string()), "{out}");
+        assert!(
+            out.contains("goes on an `async fn` request handler"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn expands_a_valid_handler() {
+        let out = idempotent2(
+            quote!(ttl = "1h"),
+            quote!(
+                async fn f() {}
+            ),
+        )
+        .to_string();
+        assert!(out.contains("__idem_req"), "{out}");
+        assert!(!out.contains("compile_error"), "{out}");
+    }
 }

@@ -44,28 +44,7 @@ impl Args {
         let mut errors = Vec::new();
 
         if lock_ttl >= ttl {
-            errors.push(match (&self.lock_ttl, &self.ttl) {
-                (Some(given), _) => argument_error(
-                    given,
-                    format!(
-                        "`lock_ttl` ({}) must be shorter than `ttl` ({}{}): a response must be kept \
-                         longer than one execution may hold the key",
-                        human(lock_ttl),
-                        human(ttl),
-                        if self.ttl.is_some() { "" } else { ", the default" },
-                    ),
-                ),
-                (None, Some(given)) => argument_error(
-                    given,
-                    format!(
-                        "`ttl` ({}) must be longer than `lock_ttl` ({}, the default); \
-                         lengthen `ttl` or give a shorter `lock_ttl`",
-                        human(ttl),
-                        human(lock_ttl),
-                    ),
-                ),
-                (None, None) => unreachable!("the default `lock_ttl` is shorter than the default `ttl`"),
-            });
+            errors.push(self.lock_ttl_error(ttl, lock_ttl));
         }
 
         let waits = matches!(
@@ -107,6 +86,38 @@ impl Args {
                 None => quote!(::idem_runtime),
             },
         })
+    }
+}
+
+impl Args {
+    /// The error for `lock_ttl >= ttl`, on `lock_ttl` when it was given, on
+    /// `ttl` otherwise.
+    fn lock_ttl_error(&self, ttl: Duration, lock_ttl: Duration) -> syn::Error {
+        let (ttl, lock_ttl) = (human(ttl), human(lock_ttl));
+        match (&self.lock_ttl, &self.ttl) {
+            (Some(given), Some(_)) => argument_error(
+                given,
+                format!(
+                    "`lock_ttl` ({lock_ttl}) must be shorter than `ttl` ({ttl}): a response \
+                     must be kept longer than one execution may hold the key"
+                ),
+            ),
+            (Some(given), None) => argument_error(
+                given,
+                format!(
+                    "`lock_ttl` ({lock_ttl}) must be shorter than `ttl` ({ttl}, the default); \
+                     give a longer `ttl` or a shorter `lock_ttl`"
+                ),
+            ),
+            (None, Some(given)) => argument_error(
+                given,
+                format!(
+                    "`ttl` ({ttl}) must be longer than `lock_ttl` ({lock_ttl}, the default); \
+                     give a longer `ttl` or a shorter `lock_ttl`"
+                ),
+            ),
+            (None, None) => unreachable!("the default `lock_ttl` is below the default `ttl`"),
+        }
     }
 }
 

@@ -8,3 +8,5 @@ pub mod postgres_server;
 pub mod redis_server;
 pub mod server;
 pub mod orders;
+pub mod order_checks;
+pub mod service;

@@ -1,0 +1,13 @@
+// Every wrong argument and the function itself are reported at once, each on
+// its own token; the function is still emitted, so the IDE keeps working.
+use actix_web::HttpResponse;
+use idem_runtime::idempotent;
+
+#[idempotent(ttl = "2w", scope = "tenant", header = "Idempotency Key")]
+fn create_order() -> HttpResponse {
+    HttpResponse::Created().finish()
+}
+
+fn main() {
+    let _ = create_order();
+}

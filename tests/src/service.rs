@@ -1,0 +1,116 @@
+//! The real `order-service` binary, spawned for black-box tests.
+//!
+//! `scripts/test` builds it and names it in `ORDER_SERVICE_BIN`. Otherwise
+//! the first test that needs it builds it with cargo into a target
+//! directory of its own (`target/tests/order-service`), since the running
+//! `cargo test` holds the lock of the main one.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// A running order-service process; killed when dropped.
+pub struct OrderService {
+    child: Child,
+    /// Base URL, such as `http://127.0.0.1:41234`.
+    pub url: String,
+    port: u16,
+    store: String,
+    charge_delay_ms: u64,
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free loopback port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// The order-service binary, built if need be.
+pub fn binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        if let Some(path) = std::env::var_os("ORDER_SERVICE_BIN").filter(|p| !p.is_empty()) {
+            return PathBuf::from(path);
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+        let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+        let target = target.join("tests").join("order-service");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "order-service", "--target-dir"])
+            .arg(&target)
+            .current_dir(root)
+            .status()
+            .expect("running cargo build -p order-service");
+        assert!(status.success(), "cargo build -p order-service failed");
+        target.join("debug").join("order-service")
+    })
+}
+
+impl OrderService {
+    /// Starts the service on a free port with `--store store` and the given
+    /// charge delay, and waits until `/healthz` answers.
+    pub async fn start(store: &str, charge_delay_ms: u64) -> Self {
+        Self::start_on(free_port(), store, charge_delay_ms).await
+    }
+
+    async fn start_on(port: u16, store: &str, charge_delay_ms: u64) -> Self {
+        let child = Command::new(binary())
+            .args(["--addr", &format!("127.0.0.1:{port}"), "--store", store])
+            .args(["--charge-delay-ms", &charge_delay_ms.to_string()])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawning order-service");
+        let mut service = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+            store: store.to_owned(),
+            charge_delay_ms,
+        };
+        service.wait_healthy().await;
+        service
+    }
+
+    async fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let client = awc::Client::builder().timeout(Duration::from_millis(500)).finish();
+        loop {
+            if let Ok(response) = client.get(self.at("/healthz")).send().await {
+                if response.status().is_success() {
+                    return;
+                }
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("order-service exited during start-up: {status}");
+            }
+            assert!(Instant::now() < deadline, "order-service did not become healthy in 30 s");
+            actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The full URL of `path`.
+    pub fn at(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+
+    /// Kills the process with SIGKILL: no shutdown, no cleanup.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the same service again, on the same port, after [`Self::kill9`].
+    pub async fn restart(&mut self) {
+        *self = Self::start_on(self.port, &self.store.clone(), self.charge_delay_ms).await;
+    }
+}
+
+impl Drop for OrderService {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
