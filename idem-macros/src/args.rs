@@ -234,7 +234,8 @@ impl Args {
                 return Err(syn::Error::new(
                     lit.span(),
                     format!(
-                        "`required` expects a bool, not a string: write `required = {}` without quotes",
+                        "`required` expects a bool, not a string: write `required = {}` \
+                         without quotes",
                         lit.value()
                     ),
                 ));
@@ -287,7 +288,8 @@ impl Args {
             syn::Error::new(
                 lit.span(),
                 format!(
-                    "`crate` expects a path such as \"idem_runtime\" or \"::my_app::idem\", found \"{}\"",
+                    "`crate` expects a path such as \"idem_runtime\" or \"::my_app::idem\", \
+                     found \"{}\"",
                     lit.value()
                 ),
             )

@@ -34,7 +34,8 @@ fn belongs_outside(attr: &Attribute) -> bool {
 /// Expands a checked handler.
 ///
 /// ```text
-/// #[post("/orders")] pub async fn create_order(req: HttpRequest, payload: Payload) -> HttpResponse {
+/// #[post("/orders")]
+/// pub async fn create_order(req: HttpRequest, payload: Payload) -> HttpResponse {
 ///     async fn create_order(/* the user's extractors */) -> /* the user's type */ { /* body */ }
 ///     const __IDEM_OPTIONS: RouteOptions = RouteOptions { /* arguments */ };
 ///     handle(&__IDEM_OPTIONS, req, payload, create_order).await

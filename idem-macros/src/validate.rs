@@ -147,7 +147,8 @@ pub(crate) fn handler(function: &ItemFn) -> syn::Result<()> {
     if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
         errors.push(syn::Error::new_spanned(
             &sig.generics,
-            "`#[idempotent]` does not support generic handlers; write one handler per concrete type",
+            "`#[idempotent]` does not support generic handlers; write one handler per \
+             concrete type",
         ));
     }
     match combine(errors) {

@@ -24,6 +24,7 @@ pub async fn connect(url: &StoreUrl) -> Result<(Arc<dyn Store>, Arc<dyn Repo>), 
                 .await
                 .map_err(|e| fail(&e))?;
             let store = RedisStore::from_manager(connection.clone());
+            store.load_scripts().await.map_err(|e| fail(&e))?;
             Ok((Arc::new(store), Arc::new(RedisRepo::new(connection))))
         }
         StoreUrl::Postgres(raw) => {
