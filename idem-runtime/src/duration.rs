@@ -51,10 +51,9 @@ impl fmt::Display for DurationError {
             Self::MissingNumber { at } => {
                 write!(f, "unit at byte {at} has no number before it; expected something like \"30s\"")
             }
-            Self::MissingUnit { number } => write!(
-                f,
-                "\"{number}\" has no unit; add one of `s`, `m`, `h`, `d` (for example \"{number}s\")"
-            ),
+            Self::MissingUnit { number } => {
+                write!(f, "\"{number}\" has no unit; add one of `s`, `m`, `h`, `d` (for example \"{number}s\")")
+            }
             Self::UnknownUnit { unit } => {
                 write!(f, "unknown duration unit `{unit}`; the units are `s`, `m`, `h`, `d`")
             }
@@ -105,15 +104,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
             return Err(DurationError::UnitOrder { unit: ch });
         }
         last_rank = rank;
-        total = value
-            .checked_mul(seconds)
-            .and_then(|part| total.checked_add(part))
-            .ok_or(DurationError::Overflow)?;
+        total = value.checked_mul(seconds).and_then(|part| total.checked_add(part)).ok_or(DurationError::Overflow)?;
     }
     if number.is_some() {
-        return Err(DurationError::MissingUnit {
-            number: text[digits_start..].to_owned(),
-        });
+        return Err(DurationError::MissingUnit { number: text[digits_start..].to_owned() });
     }
     if total == 0 {
         return Err(DurationError::Zero);
@@ -145,10 +139,7 @@ mod tests {
         assert_eq!(secs(""), Err(DurationError::Empty));
         assert_eq!(secs("h"), Err(DurationError::MissingNumber { at: 0 }));
         assert_eq!(secs("1hm"), Err(DurationError::MissingNumber { at: 2 }));
-        assert_eq!(
-            secs("1h30"),
-            Err(DurationError::MissingUnit { number: "30".into() })
-        );
+        assert_eq!(secs("1h30"), Err(DurationError::MissingUnit { number: "30".into() }));
         assert_eq!(secs("5w"), Err(DurationError::UnknownUnit { unit: 'w' }));
         assert_eq!(secs("5 s"), Err(DurationError::UnknownUnit { unit: ' ' }));
         assert_eq!(secs("-5s"), Err(DurationError::UnknownUnit { unit: '-' }));

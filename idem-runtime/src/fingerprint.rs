@@ -46,10 +46,8 @@ impl Fingerprint {
         field(parts.method.as_bytes());
         field(parts.path.as_bytes());
         field(parts.query.as_bytes());
-        let canonical = parts
-            .content_type
-            .filter(|ct| is_json(ct))
-            .and_then(|_| canonical_json::canonicalize(parts.body));
+        let canonical =
+            parts.content_type.filter(|ct| is_json(ct)).and_then(|_| canonical_json::canonicalize(parts.body));
         match canonical {
             Some(json) => {
                 field(b"json");
@@ -107,13 +105,7 @@ mod tests {
     use super::*;
 
     fn parts<'a>(path: &'a str, query: &'a str, ct: Option<&'a str>, body: &'a [u8]) -> RequestParts<'a> {
-        RequestParts {
-            method: "POST",
-            path,
-            query,
-            content_type: ct,
-            body,
-        }
+        RequestParts { method: "POST", path, query, content_type: ct, body }
     }
 
     #[test]
@@ -122,7 +114,12 @@ mod tests {
         let a = Fingerprint::of(&parts("/orders", "", ct, br#"{"a":1,"b":[1,2]}"#));
         let b = Fingerprint::of(&parts("/orders", "", ct, b"{ \"b\": [1, 2],\n \"a\": 1 }"));
         assert_eq!(a, b);
-        let problem = Fingerprint::of(&parts("/orders", "", Some("application/merge-patch+json"), b"{ \"b\": [1, 2],\n \"a\": 1 }"));
+        let problem = Fingerprint::of(&parts(
+            "/orders",
+            "",
+            Some("application/merge-patch+json"),
+            b"{ \"b\": [1, 2],\n \"a\": 1 }",
+        ));
         assert_eq!(a, problem);
         let c = Fingerprint::of(&parts("/orders", "", ct, br#"{"a":2,"b":[1,2]}"#));
         assert_ne!(a, c);

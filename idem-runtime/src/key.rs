@@ -132,29 +132,21 @@ fn unquote(value: &[u8]) -> Result<String, KeyError> {
     loop {
         match bytes.next() {
             None => {
-                return Err(KeyError::Malformed {
-                    reason: "the quoted string is not closed",
-                });
+                return Err(KeyError::Malformed { reason: "the quoted string is not closed" });
             }
             Some(b'"') => break,
             Some(b'\\') => match bytes.next() {
                 Some(&escaped @ (b'"' | b'\\')) => out.push(char::from(escaped)),
                 _ => {
-                    return Err(KeyError::Malformed {
-                        reason: "only \\\" and \\\\ may be escaped in a quoted key",
-                    });
+                    return Err(KeyError::Malformed { reason: "only \\\" and \\\\ may be escaped in a quoted key" });
                 }
             },
             Some(&byte) if is_visible(byte) => out.push(char::from(byte)),
             Some(b' ') => {
-                return Err(KeyError::Malformed {
-                    reason: "a key may not contain spaces",
-                });
+                return Err(KeyError::Malformed { reason: "a key may not contain spaces" });
             }
             Some(_) => {
-                return Err(KeyError::Malformed {
-                    reason: "it contains a control character or a non-ASCII byte",
-                });
+                return Err(KeyError::Malformed { reason: "it contains a control character or a non-ASCII byte" });
             }
         }
         if out.len() > MAX_KEY_LEN {
@@ -162,9 +154,7 @@ fn unquote(value: &[u8]) -> Result<String, KeyError> {
         }
     }
     if bytes.next().is_some() {
-        return Err(KeyError::Malformed {
-            reason: "there is text after the closing quote",
-        });
+        return Err(KeyError::Malformed { reason: "there is text after the closing quote" });
     }
     Ok(out)
 }
@@ -182,10 +172,7 @@ mod tests {
         assert_eq!(parse("\"abc\""), Ok("abc".into()));
         assert_eq!(parse("abc"), Ok("abc".into()));
         assert_eq!(parse("  abc\t"), Ok("abc".into()));
-        assert_eq!(
-            parse("8e03978e-40d5-43e8-bc93-6894a57f9324"),
-            Ok("8e03978e-40d5-43e8-bc93-6894a57f9324".into())
-        );
+        assert_eq!(parse("8e03978e-40d5-43e8-bc93-6894a57f9324"), Ok("8e03978e-40d5-43e8-bc93-6894a57f9324".into()));
     }
 
     #[test]
@@ -214,10 +201,7 @@ mod tests {
         assert_eq!(parse(&max), Ok(max.clone()));
         assert_eq!(parse(&format!("\"{max}\"")), Ok(max.clone()));
         assert!(matches!(parse(&format!("{max}k")), Err(KeyError::TooLong { .. })));
-        assert!(matches!(
-            parse(&format!("\"{max}k\"")),
-            Err(KeyError::TooLong { .. })
-        ));
+        assert!(matches!(parse(&format!("\"{max}k\"")), Err(KeyError::TooLong { .. })));
         // 255 escaped quotes unquote to 255 characters.
         let escaped = "\\\"".repeat(MAX_KEY_LEN);
         assert_eq!(parse(&format!("\"{escaped}\"")), Ok("\"".repeat(MAX_KEY_LEN)));

@@ -50,9 +50,9 @@ pub use actix::{
     REPLAYED_HEADER, REQUESTS_METRIC, STORE_LATENCY_METRIC, ServerErrorPolicy, SubjectResolver,
 };
 pub use duration::{DurationError, parse_duration};
+pub use fingerprint::{Fingerprint, RequestParts};
 /// Makes an actix-web handler idempotent; see the crate docs and the README.
 pub use idem_macros::idempotent;
-pub use fingerprint::{Fingerprint, RequestParts};
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use record::{DecodeError, Record, RecordState, StoredResponse};
 pub use scope::{KEY_FORMAT_VERSION, Scope, StorageKey, UnknownScope};

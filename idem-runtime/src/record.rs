@@ -42,15 +42,11 @@ impl StoredResponse {
     /// Reads back what [`StoredResponse::to_bytes`] wrote.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
         match bytes.split_first() {
-            Some((&RESPONSE_FORMAT_VERSION, rest)) => postcard::from_bytes(rest).map_err(|e| DecodeError {
-                reason: e.to_string(),
-            }),
-            Some((version, _)) => Err(DecodeError {
-                reason: format!("unknown format version {version}"),
-            }),
-            None => Err(DecodeError {
-                reason: "empty record".into(),
-            }),
+            Some((&RESPONSE_FORMAT_VERSION, rest)) => {
+                postcard::from_bytes(rest).map_err(|e| DecodeError { reason: e.to_string() })
+            }
+            Some((version, _)) => Err(DecodeError { reason: format!("unknown format version {version}") }),
+            None => Err(DecodeError { reason: "empty record".into() }),
         }
     }
 

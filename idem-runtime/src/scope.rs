@@ -102,9 +102,7 @@ impl StorageKey {
         }
         let digest = Sha256::digest(body.as_bytes());
         let tag = hex::encode(&digest[..16]);
-        Self {
-            encoded: format!("idem:v{KEY_FORMAT_VERSION}:{{{tag}}}:{body}"),
-        }
+        Self { encoded: format!("idem:v{KEY_FORMAT_VERSION}:{{{tag}}}:{body}") }
     }
 
     /// The full encoded key, as stores should use it.

@@ -143,11 +143,7 @@ impl StoreError {
     /// An [`StoreError::Unavailable`] wrapping a client error.
     pub fn unavailable(store: &'static str, source: impl Into<BoxError>) -> Self {
         let source = source.into();
-        Self::Unavailable {
-            store,
-            message: source.to_string(),
-            source: Some(source),
-        }
+        Self::Unavailable { store, message: source.to_string(), source: Some(source) }
     }
 }
 

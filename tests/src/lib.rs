@@ -2,11 +2,11 @@
 //! starting private ones for tests that stop them.
 
 pub mod backend;
+pub mod order_checks;
+pub mod orders;
 #[cfg(feature = "postgres")]
 pub mod postgres_server;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 pub mod server;
-pub mod orders;
-pub mod order_checks;
 pub mod service;

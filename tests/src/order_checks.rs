@@ -51,10 +51,8 @@ pub async fn send(url: &str, user: Option<&str>, key: Option<&str>, body: Option
 
 /// Like [`send`], but a transport error (a killed server) is returned.
 pub async fn try_send(url: &str, user: Option<&str>, key: Option<&str>, body: Option<&str>) -> Result<Reply, String> {
-    let client = awc::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .connector(awc::Connector::new().limit(0))
-        .finish();
+    let client =
+        awc::Client::builder().timeout(Duration::from_secs(60)).connector(awc::Connector::new().limit(0)).finish();
     let mut request = match body {
         Some(_) => client.post(url).insert_header(("content-type", "application/json")),
         None => client.get(url),
@@ -74,14 +72,7 @@ pub async fn try_send(url: &str, user: Option<&str>, key: Option<&str>, body: Op
     let (content_type, replayed) = (header("content-type"), header("idempotent-replayed"));
     let (retry_after, location) = (header("retry-after"), header("location"));
     let body = response.body().limit(16 << 20).await.map_err(|e| e.to_string())?;
-    Ok(Reply {
-        status: response.status(),
-        content_type,
-        replayed,
-        retry_after,
-        location,
-        body,
-    })
+    Ok(Reply { status: response.status(), content_type, replayed, retry_after, location, body })
 }
 
 /// `GET /stats` as (orders_created, charges).
@@ -159,10 +150,11 @@ pub async fn contract(service: &OrderService) {
     // Payments: one charge, replayed; a concurrent duplicate gets 409.
     let pay_url = at(&format!("/orders/{id}/payments"));
     let pay_key = fresh_key();
-    let (paid, duplicate) = tokio::join!(send(&pay_url, Some("alice"), Some(&pay_key), Some(r#"{"amount_cents":1500}"#)), async {
-        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
-        send(&pay_url, Some("alice"), Some(&pay_key), Some(r#"{"amount_cents":1500}"#)).await
-    });
+    let (paid, duplicate) =
+        tokio::join!(send(&pay_url, Some("alice"), Some(&pay_key), Some(r#"{"amount_cents":1500}"#)), async {
+            actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+            send(&pay_url, Some("alice"), Some(&pay_key), Some(r#"{"amount_cents":1500}"#)).await
+        });
     assert_eq!(paid.status, StatusCode::CREATED, "{paid:?}");
     let payment = paid.json();
     assert_eq!((payment["order_id"].as_str(), payment["amount_cents"].as_i64()), (Some(id.as_str()), Some(1500)));
@@ -174,7 +166,8 @@ pub async fn contract(service: &OrderService) {
     assert_eq!((replay.replayed.as_deref(), &replay.body), (Some("true"), &paid.body));
     let bob_pays = send(&pay_url, Some("bob"), Some(&fresh_key()), Some(r#"{"amount_cents":1}"#)).await;
     assert_eq!(bob_pays.status, StatusCode::NOT_FOUND, "another user's order");
-    let unknown = send(&at("/orders/nope/payments"), Some("alice"), Some(&fresh_key()), Some(r#"{"amount_cents":1}"#)).await;
+    let unknown =
+        send(&at("/orders/nope/payments"), Some("alice"), Some(&fresh_key()), Some(r#"{"amount_cents":1}"#)).await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND);
     send(&pay_url, Some("alice"), Some(&fresh_key()), Some(r#"{"amount_cents":0}"#)).await.assert_problem(400);
 
@@ -253,7 +246,11 @@ pub async fn kill_during_payment(service: &mut OrderService) {
         actix_web::rt::time::sleep(Duration::from_secs(1)).await;
     };
     assert!(conflicts > 0, "the retry right after the restart met the dead owner's lease");
-    assert!(started.elapsed() >= Duration::from_secs(25), "executed after {:?}, before the lease ran out", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_secs(25),
+        "executed after {:?}, before the lease ran out",
+        started.elapsed()
+    );
     assert_eq!(executed.status, StatusCode::CREATED, "{executed:?}");
     assert!(executed.replayed.is_none(), "the retry executed");
     assert_eq!(stats(service).await, (1, 1), "one charge in all");

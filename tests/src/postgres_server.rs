@@ -56,18 +56,12 @@ fn bin_dir() -> Option<PathBuf> {
 }
 
 fn running_as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+    Command::new("id").arg("-u").output().is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
 }
 
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free loopback port");
-    listener
-        .local_addr()
-        .expect("local address of a bound socket")
-        .port()
+    listener.local_addr().expect("local address of a bound socket").port()
 }
 
 impl PostgresServer {
@@ -81,18 +75,14 @@ impl PostgresServer {
                 "{test}: no PostgreSQL binaries found (IDEM_PG_BIN unset, none in /usr/lib/postgresql or on PATH), \
                  but IDEM_REQUIRE_BACKENDS=1 forbids skipping"
             );
-            let line = format!(
-                "SKIP backend test {test}: no PostgreSQL binaries (scripts/test sets IDEM_PG_BIN)\n"
-            );
+            let line = format!("SKIP backend test {test}: no PostgreSQL binaries (scripts/test sets IDEM_PG_BIN)\n");
             let _ = std::io::stderr().write_all(line.as_bytes());
             return None;
         };
         let run_as = running_as_root()
             .then(|| std::env::var("IDEM_PG_USER").ok().filter(|u| !u.is_empty()))
             .map(|user| user.unwrap_or_else(|| "postgres".to_owned()));
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let dir = std::env::temp_dir().join(format!("idem-pg-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("creating the PostgreSQL directory");
         let mut server = Self {
@@ -100,22 +90,11 @@ impl PostgresServer {
             run_as,
             dir,
             port: 0,
-            settings: settings
-                .iter()
-                .map(|(name, value)| format!("-c {name}={value}"))
-                .collect(),
+            settings: settings.iter().map(|(name, value)| format!("-c {name}={value}")).collect(),
         };
         if let Some(user) = &server.run_as {
-            let status = Command::new("chown")
-                .arg(user)
-                .arg(&server.dir)
-                .status()
-                .expect("running chown");
-            assert!(
-                status.success(),
-                "{test}: chown {user} {} failed",
-                server.dir.display()
-            );
+            let status = Command::new("chown").arg(user).arg(&server.dir).status().expect("running chown");
+            assert!(status.success(), "{test}: chown {user} {} failed", server.dir.display());
         }
         let initdb_log = File::create(server.dir.join("initdb.log")).expect("creating initdb.log");
         let status = server
@@ -127,11 +106,7 @@ impl PostgresServer {
             .stderr(initdb_log)
             .status()
             .expect("running initdb");
-        assert!(
-            status.success(),
-            "{test}: initdb failed; see {}",
-            server.dir.join("initdb.log").display()
-        );
+        assert!(status.success(), "{test}: initdb failed; see {}", server.dir.join("initdb.log").display());
         // Another process may take the free port between our probe and the
         // server's bind: try a few ports.
         for _ in 0..5 {
@@ -140,10 +115,7 @@ impl PostgresServer {
                 return Some(server);
             }
         }
-        panic!(
-            "{test}: PostgreSQL did not start; see {}",
-            server.log().display()
-        );
+        panic!("{test}: PostgreSQL did not start; see {}", server.log().display());
     }
 
     /// `postgres://idem@127.0.0.1:<port>/<database>`.
@@ -168,21 +140,12 @@ impl PostgresServer {
             .stdout(Stdio::null())
             .status()
             .expect("running pg_ctl stop");
-        assert!(
-            status.success(),
-            "pg_ctl stop failed: {status}; see {}",
-            self.log().display()
-        );
+        assert!(status.success(), "pg_ctl stop failed: {status}; see {}", self.log().display());
     }
 
     /// Starts the stopped server again, on the same port and data directory.
     pub fn restart(&self) {
-        assert!(
-            self.pg_ctl_start(),
-            "PostgreSQL did not restart on port {}; see {}",
-            self.port,
-            self.log().display()
-        );
+        assert!(self.pg_ctl_start(), "PostgreSQL did not restart on port {}; see {}", self.port, self.log().display());
     }
 
     fn pg_ctl_start(&self) -> bool {

@@ -31,17 +31,12 @@ fn binary() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("IDEM_REDIS_SERVER").filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(path));
     }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join("redis-server"))
-        .find(|path| path.is_file())
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join("redis-server")).find(|path| path.is_file())
 }
 
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free loopback port");
-    listener
-        .local_addr()
-        .expect("local address of a bound socket")
-        .port()
+    listener.local_addr().expect("local address of a bound socket").port()
 }
 
 impl RedisServer {
@@ -55,35 +50,24 @@ impl RedisServer {
                 "{test}: no redis-server found (IDEM_REDIS_SERVER unset and none on PATH), \
                  but IDEM_REQUIRE_BACKENDS=1 forbids skipping"
             );
-            let line = format!(
-                "SKIP backend test {test}: no redis-server binary (scripts/test sets IDEM_REDIS_SERVER)\n"
-            );
+            let line =
+                format!("SKIP backend test {test}: no redis-server binary (scripts/test sets IDEM_REDIS_SERVER)\n");
             let _ = std::io::stderr().write_all(line.as_bytes());
             return None;
         };
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let dir = std::env::temp_dir().join(format!("idem-redis-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("creating the redis-server directory");
         // Another process may take the free port between our probe and the
         // server's bind: try a few ports.
-        let mut server = Self {
-            binary,
-            port: 0,
-            dir,
-            child: None,
-        };
+        let mut server = Self { binary, port: 0, dir, child: None };
         for _ in 0..5 {
             server.port = free_port();
             if server.spawn().is_ok() {
                 return Some(server);
             }
         }
-        panic!(
-            "{test}: redis-server did not start; see {}",
-            server.dir.join("redis.log").display()
-        );
+        panic!("{test}: redis-server did not start; see {}", server.dir.join("redis.log").display());
     }
 
     /// `redis://127.0.0.1:<port>/`.
@@ -117,15 +101,8 @@ impl RedisServer {
 
     fn signal(&self, signal: &str) {
         let child = self.child.as_ref().expect("the server is running");
-        let status = Command::new("kill")
-            .args([signal, &child.id().to_string()])
-            .status()
-            .expect("running kill");
-        assert!(
-            status.success(),
-            "kill {signal} {} failed: {status}",
-            child.id()
-        );
+        let status = Command::new("kill").args([signal, &child.id().to_string()]).status().expect("running kill");
+        assert!(status.success(), "kill {signal} {} failed: {status}", child.id());
     }
 
     /// Starts the server again on the same port, empty (no persistence).
@@ -134,11 +111,7 @@ impl RedisServer {
         let deadline = Instant::now() + START_TIMEOUT;
         // The port can stay busy for a moment after the kill.
         while let Err(error) = self.spawn() {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not restart on port {}: {error}",
-                self.port
-            );
+            assert!(Instant::now() < deadline, "redis-server did not restart on port {}: {error}", self.port);
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -149,14 +122,7 @@ impl RedisServer {
             .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
             .arg("--dir")
             .arg(&self.dir)
-            .args([
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--maxmemory-policy",
-                "noeviction",
-            ])
+            .args(["--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction"])
             .arg("--logfile")
             .arg(&log)
             .stdin(Stdio::null())
@@ -187,9 +153,7 @@ impl RedisServer {
 /// The process id of the server answering on `port`, from `INFO server`.
 fn server_pid(port: u16) -> Option<u32> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_millis(500)))
-        .ok()?;
+    stream.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
     stream.write_all(b"INFO server\r\n").ok()?;
     let mut reply = Vec::new();
     let mut chunk = [0u8; 4096];

@@ -51,10 +51,7 @@ impl Drop for TestServer {
 
 /// An HTTP client with generous limits, for many concurrent requests.
 pub fn client() -> awc::Client {
-    awc::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .connector(awc::Connector::new().limit(0))
-        .finish()
+    awc::Client::builder().timeout(Duration::from_secs(30)).connector(awc::Connector::new().limit(0)).finish()
 }
 
 /// A fresh random idempotency key.

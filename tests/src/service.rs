@@ -63,13 +63,8 @@ impl OrderService {
             .stdin(Stdio::null())
             .spawn()
             .expect("spawning order-service");
-        let mut service = Self {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            port,
-            store: store.to_owned(),
-            charge_delay_ms,
-        };
+        let mut service =
+            Self { child, url: format!("http://127.0.0.1:{port}"), port, store: store.to_owned(), charge_delay_ms };
         service.wait_healthy().await;
         service
     }
@@ -78,10 +73,9 @@ impl OrderService {
         let deadline = Instant::now() + Duration::from_secs(30);
         let client = awc::Client::builder().timeout(Duration::from_millis(500)).finish();
         loop {
-            if let Ok(response) = client.get(self.at("/healthz")).send().await {
-                if response.status().is_success() {
-                    return;
-                }
+            let response = client.get(self.at("/healthz")).send().await;
+            if response.is_ok_and(|r| r.status().is_success()) {
+                return;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("order-service exited during start-up: {status}");

@@ -153,19 +153,10 @@ async fn a_handler_slower_than_its_lease_keeps_it() {
 async fn a_dropped_request_future_does_not_cancel_the_handler() {
     use actix_web::test::{self, TestRequest};
     let progress = web::Data::new(Progress::default());
-    let app = test::init_service(
-        actix_web::App::new()
-            .app_data(memory_idem())
-            .app_data(progress.clone())
-            .service(slow),
-    )
-    .await;
-    let request = || {
-        TestRequest::post()
-            .uri("/slow?ms=400")
-            .insert_header(("idempotency-key", "k"))
-            .to_request()
-    };
+    let app =
+        test::init_service(actix_web::App::new().app_data(memory_idem()).app_data(progress.clone()).service(slow))
+            .await;
+    let request = || TestRequest::post().uri("/slow?ms=400").insert_header(("idempotency-key", "k")).to_request();
     let dropped = tokio::time::timeout(Duration::from_millis(100), test::call_service(&app, request())).await;
     assert!(dropped.is_err(), "the request future was dropped mid-handler");
     tokio::time::sleep(Duration::from_millis(700)).await;

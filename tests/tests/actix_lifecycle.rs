@@ -136,12 +136,7 @@ async fn resource_registration_and_custom_header_work() {
     let app = app!(Idem::new(MemoryStore::new()), hits);
     let missing = test::call_service(&app, req("/resource", Some("k"))).await;
     assert_eq!(missing.status(), StatusCode::BAD_REQUEST, "the key must come in X-Request-Key");
-    let keyed = || {
-        TestRequest::post()
-            .uri("/resource")
-            .insert_header(("x-request-key", "\"abc\""))
-            .to_request()
-    };
+    let keyed = || TestRequest::post().uri("/resource").insert_header(("x-request-key", "\"abc\"")).to_request();
     let first = test::call_service(&app, keyed()).await;
     assert_eq!(test::read_body(first).await, "call 1");
     let retry = test::call_service(&app, keyed()).await;

@@ -16,7 +16,10 @@ use serde_json::{Value, json};
 
 type Request = actix_http::Request;
 
-async fn app(idem: Option<Idem>, calls: &web::Data<Calls>) -> impl Service<Request, Response = ServiceResponse, Error = actix_web::Error> {
+async fn app(
+    idem: Option<Idem>,
+    calls: &web::Data<Calls>,
+) -> impl Service<Request, Response = ServiceResponse, Error = actix_web::Error> {
     let mut app = App::new().configure(routes(calls.clone()));
     if let Some(idem) = idem {
         app = app.app_data(idem);
@@ -168,7 +171,13 @@ impl Store for DownStore {
     async fn renew(&self, _: &StorageKey, _: FencingToken, _: Duration) -> Result<Fence, StoreError> {
         unreachable!("no claim ever succeeds")
     }
-    async fn complete(&self, _: &StorageKey, _: FencingToken, _: &StoredResponse, _: Duration) -> Result<Fence, StoreError> {
+    async fn complete(
+        &self,
+        _: &StorageKey,
+        _: FencingToken,
+        _: &StoredResponse,
+        _: Duration,
+    ) -> Result<Fence, StoreError> {
         unreachable!("no claim ever succeeds")
     }
     async fn release(&self, _: &StorageKey, _: FencingToken) -> Result<Fence, StoreError> {
@@ -196,7 +205,13 @@ impl Store for HangingStore {
     async fn renew(&self, k: &StorageKey, t: FencingToken, l: Duration) -> Result<Fence, StoreError> {
         self.0.renew(k, t, l).await
     }
-    async fn complete(&self, k: &StorageKey, t: FencingToken, r: &StoredResponse, ttl: Duration) -> Result<Fence, StoreError> {
+    async fn complete(
+        &self,
+        k: &StorageKey,
+        t: FencingToken,
+        r: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<Fence, StoreError> {
         self.0.complete(k, t, r, ttl).await
     }
     async fn release(&self, k: &StorageKey, t: FencingToken) -> Result<Fence, StoreError> {

@@ -39,7 +39,10 @@ async fn global_a_put(hits: web::Data<Hits>) -> HttpResponse {
     HttpResponse::Ok().body(format!("gp{}", hits.0.fetch_add(1, Ordering::SeqCst) + 1))
 }
 
-async fn app(calls: &web::Data<Calls>, hits: &web::Data<Hits>) -> impl Service<Request, Response = ServiceResponse, Error = actix_web::Error> {
+async fn app(
+    calls: &web::Data<Calls>,
+    hits: &web::Data<Hits>,
+) -> impl Service<Request, Response = ServiceResponse, Error = actix_web::Error> {
     let app = App::new()
         .app_data(memory_idem())
         .app_data(hits.clone())
@@ -65,7 +68,11 @@ fn post_raw(uri: &str, key: &str, user: &str, body: &'static str) -> Request {
 async fn reserialized_json_is_the_same_request() {
     let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Hits::default()));
     let app = app(&calls, &hits).await;
-    let first = test::call_service(&app, post_raw("/orders", "k", "alice", r#"{"amount":500,"currency":"EUR","tags":["a","b"]}"#)).await;
+    let first = test::call_service(
+        &app,
+        post_raw("/orders", "k", "alice", r#"{"amount":500,"currency":"EUR","tags":["a","b"]}"#),
+    )
+    .await;
     assert_eq!(first.status(), StatusCode::CREATED);
     let body = test::read_body(first).await;
     let reordered = "{\n  \"tags\": [ \"a\", \"b\" ],\n  \"currency\": \"EUR\",\n  \"amount\": 500\n}";
@@ -73,7 +80,9 @@ async fn reserialized_json_is_the_same_request() {
     assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
     assert_eq!(test::read_body(retry).await, body);
     // Array order and number spelling are significant.
-    for other in [r#"{"amount":500,"currency":"EUR","tags":["b","a"]}"#, r#"{"amount":500.0,"currency":"EUR","tags":["a","b"]}"#] {
+    for other in
+        [r#"{"amount":500,"currency":"EUR","tags":["b","a"]}"#, r#"{"amount":500.0,"currency":"EUR","tags":["a","b"]}"#]
+    {
         let response = test::call_service(&app, post_raw("/orders", "k", "alice", other)).await;
         assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{other}");
     }

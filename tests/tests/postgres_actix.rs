@@ -1,8 +1,8 @@
-#![cfg(feature = "postgres")]
 //! `#[idempotent]` with the Postgres store on a real actix-web server (four
 //! workers, real sockets): 200 concurrent same-key requests run the handler
 //! once, and a PostgreSQL outage is answered 503 problem+json without
 //! running the handler, then recovers without restarting the app.
+#![cfg(feature = "postgres")]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -37,15 +37,11 @@ async fn create_order(hits: web::Data<Hits>, body: String) -> HttpResponse {
 /// Serves the route on a free loopback port; returns its base URL.
 fn serve(store: PostgresStore, hits: web::Data<Hits>) -> (String, ServerHandle) {
     let idem = Idem::new(store);
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(idem.clone())
-            .app_data(hits.clone())
-            .service(create_order)
-    })
-    .workers(4)
-    .bind(("127.0.0.1", 0))
-    .expect("binding a loopback port");
+    let server =
+        HttpServer::new(move || App::new().app_data(idem.clone()).app_data(hits.clone()).service(create_order))
+            .workers(4)
+            .bind(("127.0.0.1", 0))
+            .expect("binding a loopback port");
     let address = server.addrs()[0];
     let server = server.run();
     let handle = server.handle();
@@ -71,19 +67,10 @@ async fn post(client: &awc::Client, url: &str, key: &str, body: &'static str) ->
         .send_body(body)
         .await
         .unwrap_or_else(|e| panic!("POST {url}: {e}"));
-    let header = |name: &str| {
-        response
-            .headers()
-            .get(name)
-            .map(|v| v.to_str().unwrap_or("?").to_owned())
-    };
+    let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap_or("?").to_owned());
     let (replayed, order) = (header("idempotent-replayed"), header("x-order"));
     let (content_type, retry_after) = (header("content-type"), header("retry-after").is_some());
-    let multi = response
-        .headers()
-        .get_all("x-multi")
-        .map(|v| v.to_str().unwrap_or("?").to_owned())
-        .collect();
+    let multi = response.headers().get_all("x-multi").map(|v| v.to_str().unwrap_or("?").to_owned()).collect();
     let body = response.body().await.expect("reading the body");
     Reply {
         status: response.status(),
@@ -97,10 +84,7 @@ async fn post(client: &awc::Client, url: &str, key: &str, body: &'static str) ->
 }
 
 fn client() -> awc::Client {
-    awc::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .connector(awc::Connector::new().limit(0))
-        .finish()
+    awc::Client::builder().timeout(Duration::from_secs(30)).connector(awc::Connector::new().limit(0)).finish()
 }
 
 async fn burst(url: &str, key: &str) -> Vec<Reply> {
@@ -114,42 +98,23 @@ async fn a_burst_of_same_key_requests_runs_the_handler_once() {
         return;
     };
     let options = PostgresStore::pool_options().max_connections(32);
-    let store = PostgresStore::connect_with(&url, options)
-        .await
-        .expect("connecting");
+    let store = PostgresStore::connect_with(&url, options).await.expect("connecting");
     store.migrate().await.expect("migrating");
     let hits = web::Data::new(Hits::default());
     let (url, server) = serve(store, hits.clone());
     let key = FencingToken::generate().to_hex();
 
     let replies = burst(&url, &key).await;
-    assert_eq!(
-        hits.0.load(Ordering::SeqCst),
-        1,
-        "the handler ran more than once"
-    );
-    let executed: Vec<_> = replies
-        .iter()
-        .filter(|r| r.status == StatusCode::CREATED && !r.replayed)
-        .collect();
-    assert_eq!(
-        executed.len(),
-        1,
-        "exactly one response may come from the handler: {executed:?}"
-    );
+    assert_eq!(hits.0.load(Ordering::SeqCst), 1, "the handler ran more than once");
+    let executed: Vec<_> = replies.iter().filter(|r| r.status == StatusCode::CREATED && !r.replayed).collect();
+    assert_eq!(executed.len(), 1, "exactly one response may come from the handler: {executed:?}");
     let first = executed[0].clone();
-    assert_eq!(
-        (first.order.as_deref(), &first.multi[..]),
-        (Some("1"), &["one".to_owned(), "two".to_owned()][..])
-    );
+    assert_eq!((first.order.as_deref(), &first.multi[..]), (Some("1"), &["one".to_owned(), "two".to_owned()][..]));
     let mut conflicts = 0;
     for reply in &replies {
         if reply.status == StatusCode::CONFLICT {
             assert!(reply.retry_after, "409 without Retry-After: {reply:?}");
-            assert_eq!(
-                reply.content_type.as_deref(),
-                Some("application/problem+json")
-            );
+            assert_eq!(reply.content_type.as_deref(), Some("application/problem+json"));
             conflicts += 1;
         } else if reply.replayed {
             assert_eq!(
@@ -183,9 +148,7 @@ async fn a_postgres_outage_is_503_without_running_the_handler_and_recovers() {
     let Some(postgres) = PostgresServer::start("postgres_actix outage", &[]) else {
         return;
     };
-    let store = PostgresStore::connect(&postgres.url("postgres"))
-        .await
-        .expect("connecting");
+    let store = PostgresStore::connect(&postgres.url("postgres")).await.expect("connecting");
     store.migrate().await.expect("migrating");
     let hits = web::Data::new(Hits::default());
     let (url, server) = serve(store, hits.clone());
@@ -200,34 +163,17 @@ async fn a_postgres_outage_is_503_without_running_the_handler_and_recovers() {
     postgres.stop();
     for _ in 0..3 {
         let started = Instant::now();
-        let reply = post(
-            &client,
-            &url,
-            &FencingToken::generate().to_hex(),
-            "during the outage",
-        )
-        .await;
+        let reply = post(&client, &url, &FencingToken::generate().to_hex(), "during the outage").await;
         assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
-        assert_eq!(
-            reply.content_type.as_deref(),
-            Some("application/problem+json")
-        );
+        assert_eq!(reply.content_type.as_deref(), Some("application/problem+json"));
         assert!(reply.retry_after, "503 without Retry-After");
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{:?}",
-            started.elapsed()
-        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     }
     // A retry of the request completed before the outage cannot be
     // replayed either: 503, and the handler does not run again.
     let reply = post(&client, &url, &before, "before").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
-    assert_eq!(
-        hits.0.load(Ordering::SeqCst),
-        1,
-        "the handler ran without the store"
-    );
+    assert_eq!(hits.0.load(Ordering::SeqCst), 1, "the handler ran without the store");
 
     // PostgreSQL comes back: the same app serves again, no restart, and the
     // record stored before the outage is still replayed.

@@ -1,8 +1,8 @@
-#![cfg(feature = "postgres")]
 //! Races the conformance suite does not cover, on the Postgres store:
 //! many claimers taking over one *expired* record at once (the `DO UPDATE`
 //! path of the claim statement, not the insert), and the sweeper deleting
 //! expired rows while claimers take them over.
+#![cfg(feature = "postgres")]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,9 +19,7 @@ const PAST_SHORT: Duration = Duration::from_millis(600);
 async fn store(test: &str) -> Option<Arc<PostgresStore>> {
     let url = idem_tests::backend::url("IDEM_POSTGRES_URL", test)?;
     let options = PostgresStore::pool_options().max_connections(CLAIMERS as u32 + 6);
-    let store = PostgresStore::connect_with(&url, options)
-        .await
-        .expect("connecting");
+    let store = PostgresStore::connect_with(&url, options).await.expect("connecting");
     store.migrate().await.expect("migrating");
     Some(Arc::new(store))
 }
@@ -34,10 +32,7 @@ async fn race(store: &Arc<PostgresStore>, key: &StorageKey, body: &'static str) 
             let (store, key, barrier) = (Arc::clone(store), key.clone(), Arc::clone(&barrier));
             tokio::spawn(async move {
                 barrier.wait().await;
-                store
-                    .claim(&key, &fingerprint(body), LONG)
-                    .await
-                    .expect("claim")
+                store.claim(&key, &fingerprint(body), LONG).await.expect("claim")
             })
         })
         .collect();
@@ -49,14 +44,8 @@ async fn race(store: &Arc<PostgresStore>, key: &StorageKey, body: &'static str) 
 }
 
 fn assert_one_winner(claims: &[Claim]) {
-    let winners = claims
-        .iter()
-        .filter(|c| matches!(c, Claim::Acquired { .. }))
-        .count();
-    let in_flight = claims
-        .iter()
-        .filter(|c| matches!(c, Claim::InFlight { .. }))
-        .count();
+    let winners = claims.iter().filter(|c| matches!(c, Claim::Acquired { .. })).count();
+    let in_flight = claims.iter().filter(|c| matches!(c, Claim::InFlight { .. })).count();
     assert_eq!((winners, in_flight), (1, CLAIMERS - 1), "{claims:?}");
 }
 
@@ -67,22 +56,12 @@ async fn many_claimers_take_over_a_lapsed_lease_once() {
     };
     for _ in 0..5 {
         let key = fresh_key();
-        let Claim::Acquired { token: stale } = store
-            .claim(&key, &fingerprint("race"), SHORT)
-            .await
-            .unwrap()
-        else {
+        let Claim::Acquired { token: stale } = store.claim(&key, &fingerprint("race"), SHORT).await.unwrap() else {
             panic!("first claim not acquired");
         };
         tokio::time::sleep(PAST_SHORT).await;
         assert_one_winner(&race(&store, &key, "race").await);
-        assert_eq!(
-            store
-                .complete(&key, stale, &response(b"stale"), LONG)
-                .await
-                .unwrap(),
-            Fence::Lost
-        );
+        assert_eq!(store.complete(&key, stale, &response(b"stale"), LONG).await.unwrap(), Fence::Lost);
     }
 }
 
@@ -93,17 +72,10 @@ async fn many_claimers_take_over_an_expired_record_of_another_request_once() {
     };
     for _ in 0..5 {
         let key = fresh_key();
-        let Claim::Acquired { token } = store.claim(&key, &fingerprint("old"), LONG).await.unwrap()
-        else {
+        let Claim::Acquired { token } = store.claim(&key, &fingerprint("old"), LONG).await.unwrap() else {
             panic!("first claim not acquired");
         };
-        assert_eq!(
-            store
-                .complete(&key, token, &response(b"old"), SHORT)
-                .await
-                .unwrap(),
-            Fence::Held
-        );
+        assert_eq!(store.complete(&key, token, &response(b"old"), SHORT).await.unwrap(), Fence::Held);
         tokio::time::sleep(PAST_SHORT).await;
         // Expired, so free whatever the fingerprint: no mismatch, one owner.
         assert_one_winner(&race(&store, &key, "new").await);
@@ -117,8 +89,7 @@ async fn purging_while_claimers_take_over_never_loses_a_claim() {
     };
     let keys: Vec<StorageKey> = (0..32).map(|_| fresh_key()).collect();
     for key in &keys {
-        let Claim::Acquired { .. } = store.claim(key, &fingerprint("a"), SHORT).await.unwrap()
-        else {
+        let Claim::Acquired { .. } = store.claim(key, &fingerprint("a"), SHORT).await.unwrap() else {
             panic!("claim not acquired");
         };
     }
@@ -135,12 +106,7 @@ async fn purging_while_claimers_take_over_never_loses_a_claim() {
         .iter()
         .map(|key| {
             let (store, key) = (Arc::clone(&store), key.clone());
-            tokio::spawn(async move {
-                store
-                    .claim(&key, &fingerprint("a"), LONG)
-                    .await
-                    .expect("claim")
-            })
+            tokio::spawn(async move { store.claim(&key, &fingerprint("a"), LONG).await.expect("claim") })
         })
         .collect();
     for claimer in claimers {
@@ -149,9 +115,6 @@ async fn purging_while_claimers_take_over_never_loses_a_claim() {
     purger.await.unwrap();
     // Every new claim survived the purges: the keys are in flight.
     for key in &keys {
-        assert!(matches!(
-            store.claim(key, &fingerprint("a"), LONG).await.unwrap(),
-            Claim::InFlight { .. }
-        ));
+        assert!(matches!(store.claim(key, &fingerprint("a"), LONG).await.unwrap(), Claim::InFlight { .. }));
     }
 }

@@ -1,8 +1,8 @@
-#![cfg(feature = "postgres")]
 //! A PostgreSQL outage, at the store level: with the server stopped every
 //! operation fails within a bounded time (no hang), and once the server is
 //! back on the same port and data directory the same store works again,
 //! records intact, without being rebuilt.
+#![cfg(feature = "postgres")]
 
 use std::time::{Duration, Instant};
 
@@ -18,13 +18,7 @@ fn assert_outage_error(operation: &str, error: &StoreError) {
     assert!(
         matches!(
             error,
-            StoreError::Unavailable {
-                store: "postgres",
-                ..
-            } | StoreError::Timeout {
-                store: "postgres",
-                ..
-            }
+            StoreError::Unavailable { store: "postgres", .. } | StoreError::Timeout { store: "postgres", .. }
         ),
         "{operation}: {error:?}"
     );
@@ -38,30 +32,16 @@ async fn operations_fail_fast_during_an_outage_and_recover_after() {
     let Some(server) = PostgresServer::start("postgres_outage", &[]) else {
         return;
     };
-    let store = PostgresStore::connect(&server.url("postgres"))
-        .await
-        .expect("connecting");
+    let store = PostgresStore::connect(&server.url("postgres")).await.expect("connecting");
     store.migrate().await.expect("migrating");
 
     let done = fresh_key();
-    let Claim::Acquired { token } = store.claim(&done, &fingerprint("a"), LEASE).await.unwrap()
-    else {
+    let Claim::Acquired { token } = store.claim(&done, &fingerprint("a"), LEASE).await.unwrap() else {
         panic!("claim not acquired");
     };
-    assert_eq!(
-        store
-            .complete(&done, token, &response(b"before"), LEASE)
-            .await
-            .unwrap(),
-        Fence::Held
-    );
+    assert_eq!(store.complete(&done, token, &response(b"before"), LEASE).await.unwrap(), Fence::Held);
     let running = fresh_key();
-    let Claim::Acquired {
-        token: running_token,
-    } = store
-        .claim(&running, &fingerprint("a"), LEASE)
-        .await
-        .unwrap()
+    let Claim::Acquired { token: running_token } = store.claim(&running, &fingerprint("a"), LEASE).await.unwrap()
     else {
         panic!("claim not acquired");
     };
@@ -89,54 +69,18 @@ async fn operations_fail_fast_during_an_outage_and_recover_after() {
 
     // One more, alone, after the pool has seen its connections die.
     let started = Instant::now();
-    let error = store
-        .claim(&fresh, &fingerprint("a"), LEASE)
-        .await
-        .unwrap_err();
+    let error = store.claim(&fresh, &fingerprint("a"), LEASE).await.unwrap_err();
     assert_outage_error("second claim", &error);
-    assert!(
-        started.elapsed() < FAIL_WITHIN,
-        "took {:?}",
-        started.elapsed()
-    );
-    assert!(
-        error
-            .to_string()
-            .contains(&format!("127.0.0.1:{}", server.port())),
-        "{error}"
-    );
+    assert!(started.elapsed() < FAIL_WITHIN, "took {:?}", started.elapsed());
+    assert!(error.to_string().contains(&format!("127.0.0.1:{}", server.port())), "{error}");
 
     server.restart();
 
     // The same store, not rebuilt: the records survived the restart.
-    assert_eq!(
-        store.claim(&done, &fingerprint("a"), LEASE).await.unwrap(),
-        Claim::Replay(response(b"before"))
-    );
-    assert!(matches!(
-        store
-            .claim(&running, &fingerprint("a"), LEASE)
-            .await
-            .unwrap(),
-        Claim::InFlight { .. }
-    ));
-    assert_eq!(
-        store
-            .complete(&running, running_token, &response(b"after"), LEASE)
-            .await
-            .unwrap(),
-        Fence::Held
-    );
-    assert_eq!(
-        store
-            .claim(&running, &fingerprint("a"), LEASE)
-            .await
-            .unwrap(),
-        Claim::Replay(response(b"after"))
-    );
-    assert!(matches!(
-        store.claim(&fresh, &fingerprint("a"), LEASE).await.unwrap(),
-        Claim::Acquired { .. }
-    ));
+    assert_eq!(store.claim(&done, &fingerprint("a"), LEASE).await.unwrap(), Claim::Replay(response(b"before")));
+    assert!(matches!(store.claim(&running, &fingerprint("a"), LEASE).await.unwrap(), Claim::InFlight { .. }));
+    assert_eq!(store.complete(&running, running_token, &response(b"after"), LEASE).await.unwrap(), Fence::Held);
+    assert_eq!(store.claim(&running, &fingerprint("a"), LEASE).await.unwrap(), Claim::Replay(response(b"after")));
+    assert!(matches!(store.claim(&fresh, &fingerprint("a"), LEASE).await.unwrap(), Claim::Acquired { .. }));
     store.pool().close().await;
 }

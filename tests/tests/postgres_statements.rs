@@ -1,4 +1,3 @@
-#![cfg(feature = "postgres")]
 //! Statements per operation, as counted by the server itself.
 //!
 //! A private PostgreSQL server loads `pg_stat_statements`; the store works
@@ -8,6 +7,7 @@
 //! a separate connection to another database, so it does not count itself.
 //! Expected: a replay is one statement, a first execution (claim, then
 //! complete) two.
+#![cfg(feature = "postgres")]
 
 use std::time::Duration;
 
@@ -36,10 +36,7 @@ async fn executed(admin: &PgPool) -> (Vec<(String, i64)>, i64) {
 }
 
 async fn reset(admin: &PgPool) {
-    sqlx::query("SELECT pg_stat_statements_reset()")
-        .execute(admin)
-        .await
-        .expect("resetting pg_stat_statements");
+    sqlx::query("SELECT pg_stat_statements_reset()").execute(admin).await.expect("resetting pg_stat_statements");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -49,10 +46,7 @@ async fn replay_is_one_statement_and_first_execution_two() {
     }
     let Some(server) = PostgresServer::start(
         "postgres_statements",
-        &[
-            ("shared_preload_libraries", "pg_stat_statements"),
-            ("pg_stat_statements.track", "top"),
-        ],
+        &[("shared_preload_libraries", "pg_stat_statements"), ("pg_stat_statements.track", "top")],
     ) else {
         return;
     };
@@ -69,27 +63,15 @@ async fn replay_is_one_statement_and_first_execution_two() {
         .execute(&admin)
         .await
         .expect("creating the store's database");
-    let store = PostgresStore::connect(&server.url(DATABASE))
-        .await
-        .expect("connecting the store");
+    let store = PostgresStore::connect(&server.url(DATABASE)).await.expect("connecting the store");
     store.migrate().await.expect("migrating");
 
     // Warm up: the pool's connection exists and has its statements prepared.
     let warm = fresh_key();
-    let Claim::Acquired { token } = store
-        .claim(&warm, &fingerprint("warm"), LEASE)
-        .await
-        .unwrap()
-    else {
+    let Claim::Acquired { token } = store.claim(&warm, &fingerprint("warm"), LEASE).await.unwrap() else {
         panic!("warm-up claim not acquired");
     };
-    assert_eq!(
-        store
-            .complete(&warm, token, &response(b"warm"), LEASE)
-            .await
-            .unwrap(),
-        Fence::Held
-    );
+    assert_eq!(store.complete(&warm, token, &response(b"warm"), LEASE).await.unwrap(), Fence::Held);
 
     // Sanity: the counter sees statements in this database at all.
     reset(&admin).await;
@@ -97,73 +79,39 @@ async fn replay_is_one_statement_and_first_execution_two() {
 
     // First execution: claim, then complete.
     let key = fresh_key();
-    let Claim::Acquired { token } = store.claim(&key, &fingerprint("a"), LEASE).await.unwrap()
-    else {
+    let Claim::Acquired { token } = store.claim(&key, &fingerprint("a"), LEASE).await.unwrap() else {
         panic!("first claim not acquired");
     };
-    assert_eq!(
-        store
-            .complete(&key, token, &response(b"first"), LEASE)
-            .await
-            .unwrap(),
-        Fence::Held
-    );
+    assert_eq!(store.complete(&key, token, &response(b"first"), LEASE).await.unwrap(), Fence::Held);
     let (statements, total) = executed(&admin).await;
     assert_eq!(total, 2, "first execution: {statements:#?}");
-    assert!(
-        statements
-            .iter()
-            .any(|(q, n)| q.contains("INSERT INTO") && q.contains("ON CONFLICT") && *n == 1)
-    );
+    assert!(statements.iter().any(|(q, n)| q.contains("INSERT INTO") && q.contains("ON CONFLICT") && *n == 1));
     // (Literals may show as `$n`: pg_stat_statements normalizes constants.)
-    assert!(
-        statements
-            .iter()
-            .any(|(q, n)| q.contains("UPDATE") && q.contains("header_values =") && *n == 1)
-    );
+    assert!(statements.iter().any(|(q, n)| q.contains("UPDATE") && q.contains("header_values =") && *n == 1));
 
     // Replay: the claim alone, one statement, with the response in it.
     reset(&admin).await;
-    assert_eq!(
-        store.claim(&key, &fingerprint("a"), LEASE).await.unwrap(),
-        Claim::Replay(response(b"first"))
-    );
+    assert_eq!(store.claim(&key, &fingerprint("a"), LEASE).await.unwrap(), Claim::Replay(response(b"first")));
     let (statements, total) = executed(&admin).await;
     assert_eq!(total, 1, "replay: {statements:#?}");
 
     // Ten replays: ten statements, nothing extra per request.
     reset(&admin).await;
     for _ in 0..10 {
-        assert!(matches!(
-            store.claim(&key, &fingerprint("a"), LEASE).await.unwrap(),
-            Claim::Replay(_)
-        ));
+        assert!(matches!(store.claim(&key, &fingerprint("a"), LEASE).await.unwrap(), Claim::Replay(_)));
     }
     assert_eq!(executed(&admin).await.1, 10);
 
     // The other answers of a claim, and the fenced operations: one each.
     let busy = fresh_key();
-    let Claim::Acquired { token } = store.claim(&busy, &fingerprint("b"), LEASE).await.unwrap()
-    else {
+    let Claim::Acquired { token } = store.claim(&busy, &fingerprint("b"), LEASE).await.unwrap() else {
         panic!("claim not acquired");
     };
-    for (name, operation) in [
-        ("in flight", 0),
-        ("mismatch", 1),
-        ("renew", 2),
-        ("get", 3),
-        ("release", 4),
-    ] {
+    for (name, operation) in [("in flight", 0), ("mismatch", 1), ("renew", 2), ("get", 3), ("release", 4)] {
         reset(&admin).await;
         match operation {
-            0 => assert!(matches!(
-                store.claim(&busy, &fingerprint("b"), LEASE).await.unwrap(),
-                Claim::InFlight { .. }
-            )),
-            1 => assert_eq!(
-                store.claim(&busy, &fingerprint("c"), LEASE).await.unwrap(),
-                Claim::Mismatch
-            ),
+            0 => assert!(matches!(store.claim(&busy, &fingerprint("b"), LEASE).await.unwrap(), Claim::InFlight { .. })),
+            1 => assert_eq!(store.claim(&busy, &fingerprint("c"), LEASE).await.unwrap(), Claim::Mismatch),
             2 => assert_eq!(store.renew(&busy, token, LEASE).await.unwrap(), Fence::Held),
             3 => assert!(store.get(&busy).await.unwrap().is_some()),
             _ => assert_eq!(store.release(&busy, token).await.unwrap(), Fence::Held),

@@ -1,9 +1,9 @@
-#![cfg(feature = "postgres")]
 //! Expired rows go, through `purge_expired` and through the background
 //! sweeper; live rows (in flight and completed) stay; batches are bounded.
 //!
 //! Each test works in a table of its own on the shared server, so rows of
 //! other tests cannot change the counts.
+#![cfg(feature = "postgres")]
 
 use std::time::{Duration, Instant};
 
@@ -24,23 +24,17 @@ impl Table {
     async fn new(test: &str) -> Option<Self> {
         let url = idem_tests::backend::url("IDEM_POSTGRES_URL", test)?;
         let name = format!("idem_sweep_{}", FencingToken::generate().to_hex());
-        let pool = PostgresStore::pool_options()
-            .connect(&url)
-            .await
-            .expect("connecting");
+        let pool = PostgresStore::pool_options().connect(&url).await.expect("connecting");
         let store = PostgresStore::with_table(pool, &name).expect("valid table name");
         store.migrate().await.expect("migrating");
         Some(Self { store, name })
     }
 
     async fn rows(&self) -> i64 {
-        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT count(*) FROM {}",
-            self.name
-        )))
-        .fetch_one(self.store.pool())
-        .await
-        .expect("counting rows")
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {}", self.name)))
+            .fetch_one(self.store.pool())
+            .await
+            .expect("counting rows")
     }
 
     async fn drop_table(self) {
@@ -52,11 +46,7 @@ impl Table {
 }
 
 async fn acquire(store: &PostgresStore, key: &StorageKey, lease: Duration) -> FencingToken {
-    match store
-        .claim(key, &fingerprint("a"), lease)
-        .await
-        .expect("claim")
-    {
+    match store.claim(key, &fingerprint("a"), lease).await.expect("claim") {
         Claim::Acquired { token } => token,
         other => panic!("expected acquired, got {other:?}"),
     }
@@ -67,45 +57,21 @@ async fn acquire(store: &PostgresStore, key: &StorageKey, lease: Duration) -> Fe
 async fn populate(store: &PostgresStore, expired: usize) -> (StorageKey, StorageKey) {
     let (completed, in_flight) = (fresh_key(), fresh_key());
     let token = acquire(store, &completed, LONG).await;
-    assert_eq!(
-        store
-            .complete(&completed, token, &response(b"live"), LONG)
-            .await
-            .unwrap(),
-        Fence::Held
-    );
+    assert_eq!(store.complete(&completed, token, &response(b"live"), LONG).await.unwrap(), Fence::Held);
     acquire(store, &in_flight, LONG).await;
     for i in 0..expired {
         let key = fresh_key();
         let token = acquire(store, &key, SHORT).await;
         if i % 2 == 0 {
-            assert_eq!(
-                store
-                    .complete(&key, token, &response(b"old"), SHORT)
-                    .await
-                    .unwrap(),
-                Fence::Held
-            );
+            assert_eq!(store.complete(&key, token, &response(b"old"), SHORT).await.unwrap(), Fence::Held);
         }
     }
     (completed, in_flight)
 }
 
 async fn assert_live(store: &PostgresStore, (completed, in_flight): &(StorageKey, StorageKey)) {
-    assert_eq!(
-        store
-            .claim(completed, &fingerprint("a"), LONG)
-            .await
-            .unwrap(),
-        Claim::Replay(response(b"live"))
-    );
-    assert!(matches!(
-        store
-            .claim(in_flight, &fingerprint("a"), LONG)
-            .await
-            .unwrap(),
-        Claim::InFlight { .. }
-    ));
+    assert_eq!(store.claim(completed, &fingerprint("a"), LONG).await.unwrap(), Claim::Replay(response(b"live")));
+    assert!(matches!(store.claim(in_flight, &fingerprint("a"), LONG).await.unwrap(), Claim::InFlight { .. }));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -115,11 +81,7 @@ async fn purge_deletes_expired_rows_in_bounded_batches() {
     };
     let store = &table.store;
     let live = populate(store, 5).await;
-    assert_eq!(
-        store.purge_expired(100).await.unwrap(),
-        0,
-        "nothing has expired yet"
-    );
+    assert_eq!(store.purge_expired(100).await.unwrap(), 0, "nothing has expired yet");
     tokio::time::sleep(PAST_SHORT).await;
     assert_eq!(table.rows().await, 7);
     assert_eq!(store.purge_expired(2).await.unwrap(), 2);
@@ -145,11 +107,7 @@ async fn purge_walks_the_expiry_index() {
     .await
     .expect("explaining the purge query");
     let index = format!("{}_expires_at_idx", table.name);
-    assert!(
-        plan.iter()
-            .any(|line| line.contains("Index Scan") && line.contains(&index)),
-        "{plan:#?}"
-    );
+    assert!(plan.iter().any(|line| line.contains("Index Scan") && line.contains(&index)), "{plan:#?}");
     table.drop_table().await;
 }
 
@@ -160,10 +118,7 @@ async fn wait_for_rows(table: &Table, expected: i64, within: Duration) {
         if rows == expected {
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{rows} rows after {within:?}, expected {expected}"
-        );
+        assert!(Instant::now() < deadline, "{rows} rows after {within:?}, expected {expected}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -25,9 +25,7 @@ struct Hits(AtomicUsize);
 async fn create(hits: &Hits, body: &str) -> HttpResponse {
     let n = hits.0.fetch_add(1, Ordering::SeqCst) + 1;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    HttpResponse::Created()
-        .insert_header(("x-order", n.to_string()))
-        .body(format!("order {n}: {body}"))
+    HttpResponse::Created().insert_header(("x-order", n.to_string())).body(format!("order {n}: {body}"))
 }
 
 #[idempotent]
@@ -46,11 +44,7 @@ async fn create_order_waiting(hits: web::Data<Hits>, body: String) -> HttpRespon
 fn serve(store: RedisStore, hits: web::Data<Hits>) -> (String, ServerHandle) {
     let idem = Idem::new(store);
     let server = HttpServer::new(move || {
-        App::new()
-            .app_data(idem.clone())
-            .app_data(hits.clone())
-            .service(create_order_waiting)
-            .service(create_order)
+        App::new().app_data(idem.clone()).app_data(hits.clone()).service(create_order_waiting).service(create_order)
     })
     .workers(4)
     .bind(("127.0.0.1", 0))
@@ -79,12 +73,7 @@ async fn post(client: &awc::Client, url: &str, key: &str, body: &'static str) ->
         .send_body(body)
         .await
         .unwrap_or_else(|e| panic!("POST {url}: {e}"));
-    let header = |name: &str| {
-        response
-            .headers()
-            .get(name)
-            .map(|v| v.to_str().unwrap_or("?").to_owned())
-    };
+    let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap_or("?").to_owned());
     let (replayed, order) = (header("idempotent-replayed"), header("x-order"));
     let (content_type, retry_after) = (header("content-type"), header("retry-after").is_some());
     let body = response.body().await.expect("reading the body");
@@ -99,9 +88,7 @@ async fn post(client: &awc::Client, url: &str, key: &str, body: &'static str) ->
 }
 
 fn client() -> awc::Client {
-    awc::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .finish()
+    awc::Client::builder().timeout(Duration::from_secs(30)).finish()
 }
 
 async fn burst(url: &str, key: &str) -> Vec<Reply> {
@@ -111,32 +98,20 @@ async fn burst(url: &str, key: &str) -> Vec<Reply> {
 
 async fn shared_store(test: &str) -> Option<RedisStore> {
     let url = idem_tests::backend::url("IDEM_REDIS_URL", test)?;
-    Some(
-        RedisStore::connect(&url)
-            .await
-            .expect("connecting to Redis"),
-    )
+    Some(RedisStore::connect(&url).await.expect("connecting to Redis"))
 }
 
 /// The one response that ran the handler, checked to be the first order.
 fn the_execution(replies: &[Reply]) -> &Reply {
-    let executed: Vec<_> = replies
-        .iter()
-        .filter(|r| r.status == StatusCode::CREATED && !r.replayed)
-        .collect();
-    assert_eq!(
-        executed.len(),
-        1,
-        "exactly one response may come from running the handler: {executed:?}"
-    );
+    let executed: Vec<_> = replies.iter().filter(|r| r.status == StatusCode::CREATED && !r.replayed).collect();
+    assert_eq!(executed.len(), 1, "exactly one response may come from running the handler: {executed:?}");
     assert_eq!(executed[0].order.as_deref(), Some("1"));
     executed[0]
 }
 
 #[actix_web::test]
 async fn a_burst_of_same_key_requests_runs_the_handler_once() {
-    let Some(store) = shared_store("a_burst_of_same_key_requests_runs_the_handler_once").await
-    else {
+    let Some(store) = shared_store("a_burst_of_same_key_requests_runs_the_handler_once").await else {
         return;
     };
     let hits = web::Data::new(Hits::default());
@@ -144,26 +119,16 @@ async fn a_burst_of_same_key_requests_runs_the_handler_once() {
     let (url, key) = (format!("{base}/orders"), FencingToken::generate().to_hex());
 
     let replies = burst(&url, &key).await;
-    assert_eq!(
-        hits.0.load(Ordering::SeqCst),
-        1,
-        "the handler ran more than once"
-    );
+    assert_eq!(hits.0.load(Ordering::SeqCst), 1, "the handler ran more than once");
     let first = the_execution(&replies).clone();
     let mut conflicts = 0;
     for reply in &replies {
         if reply.status == StatusCode::CONFLICT {
             assert!(reply.retry_after, "409 without Retry-After: {reply:?}");
-            assert_eq!(
-                reply.content_type.as_deref(),
-                Some("application/problem+json")
-            );
+            assert_eq!(reply.content_type.as_deref(), Some("application/problem+json"));
             conflicts += 1;
         } else if reply.replayed {
-            assert_eq!(
-                (reply.status, &reply.order, &reply.body),
-                (first.status, &first.order, &first.body)
-            );
+            assert_eq!((reply.status, &reply.order, &reply.body), (first.status, &first.order, &first.body));
         } else {
             assert_eq!(reply, &first, "a second non-replayed response");
         }
@@ -172,12 +137,7 @@ async fn a_burst_of_same_key_requests_runs_the_handler_once() {
 
     // Once complete, every retry is the stored response.
     let again = burst(&url, &key).await;
-    assert!(
-        again
-            .iter()
-            .all(|r| r.replayed && r.body == first.body && r.status == first.status),
-        "{again:?}"
-    );
+    assert!(again.iter().all(|r| r.replayed && r.body == first.body && r.status == first.status), "{again:?}");
     assert_eq!(hits.0.load(Ordering::SeqCst), 1);
     server.stop(true).await;
 }
@@ -189,37 +149,23 @@ async fn a_burst_in_wait_mode_gets_one_response_for_all() {
     };
     let hits = web::Data::new(Hits::default());
     let (base, server) = serve(store, hits.clone());
-    let (url, key) = (
-        format!("{base}/orders/waiting"),
-        FencingToken::generate().to_hex(),
-    );
+    let (url, key) = (format!("{base}/orders/waiting"), FencingToken::generate().to_hex());
 
     let replies = burst(&url, &key).await;
-    assert_eq!(
-        hits.0.load(Ordering::SeqCst),
-        1,
-        "the handler ran more than once"
-    );
+    assert_eq!(hits.0.load(Ordering::SeqCst), 1, "the handler ran more than once");
     let first = the_execution(&replies).clone();
     for reply in &replies {
-        assert_eq!(
-            (reply.status, &reply.order, &reply.body),
-            (first.status, &first.order, &first.body)
-        );
+        assert_eq!((reply.status, &reply.order, &reply.body), (first.status, &first.order, &first.body));
     }
     server.stop(true).await;
 }
 
 #[actix_web::test]
 async fn a_redis_outage_is_503_without_running_the_handler_and_recovers() {
-    let Some(mut redis) =
-        RedisServer::start("a_redis_outage_is_503_without_running_the_handler_and_recovers")
-    else {
+    let Some(mut redis) = RedisServer::start("a_redis_outage_is_503_without_running_the_handler_and_recovers") else {
         return;
     };
-    let store = RedisStore::connect(&redis.url())
-        .await
-        .expect("connecting to the private Redis");
+    let store = RedisStore::connect(&redis.url()).await.expect("connecting to the private Redis");
     let hits = web::Data::new(Hits::default());
     let (base, server) = serve(store, hits.clone());
     let (url, client) = (format!("{base}/orders"), client());
@@ -227,30 +173,13 @@ async fn a_redis_outage_is_503_without_running_the_handler_and_recovers() {
     redis.stop();
     for _ in 0..3 {
         let started = Instant::now();
-        let reply = post(
-            &client,
-            &url,
-            &FencingToken::generate().to_hex(),
-            "during the outage",
-        )
-        .await;
+        let reply = post(&client, &url, &FencingToken::generate().to_hex(), "during the outage").await;
         assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
-        assert_eq!(
-            reply.content_type.as_deref(),
-            Some("application/problem+json")
-        );
+        assert_eq!(reply.content_type.as_deref(), Some("application/problem+json"));
         assert!(reply.retry_after, "503 without Retry-After");
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{:?}",
-            started.elapsed()
-        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     }
-    assert_eq!(
-        hits.0.load(Ordering::SeqCst),
-        0,
-        "the handler ran without the store"
-    );
+    assert_eq!(hits.0.load(Ordering::SeqCst), 0, "the handler ran without the store");
 
     // Redis comes back (empty): the same app serves again, no restart.
     redis.restart();

@@ -7,9 +7,7 @@ use idem_runtime::{RedisStore, Store};
 
 async fn redis_store() -> Option<Arc<dyn Store>> {
     let url = idem_tests::backend::url("IDEM_REDIS_URL", "redis_conformance")?;
-    let store = RedisStore::connect(&url)
-        .await
-        .unwrap_or_else(|e| panic!("connecting to Redis: {e}"));
+    let store = RedisStore::connect(&url).await.unwrap_or_else(|e| panic!("connecting to Redis: {e}"));
     Some(Arc::new(store))
 }
 

@@ -12,11 +12,7 @@ const LEASE: Duration = Duration::from_millis(400);
 
 async fn store(test: &str) -> Option<RedisStore> {
     let url = idem_tests::backend::url("IDEM_REDIS_URL", test)?;
-    Some(
-        RedisStore::connect(&url)
-            .await
-            .expect("connecting to Redis"),
-    )
+    Some(RedisStore::connect(&url).await.expect("connecting to Redis"))
 }
 
 fn acquired(claim: Claim) -> idem_runtime::FencingToken {
@@ -37,67 +33,29 @@ async fn paused_owner_loses_its_lease_to_a_new_claimer() {
 
     // While the lease lives, a retry is told to come back, not run.
     match store.claim(&key, &request, LEASE).await.unwrap() {
-        Claim::InFlight { retry_after } => assert!(
-            retry_after <= LEASE && !retry_after.is_zero(),
-            "{retry_after:?}"
-        ),
+        Claim::InFlight { retry_after } => assert!(retry_after <= LEASE && !retry_after.is_zero(), "{retry_after:?}"),
         other => panic!("expected in flight, got {other:?}"),
     }
 
     // The owner stalls (a GC pause, a stuck call) and renews nothing; the
     // lease runs out on the Redis server's clock.
     tokio::time::sleep(LEASE + Duration::from_millis(400)).await;
-    let successor = acquired(
-        store
-            .claim(&key, &request, Duration::from_secs(30))
-            .await
-            .unwrap(),
-    );
+    let successor = acquired(store.claim(&key, &request, Duration::from_secs(30)).await.unwrap());
     assert_ne!(paused, successor);
 
     // The paused owner wakes up: everything it tries is refused.
     assert_eq!(store.renew(&key, paused, LEASE).await.unwrap(), Fence::Lost);
-    assert_eq!(
-        store
-            .complete(&key, paused, &response(b"paused"), Duration::from_secs(60))
-            .await
-            .unwrap(),
-        Fence::Lost
-    );
+    assert_eq!(store.complete(&key, paused, &response(b"paused"), Duration::from_secs(60)).await.unwrap(), Fence::Lost);
     assert_eq!(store.release(&key, paused).await.unwrap(), Fence::Lost);
-    match store
-        .get(&key)
-        .await
-        .unwrap()
-        .expect("the successor's record")
-        .state
-    {
+    match store.get(&key).await.unwrap().expect("the successor's record").state {
         RecordState::InFlight { token, .. } => assert_eq!(token, successor),
         other => panic!("the paused owner changed the record: {other:?}"),
     }
 
     // The successor completes, and its response is what retries get back.
     let stored = response(b"successor");
-    assert_eq!(
-        store
-            .complete(&key, successor, &stored, Duration::from_secs(60))
-            .await
-            .unwrap(),
-        Fence::Held
-    );
-    assert_eq!(
-        store.claim(&key, &request, LEASE).await.unwrap(),
-        Claim::Replay(stored.clone())
-    );
-    assert_eq!(
-        store
-            .complete(&key, paused, &response(b"paused"), Duration::from_secs(60))
-            .await
-            .unwrap(),
-        Fence::Lost
-    );
-    assert_eq!(
-        store.claim(&key, &request, LEASE).await.unwrap(),
-        Claim::Replay(stored)
-    );
+    assert_eq!(store.complete(&key, successor, &stored, Duration::from_secs(60)).await.unwrap(), Fence::Held);
+    assert_eq!(store.claim(&key, &request, LEASE).await.unwrap(), Claim::Replay(stored.clone()));
+    assert_eq!(store.complete(&key, paused, &response(b"paused"), Duration::from_secs(60)).await.unwrap(), Fence::Lost);
+    assert_eq!(store.claim(&key, &request, LEASE).await.unwrap(), Claim::Replay(stored));
 }

@@ -17,10 +17,7 @@ const FAIL_WITHIN: Duration = Duration::from_secs(5);
 const RECOVER_WITHIN: Duration = Duration::from_secs(10);
 
 /// Runs `operation` and checks it fails, with a store error, in time.
-async fn fails_fast<T: std::fmt::Debug>(
-    what: &str,
-    operation: impl Future<Output = Result<T, StoreError>>,
-) {
+async fn fails_fast<T: std::fmt::Debug>(what: &str, operation: impl Future<Output = Result<T, StoreError>>) {
     let started = Instant::now();
     let outcome = tokio::time::timeout(FAIL_WITHIN * 2, operation).await;
     let elapsed = started.elapsed();
@@ -28,31 +25,18 @@ async fn fails_fast<T: std::fmt::Debug>(
         Err(_) => panic!("{what} hung for {:?} while Redis was down", FAIL_WITHIN * 2),
         Ok(Ok(value)) => panic!("{what} succeeded while Redis was down: {value:?}"),
         Ok(Err(error)) => {
-            assert!(
-                elapsed < FAIL_WITHIN,
-                "{what} took {elapsed:?} to fail: {error}"
-            );
-            assert!(
-                matches!(
-                    error,
-                    StoreError::Unavailable { .. } | StoreError::Timeout { .. }
-                ),
-                "{what}: {error:?}"
-            );
+            assert!(elapsed < FAIL_WITHIN, "{what} took {elapsed:?} to fail: {error}");
+            assert!(matches!(error, StoreError::Unavailable { .. } | StoreError::Timeout { .. }), "{what}: {error:?}");
         }
     }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn store_fails_fast_while_redis_is_down_and_recovers_after() {
-    let Some(mut server) =
-        RedisServer::start("store_fails_fast_while_redis_is_down_and_recovers_after")
-    else {
+    let Some(mut server) = RedisServer::start("store_fails_fast_while_redis_is_down_and_recovers_after") else {
         return;
     };
-    let store = RedisStore::connect(&server.url())
-        .await
-        .expect("connecting the store");
+    let store = RedisStore::connect(&server.url()).await.expect("connecting the store");
     let (key, request) = (fresh_key(), fingerprint("before the outage"));
     let token = match store.claim(&key, &request, LEASE).await.unwrap() {
         Claim::Acquired { token } => token,
@@ -63,11 +47,7 @@ async fn store_fails_fast_while_redis_is_down_and_recovers_after() {
     let down = fresh_key();
     fails_fast("claim", store.claim(&down, &request, LEASE)).await;
     fails_fast("renew", store.renew(&key, token, LEASE)).await;
-    fails_fast(
-        "complete",
-        store.complete(&key, token, &response(b"lost"), LEASE),
-    )
-    .await;
+    fails_fast("complete", store.complete(&key, token, &response(b"lost"), LEASE)).await;
     fails_fast("release", store.release(&key, token)).await;
     fails_fast("get", store.get(&key)).await;
     // Still failing, still fast, on a later attempt (no growing backoff).
@@ -81,10 +61,7 @@ async fn store_fails_fast_while_redis_is_down_and_recovers_after() {
             Ok(Claim::Acquired { token }) => break token,
             Ok(other) => panic!("expected the key to be acquired, got {other:?}"),
             Err(error) => {
-                assert!(
-                    started.elapsed() < RECOVER_WITHIN,
-                    "the store did not recover: {error}"
-                );
+                assert!(started.elapsed() < RECOVER_WITHIN, "the store did not recover: {error}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -92,17 +69,8 @@ async fn store_fails_fast_while_redis_is_down_and_recovers_after() {
     // The restarted server lost its scripts: EVALSHA's NOSCRIPT fallback
     // reloads them, and every operation works on the same store.
     assert_eq!(store.renew(&key, token, LEASE).await.unwrap(), Fence::Held);
-    assert_eq!(
-        store
-            .complete(&key, token, &response(b"ok"), LEASE)
-            .await
-            .unwrap(),
-        Fence::Held
-    );
-    assert_eq!(
-        store.claim(&key, &request, LEASE).await.unwrap(),
-        Claim::Replay(response(b"ok"))
-    );
+    assert_eq!(store.complete(&key, token, &response(b"ok"), LEASE).await.unwrap(), Fence::Held);
+    assert_eq!(store.claim(&key, &request, LEASE).await.unwrap(), Claim::Replay(response(b"ok")));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -112,28 +80,18 @@ async fn connecting_to_a_stopped_server_fails_fast() {
     };
     server.stop();
     let started = Instant::now();
-    let error = RedisStore::connect(&server.url())
-        .await
-        .expect_err("nothing listens");
+    let error = RedisStore::connect(&server.url()).await.expect_err("nothing listens");
     assert!(started.elapsed() < FAIL_WITHIN, "{:?}", started.elapsed());
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
-    assert!(
-        error
-            .to_string()
-            .contains(&format!("127.0.0.1:{}", server.port())),
-        "{error}"
-    );
+    assert!(error.to_string().contains(&format!("127.0.0.1:{}", server.port())), "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hung_server_times_out_and_the_connection_survives() {
-    let Some(server) = RedisServer::start("a_hung_server_times_out_and_the_connection_survives")
-    else {
+    let Some(server) = RedisServer::start("a_hung_server_times_out_and_the_connection_survives") else {
         return;
     };
-    let store = RedisStore::connect(&server.url())
-        .await
-        .expect("connecting the store");
+    let store = RedisStore::connect(&server.url()).await.expect("connecting the store");
     let (key, request) = (fresh_key(), fingerprint("while hung"));
 
     // The server stops answering but keeps its connections open: only the
@@ -157,22 +115,10 @@ async fn a_hung_server_times_out_and_the_connection_survives() {
     // an ambiguous failure, which the lease resolves. Later replies are not
     // confused with the late one.
     match store.claim(&key, &request, LEASE).await.unwrap() {
-        Claim::InFlight { retry_after } => assert!(
-            retry_after > LEASE - Duration::from_secs(10),
-            "{retry_after:?}"
-        ),
+        Claim::InFlight { retry_after } => assert!(retry_after > LEASE - Duration::from_secs(10), "{retry_after:?}"),
         other => panic!("expected the timed-out claim to hold the key, got {other:?}"),
     }
     let key = fresh_key();
-    assert!(matches!(
-        store.claim(&key, &request, LEASE).await.unwrap(),
-        Claim::Acquired { .. }
-    ));
-    assert_eq!(
-        store
-            .claim(&key, &fingerprint("other"), LEASE)
-            .await
-            .unwrap(),
-        Claim::Mismatch
-    );
+    assert!(matches!(store.claim(&key, &request, LEASE).await.unwrap(), Claim::Acquired { .. }));
+    assert_eq!(store.claim(&key, &fingerprint("other"), LEASE).await.unwrap(), Claim::Mismatch);
 }

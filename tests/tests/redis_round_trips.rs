@@ -31,16 +31,9 @@ struct Observer {
 impl Observer {
     async fn new(server: &RedisServer) -> Self {
         let client = redis::Client::open(server.url()).expect("a valid URL");
-        let admin = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connecting the observer");
+        let admin = client.get_multiplexed_async_connection().await.expect("connecting the observer");
         let monitor = client.get_async_monitor().await.expect("MONITOR");
-        let mut observer = Self {
-            admin,
-            feed: Box::pin(monitor.into_on_message::<String>()),
-            marks: 0,
-        };
+        let mut observer = Self { admin, feed: Box::pin(monitor.into_on_message::<String>()), marks: 0 };
         observer.mark().await;
         observer
     }
@@ -50,11 +43,7 @@ impl Observer {
     async fn mark(&mut self) -> Vec<String> {
         self.marks += 1;
         let marker = format!("idem-round-trip-mark-{}", self.marks);
-        let echoed: String = redis::cmd("ECHO")
-            .arg(&marker)
-            .query_async(&mut self.admin)
-            .await
-            .expect("ECHO");
+        let echoed: String = redis::cmd("ECHO").arg(&marker).query_async(&mut self.admin).await.expect("ECHO");
         assert_eq!(echoed, marker);
         let mut commands = Vec::new();
         loop {
@@ -71,10 +60,7 @@ impl Observer {
                 .and_then(|(_, rest)| rest.split_once("] "))
                 .unwrap_or_else(|| panic!("unexpected MONITOR line {line:?}"));
             if !source.ends_with(" lua") {
-                let name = command
-                    .split('"')
-                    .nth(1)
-                    .unwrap_or_else(|| panic!("no command in {line:?}"));
+                let name = command.split('"').nth(1).unwrap_or_else(|| panic!("no command in {line:?}"));
                 commands.push(name.to_ascii_uppercase());
             }
         }
@@ -91,9 +77,7 @@ async fn each_operation_is_one_command() {
         return;
     };
     let mut observer = Observer::new(&server).await;
-    let store = RedisStore::connect(&server.url())
-        .await
-        .expect("connecting the store");
+    let store = RedisStore::connect(&server.url()).await.expect("connecting the store");
     let (key, request) = (fresh_key(), fingerprint("order 42"));
 
     // First execution: claim + complete (connecting loaded the scripts).
@@ -102,20 +86,11 @@ async fn each_operation_is_one_command() {
         Claim::Acquired { token } => token,
         other => panic!("expected the key to be acquired, got {other:?}"),
     };
-    assert_eq!(
-        store
-            .complete(&key, token, &response(b"created"), TTL)
-            .await
-            .unwrap(),
-        Fence::Held
-    );
+    assert_eq!(store.complete(&key, token, &response(b"created"), TTL).await.unwrap(), Fence::Held);
     assert_eq!(observer.mark().await, evalsha(2), "a first execution");
 
     // Replay: one command.
-    assert_eq!(
-        store.claim(&key, &request, LEASE).await.unwrap(),
-        Claim::Replay(response(b"created"))
-    );
+    assert_eq!(store.claim(&key, &request, LEASE).await.unwrap(), Claim::Replay(response(b"created")));
     assert_eq!(observer.mark().await, evalsha(1), "a replay");
 
     // A heartbeat on an in-flight key: one command; so is a duplicate's claim.
@@ -127,40 +102,23 @@ async fn each_operation_is_one_command() {
     observer.mark().await;
     assert_eq!(store.renew(&key, token, LEASE).await.unwrap(), Fence::Held);
     assert_eq!(observer.mark().await, evalsha(1), "a renewal");
-    assert!(matches!(
-        store.claim(&key, &request, LEASE).await.unwrap(),
-        Claim::InFlight { .. }
-    ));
+    assert!(matches!(store.claim(&key, &request, LEASE).await.unwrap(), Claim::InFlight { .. }));
     assert_eq!(observer.mark().await, evalsha(1), "an in-flight duplicate");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn scripts_come_back_after_a_flush_at_the_cost_of_one_load() {
-    let Some(server) =
-        RedisServer::start("scripts_come_back_after_a_flush_at_the_cost_of_one_load")
-    else {
+    let Some(server) = RedisServer::start("scripts_come_back_after_a_flush_at_the_cost_of_one_load") else {
         return;
     };
     let mut observer = Observer::new(&server).await;
-    let store = RedisStore::connect(&server.url())
-        .await
-        .expect("connecting the store");
-    let () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut observer.admin)
-        .await
-        .expect("SCRIPT FLUSH");
+    let store = RedisStore::connect(&server.url()).await.expect("connecting the store");
+    let () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut observer.admin).await.expect("SCRIPT FLUSH");
     observer.mark().await;
     let (key, request) = (fresh_key(), fingerprint("after flush"));
-    assert!(matches!(
-        store.claim(&key, &request, LEASE).await.unwrap(),
-        Claim::Acquired { .. }
-    ));
+    assert!(matches!(store.claim(&key, &request, LEASE).await.unwrap(), Claim::Acquired { .. }));
     // EVALSHA answered NOSCRIPT, then SCRIPT LOAD and EVALSHA again.
     assert_eq!(observer.mark().await, ["EVALSHA", "SCRIPT", "EVALSHA"]);
-    assert!(matches!(
-        store.claim(&key, &request, LEASE).await.unwrap(),
-        Claim::InFlight { .. }
-    ));
+    assert!(matches!(store.claim(&key, &request, LEASE).await.unwrap(), Claim::InFlight { .. }));
     assert_eq!(observer.mark().await, evalsha(1), "loaded again for good");
 }

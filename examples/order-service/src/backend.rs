@@ -20,9 +20,8 @@ pub async fn connect(url: &StoreUrl) -> Result<(Arc<dyn Store>, Arc<dyn Repo>), 
             let redacted = url.redacted();
             let fail = |e: &dyn std::fmt::Display| format!("cannot connect to redis at {redacted}: {e}");
             let client = redis::Client::open(raw.as_str()).map_err(|e| fail(&e))?;
-            let connection = ConnectionManager::new_with_config(client, RedisStore::default_config())
-                .await
-                .map_err(|e| fail(&e))?;
+            let connection =
+                ConnectionManager::new_with_config(client, RedisStore::default_config()).await.map_err(|e| fail(&e))?;
             let store = RedisStore::from_manager(connection.clone());
             store.load_scripts().await.map_err(|e| fail(&e))?;
             Ok((Arc::new(store), Arc::new(RedisRepo::new(connection))))
@@ -51,10 +50,7 @@ async fn migrate(store: &PostgresStore) -> Result<(), String> {
         PostgresRepo::migrate(&mut connection).await.map_err(|e| fail(&e))
     }
     .await;
-    let unlock = sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(MIGRATION_LOCK)
-        .execute(&mut *connection)
-        .await;
+    let unlock = sqlx::query("SELECT pg_advisory_unlock($1)").bind(MIGRATION_LOCK).execute(&mut *connection).await;
     result?;
     unlock.map(drop).map_err(|e| fail(&e))
 }

@@ -57,8 +57,6 @@ impl ResponseError for ApiError {
             "status": status.as_u16(),
             "detail": self.to_string(),
         });
-        HttpResponse::build(status)
-            .insert_header((CONTENT_TYPE, "application/problem+json"))
-            .body(body.to_string())
+        HttpResponse::build(status).insert_header((CONTENT_TYPE, "application/problem+json")).body(body.to_string())
     }
 }

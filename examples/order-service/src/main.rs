@@ -33,13 +33,10 @@ async fn main() -> std::io::Result<()> {
         std::io::Error::other(e)
     })?;
     let idem = Idem::from_arc(store).subject(user_id);
-    let state = web::Data::new(AppState {
-        repo,
-        charge_delay: Duration::from_millis(config.charge_delay_ms),
-        metrics,
-    });
-    let server = HttpServer::new(move || App::new().app_data(idem.clone()).app_data(state.clone()).configure(configure))
-        .bind(&config.addr)?;
+    let state = web::Data::new(AppState { repo, charge_delay: Duration::from_millis(config.charge_delay_ms), metrics });
+    let server =
+        HttpServer::new(move || App::new().app_data(idem.clone()).app_data(state.clone()).configure(configure))
+            .bind(&config.addr)?;
     let addr = server.addrs().first().map_or(config.addr.clone(), ToString::to_string);
     tracing::info!(
         addr = %addr,

@@ -43,11 +43,7 @@ impl NewPayment {
 }
 
 fn check_amount(amount: i64) -> Result<(), String> {
-    if amount > 0 {
-        Ok(())
-    } else {
-        Err(format!("amount_cents must be an integer above zero; got {amount}"))
-    }
+    if amount > 0 { Ok(()) } else { Err(format!("amount_cents must be an integer above zero; got {amount}")) }
 }
 
 /// An order, as stored.
@@ -135,11 +131,7 @@ mod tests {
     use super::*;
 
     fn order(customer: &str, amount: i64, currency: &str) -> NewOrder {
-        NewOrder {
-            customer_id: customer.into(),
-            amount_cents: amount,
-            currency: currency.into(),
-        }
+        NewOrder { customer_id: customer.into(), amount_cents: amount, currency: currency.into() }
     }
 
     #[test]

@@ -68,9 +68,7 @@ async fn create_order(
     new.validate().map_err(ApiError::Invalid)?;
     let order = Order::new(&user.0, new);
     state.repo.insert_order(&order).await?;
-    Ok(HttpResponse::Created()
-        .insert_header((LOCATION, format!("/orders/{}", order.id)))
-        .json(order.to_json()))
+    Ok(HttpResponse::Created().insert_header((LOCATION, format!("/orders/{}", order.id))).json(order.to_json()))
 }
 
 /// Pays an order through the simulated provider.
@@ -126,9 +124,7 @@ async fn stats(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
 /// Prometheus text exposition.
 #[get("/metrics")]
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4")
-        .body(state.metrics.render())
+    HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(state.metrics.render())
 }
 
 /// Liveness.

@@ -17,15 +17,9 @@ pub(crate) async fn buffer(req: &HttpRequest, mut payload: Payload, limit: usize
             &format!("the request body ({size} bytes) is over the limit of {limit} bytes"),
         )
     };
-    let declared = req
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if let Some(length) = declared {
-        if length > limit as u64 {
-            return Err(too_large(&length));
-        }
+    let declared = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if let Some(length) = declared.filter(|&length| length > limit as u64) {
+        return Err(too_large(&length));
     }
     let capacity = declared.map_or(0, |l| l as usize);
     let mut body = BytesMut::with_capacity(capacity);

@@ -31,11 +31,7 @@ impl Captured {
             Ok(body) => Self { status, headers, body },
             Err(error) => {
                 tracing::error!(error = %error, "the handler's response body failed");
-                Self {
-                    status: StatusCode::INTERNAL_SERVER_ERROR,
-                    headers: Vec::new(),
-                    body: Bytes::new(),
-                }
+                Self { status: StatusCode::INTERNAL_SERVER_ERROR, headers: Vec::new(), body: Bytes::new() }
             }
         }
     }

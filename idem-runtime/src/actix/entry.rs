@@ -46,9 +46,7 @@ where
         key = tracing::field::Empty,
         outcome = tracing::field::Empty,
     );
-    process(options, route, req, payload.into_inner(), handler)
-        .instrument(span)
-        .await
+    process(options, route, req, payload.into_inner(), handler).instrument(span).await
 }
 
 async fn process<F, Args>(
@@ -130,13 +128,7 @@ where
         let claim = store_call(config.store.kind(), "claim", config.store_timeout, claim).await;
         match claim {
             Ok(Claim::Acquired { token }) => {
-                let claimed = Claimed {
-                    config,
-                    options,
-                    route,
-                    key,
-                    token,
-                };
+                let claimed = Claimed { config, options, route, key, token };
                 return execute(claimed, req, handler, args).await;
             }
             Ok(Claim::Replay(stored)) => {

@@ -58,13 +58,7 @@ where
     };
     let outcome = AssertUnwindSafe(work).catch_unwind().await;
     drop(heartbeat);
-    let Claimed {
-        config,
-        options,
-        route,
-        key,
-        token,
-    } = claimed;
+    let Claimed { config, options, route, key, token } = claimed;
     let store = config.store.kind();
     let release = || store_call(store, "release", config.store_timeout, config.store.release(&key, token));
     let captured = match outcome {

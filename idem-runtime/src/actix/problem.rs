@@ -44,22 +44,16 @@ impl ProblemKind {
             Self::InvalidKey => (StatusCode::BAD_REQUEST, "invalid-key", "Idempotency key invalid"),
             Self::MissingSubject => (StatusCode::UNAUTHORIZED, "missing-subject", "Authentication required"),
             Self::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body-too-large", "Request body too large"),
-            Self::KeyReused => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "key-reused",
-                "Idempotency key reused with a different request",
-            ),
+            Self::KeyReused => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "key-reused", "Idempotency key reused with a different request")
+            }
             Self::InFlight => (StatusCode::CONFLICT, "in-flight", "Request already in progress"),
-            Self::StoreUnavailable => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "store-unavailable",
-                "Idempotency store unavailable",
-            ),
-            Self::NotConfigured => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "not-configured",
-                "Idempotency runtime not configured",
-            ),
+            Self::StoreUnavailable => {
+                (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "Idempotency store unavailable")
+            }
+            Self::NotConfigured => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "not-configured", "Idempotency runtime not configured")
+            }
             Self::HandlerPanicked => (StatusCode::INTERNAL_SERVER_ERROR, "handler-panicked", "Internal error"),
             Self::ResponseNotStored => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -87,12 +81,7 @@ struct Body<'a> {
 /// Serializes the problem body.
 pub(crate) fn body(kind: ProblemKind, detail: &str) -> Vec<u8> {
     let (status, _, title) = kind.parts();
-    let body = Body {
-        kind: &kind.type_uri(),
-        title,
-        status: status.as_u16(),
-        detail,
-    };
+    let body = Body { kind: &kind.type_uri(), title, status: status.as_u16(), detail };
     serde_json::to_vec(&body).unwrap_or_default()
 }
 

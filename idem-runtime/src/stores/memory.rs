@@ -85,11 +85,7 @@ impl MemoryStore {
     /// A store holding at most `max_entries` records and `max_bytes` of
     /// stored responses.
     pub fn with_limits(max_entries: usize, max_bytes: usize) -> Self {
-        Self {
-            inner: Mutex::new(Inner::default()),
-            max_entries: max_entries.max(1),
-            max_bytes,
-        }
+        Self { inner: Mutex::new(Inner::default()), max_entries: max_entries.max(1), max_bytes }
     }
 
     /// Number of records held, expired ones not yet purged included.
@@ -141,9 +137,7 @@ impl Store for MemoryStore {
                 }
                 return Ok(match &entry.state {
                     State::Completed { response, .. } => Claim::Replay(response.clone()),
-                    State::InFlight { lease_until, .. } => Claim::InFlight {
-                        retry_after: *lease_until - now,
-                    },
+                    State::InFlight { lease_until, .. } => Claim::InFlight { retry_after: *lease_until - now },
                 });
             }
             inner.remove(key.as_str());
@@ -164,13 +158,7 @@ impl Store for MemoryStore {
             }
         }
         let token = FencingToken::generate();
-        let entry = Entry {
-            fingerprint: *fingerprint,
-            state: State::InFlight {
-                token,
-                lease_until: now + lease,
-            },
-        };
+        let entry = Entry { fingerprint: *fingerprint, state: State::InFlight { token, lease_until: now + lease } };
         inner.records.insert(key.as_str().to_owned(), entry);
         Ok(Claim::Acquired { token })
     }
@@ -180,10 +168,7 @@ impl Store for MemoryStore {
         let mut inner = self.inner.lock();
         match inner.records.get_mut(key.as_str()) {
             Some(entry) if entry.owned_by(token, now) => {
-                entry.state = State::InFlight {
-                    token,
-                    lease_until: now + lease,
-                };
+                entry.state = State::InFlight { token, lease_until: now + lease };
                 Ok(Fence::Held)
             }
             _ => Ok(Fence::Lost),
@@ -201,10 +186,7 @@ impl Store for MemoryStore {
         let mut inner = self.inner.lock();
         match inner.records.get_mut(key.as_str()) {
             Some(entry) if entry.owned_by(token, now) => {
-                entry.state = State::Completed {
-                    response: response.clone(),
-                    expires_at: now + ttl,
-                };
+                entry.state = State::Completed { response: response.clone(), expires_at: now + ttl };
                 inner.bytes += response.size();
                 Ok(Fence::Held)
             }
@@ -231,19 +213,14 @@ impl Store for MemoryStore {
             return Ok(None);
         };
         let state = match &entry.state {
-            State::InFlight { token, lease_until } => RecordState::InFlight {
-                token: *token,
-                lease_left: *lease_until - now,
-            },
-            State::Completed { response, expires_at } => RecordState::Completed {
-                response: response.clone(),
-                ttl_left: *expires_at - now,
-            },
+            State::InFlight { token, lease_until } => {
+                RecordState::InFlight { token: *token, lease_left: *lease_until - now }
+            }
+            State::Completed { response, expires_at } => {
+                RecordState::Completed { response: response.clone(), ttl_left: *expires_at - now }
+            }
         };
-        Ok(Some(Record {
-            fingerprint: entry.fingerprint,
-            state,
-        }))
+        Ok(Some(Record { fingerprint: entry.fingerprint, state }))
     }
 
     async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {

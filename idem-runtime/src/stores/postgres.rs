@@ -123,13 +123,7 @@ impl PostgresStore {
 
     fn build(pool: PgPool, table: TableName) -> Self {
         let server = error::describe(&pool.connect_options()).into();
-        Self {
-            sql: Statements::new(&table),
-            pool,
-            table,
-            server,
-            timeout: Some(DEFAULT_OPERATION_TIMEOUT),
-        }
+        Self { sql: Statements::new(&table), pool, table, server, timeout: Some(DEFAULT_OPERATION_TIMEOUT) }
     }
 
     /// Pool settings suited to the store: connections are awaited at most
@@ -148,10 +142,7 @@ impl PostgresStore {
 
     /// Connects to `url` with the given pool settings.
     pub async fn connect_with(url: &str, options: PgPoolOptions) -> Result<Self, StoreError> {
-        let pool = options
-            .connect(url)
-            .await
-            .map_err(|e| error::connect_error(e, url))?;
+        let pool = options.connect(url).await.map_err(|e| error::connect_error(e, url))?;
         Ok(Self::new(pool))
     }
 
@@ -186,9 +177,7 @@ impl PostgresStore {
                 .bind(format!("idem-runtime migrate {}", self.table))
                 .execute(&mut *tx)
                 .await?;
-            sqlx::raw_sql(sql(&self.sql.schema))
-                .execute(&mut *tx)
-                .await?;
+            sqlx::raw_sql(sql(&self.sql.schema)).execute(&mut *tx).await?;
             tx.commit().await
         }
         .await;
@@ -206,14 +195,11 @@ impl PostgresStore {
         SweeperHandle::spawn(self.clone(), interval, batch)
     }
 
-    async fn run<T>(
-        &self,
-        operation: impl Future<Output = Result<T, sqlx::Error>>,
-    ) -> Result<T, StoreError> {
+    async fn run<T>(&self, operation: impl Future<Output = Result<T, sqlx::Error>>) -> Result<T, StoreError> {
         let result = match self.timeout {
-            Some(after) => tokio::time::timeout(after, operation)
-                .await
-                .map_err(|_| StoreError::Timeout { store: KIND, after })?,
+            Some(after) => {
+                tokio::time::timeout(after, operation).await.map_err(|_| StoreError::Timeout { store: KIND, after })?
+            }
             None => operation.await,
         };
         result.map_err(|e| self.error(e))
@@ -224,10 +210,7 @@ impl PostgresStore {
     }
 
     fn corrupt(&self, reason: String) -> StoreError {
-        StoreError::Corrupt {
-            store: KIND,
-            message: format!("table {} on {}: {reason}", self.table, self.server),
-        }
+        StoreError::Corrupt { store: KIND, message: format!("table {} on {}: {reason}", self.table, self.server) }
     }
 }
 
@@ -235,19 +218,11 @@ impl PostgresStore {
 /// lease is never shorter than asked.
 fn interval(duration: Duration) -> PgInterval {
     let micros = duration.min(MAX_INTERVAL).as_nanos().div_ceil(1000);
-    PgInterval {
-        months: 0,
-        days: 0,
-        microseconds: i64::try_from(micros).unwrap_or(i64::MAX),
-    }
+    PgInterval { months: 0, days: 0, microseconds: i64::try_from(micros).unwrap_or(i64::MAX) }
 }
 
 fn fence(rows_affected: u64) -> Fence {
-    if rows_affected == 1 {
-        Fence::Held
-    } else {
-        Fence::Lost
-    }
+    if rows_affected == 1 { Fence::Held } else { Fence::Lost }
 }
 
 impl fmt::Debug for PostgresStore {
@@ -268,12 +243,7 @@ impl Store for PostgresStore {
         KIND
     }
 
-    async fn claim(
-        &self,
-        key: &StorageKey,
-        fingerprint: &Fingerprint,
-        lease: Duration,
-    ) -> Result<Claim, StoreError> {
+    async fn claim(&self, key: &StorageKey, fingerprint: &Fingerprint, lease: Duration) -> Result<Claim, StoreError> {
         let token = FencingToken::generate();
         let token_bytes = token.to_bytes();
         let query = sqlx::query(sql(&self.sql.claim))
@@ -285,20 +255,10 @@ impl Store for PostgresStore {
         row::claim(&row, token).map_err(|reason| self.corrupt(reason))
     }
 
-    async fn renew(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<Fence, StoreError> {
+    async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
         let token_bytes = token.to_bytes();
-        let query = sqlx::query(sql(&self.sql.renew))
-            .bind(key.as_str())
-            .bind(&token_bytes[..])
-            .bind(interval(lease));
-        Ok(fence(
-            self.run(query.execute(&self.pool)).await?.rows_affected(),
-        ))
+        let query = sqlx::query(sql(&self.sql.renew)).bind(key.as_str()).bind(&token_bytes[..]).bind(interval(lease));
+        Ok(fence(self.run(query.execute(&self.pool)).await?.rows_affected()))
     }
 
     async fn complete(
@@ -309,16 +269,8 @@ impl Store for PostgresStore {
         ttl: Duration,
     ) -> Result<Fence, StoreError> {
         let token_bytes = token.to_bytes();
-        let names: Vec<&str> = response
-            .headers
-            .iter()
-            .map(|(name, _)| name.as_str())
-            .collect();
-        let values: Vec<&[u8]> = response
-            .headers
-            .iter()
-            .map(|(_, value)| value.as_slice())
-            .collect();
+        let names: Vec<&str> = response.headers.iter().map(|(name, _)| name.as_str()).collect();
+        let values: Vec<&[u8]> = response.headers.iter().map(|(_, value)| value.as_slice()).collect();
         let query = sqlx::query(sql(&self.sql.complete))
             .bind(key.as_str())
             .bind(&token_bytes[..])
@@ -327,34 +279,25 @@ impl Store for PostgresStore {
             .bind(&names[..])
             .bind(&values[..])
             .bind(&response.body[..]);
-        Ok(fence(
-            self.run(query.execute(&self.pool)).await?.rows_affected(),
-        ))
+        Ok(fence(self.run(query.execute(&self.pool)).await?.rows_affected()))
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
         let token_bytes = token.to_bytes();
-        let query = sqlx::query(sql(&self.sql.release))
-            .bind(key.as_str())
-            .bind(&token_bytes[..]);
-        Ok(fence(
-            self.run(query.execute(&self.pool)).await?.rows_affected(),
-        ))
+        let query = sqlx::query(sql(&self.sql.release)).bind(key.as_str()).bind(&token_bytes[..]);
+        Ok(fence(self.run(query.execute(&self.pool)).await?.rows_affected()))
     }
 
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         let query = sqlx::query(sql(&self.sql.get)).bind(key.as_str());
         match self.run(query.fetch_optional(&self.pool)).await? {
-            Some(row) => row::record(&row)
-                .map(Some)
-                .map_err(|reason| self.corrupt(reason)),
+            Some(row) => row::record(&row).map(Some).map_err(|reason| self.corrupt(reason)),
             None => Ok(None),
         }
     }
 
     async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
-        let query =
-            sqlx::query(sql(&self.sql.purge)).bind(i64::try_from(batch).unwrap_or(i64::MAX));
+        let query = sqlx::query(sql(&self.sql.purge)).bind(i64::try_from(batch).unwrap_or(i64::MAX));
         Ok(self.run(query.execute(&self.pool)).await?.rows_affected())
     }
 }
@@ -369,24 +312,16 @@ mod tests {
         assert_eq!(interval(Duration::from_nanos(1)).microseconds, 1);
         assert_eq!(interval(Duration::from_nanos(1_001)).microseconds, 2);
         assert_eq!(interval(Duration::ZERO).microseconds, 0);
-        assert_eq!(
-            interval(Duration::MAX).microseconds,
-            MAX_INTERVAL.as_micros() as i64
-        );
+        assert_eq!(interval(Duration::MAX).microseconds, MAX_INTERVAL.as_micros() as i64);
     }
 
     #[tokio::test]
     async fn debug_output_never_shows_the_password() {
-        let pool = PostgresStore::pool_options()
-            .connect_lazy("postgres://idem:hunter2@db.invalid:5432/app")
-            .unwrap();
+        let pool = PostgresStore::pool_options().connect_lazy("postgres://idem:hunter2@db.invalid:5432/app").unwrap();
         let store = PostgresStore::with_table(pool, "app.records").unwrap();
         let debug = format!("{store:?}");
         assert!(!debug.contains("hunter2"), "{debug}");
-        assert!(
-            debug.contains("postgres://idem@db.invalid:5432/app"),
-            "{debug}"
-        );
+        assert!(debug.contains("postgres://idem@db.invalid:5432/app"), "{debug}");
         assert!(debug.contains("app.records"), "{debug}");
         assert_eq!(store.table_name(), "app.records");
     }

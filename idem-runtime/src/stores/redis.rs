@@ -126,10 +126,7 @@ pub struct RedisStore {
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
-            .field(
-                "url",
-                &self.endpoint.display().unwrap_or("<caller's connection>"),
-            )
+            .field("url", &self.endpoint.display().unwrap_or("<caller's connection>"))
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
@@ -144,15 +141,11 @@ impl RedisStore {
 
     /// Connects to `url` with a connection configuration of your own (its
     /// timeouts bound every operation), and loads the scripts.
-    pub async fn connect_with(
-        url: &str,
-        config: ConnectionManagerConfig,
-    ) -> Result<Self, StoreError> {
+    pub async fn connect_with(url: &str, config: ConnectionManagerConfig) -> Result<Self, StoreError> {
         let endpoint = Endpoint::new(Some(url::redact(url)), config.response_timeout());
         let client = redis::Client::open(url).map_err(|e| endpoint.error("open", e))?;
-        let connection = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(|e| endpoint.error("connect", e))?;
+        let connection =
+            ConnectionManager::new_with_config(client, config).await.map_err(|e| endpoint.error("connect", e))?;
         let store = Self::build(connection, endpoint);
         store.load_scripts().await?;
         Ok(store)
@@ -164,12 +157,7 @@ impl RedisStore {
     }
 
     fn build(connection: ConnectionManager, endpoint: Endpoint) -> Self {
-        Self {
-            connection,
-            scripts: Arc::new(Scripts::new()),
-            prefix: String::new(),
-            endpoint,
-        }
+        Self { connection, scripts: Arc::new(Scripts::new()), prefix: String::new(), endpoint }
     }
 
     /// The connection settings [`RedisStore::connect`] uses: fail fast
@@ -215,25 +203,18 @@ impl RedisStore {
             .query_async(&mut self.connection.clone())
             .await
             .map_err(|e| self.endpoint.error("load scripts", e))?;
-        let expected = self
-            .scripts
-            .all()
-            .map(|(script, _)| script.get_hash().to_owned());
+        let expected = self.scripts.all().map(|(script, _)| script.get_hash().to_owned());
         if hashes != expected {
             return Err(StoreError::Corrupt {
                 store: "redis",
-                message: format!(
-                    "SCRIPT LOAD answered {hashes:?}, expected the SHA-1s {expected:?}"
-                ),
+                message: format!("SCRIPT LOAD answered {hashes:?}, expected the SHA-1s {expected:?}"),
             });
         }
         Ok(())
     }
 
     async fn run(&self, operation: &str, call: &ScriptInvocation<'_>) -> Result<Value, StoreError> {
-        call.invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(|e| self.endpoint.error(operation, e))
+        call.invoke_async(&mut self.connection.clone()).await.map_err(|e| self.endpoint.error(operation, e))
     }
 }
 
@@ -243,26 +224,14 @@ impl Store for RedisStore {
         "redis"
     }
 
-    async fn claim(
-        &self,
-        key: &StorageKey,
-        fingerprint: &Fingerprint,
-        lease: Duration,
-    ) -> Result<Claim, StoreError> {
+    async fn claim(&self, key: &StorageKey, fingerprint: &Fingerprint, lease: Duration) -> Result<Claim, StoreError> {
         let token = FencingToken::generate();
         let mut call = self.scripts.claim.key(self.record_key(key));
-        call.arg(fingerprint.as_bytes().as_slice())
-            .arg(token.to_bytes().as_slice())
-            .arg(millis(lease));
+        call.arg(fingerprint.as_bytes().as_slice()).arg(token.to_bytes().as_slice()).arg(millis(lease));
         reply::claim(self.run("claim", &call).await?, token)
     }
 
-    async fn renew(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        lease: Duration,
-    ) -> Result<Fence, StoreError> {
+    async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
         let mut call = self.scripts.renew.key(self.record_key(key));
         call.arg(token.to_bytes().as_slice()).arg(millis(lease));
         reply::fence(self.run("renew", &call).await?)
@@ -286,9 +255,7 @@ impl Store for RedisStore {
             });
         }
         let mut call = self.scripts.complete.key(self.record_key(key));
-        call.arg(token.to_bytes().as_slice())
-            .arg(encoded)
-            .arg(millis(ttl));
+        call.arg(token.to_bytes().as_slice()).arg(encoded).arg(millis(ttl));
         reply::fence(self.run("complete", &call).await?)
     }
 
@@ -329,10 +296,7 @@ mod tests {
     }
 
     fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
     }
 
     #[test]
@@ -340,9 +304,7 @@ mod tests {
         runtime().block_on(async {
             let port = closed_port();
             let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
-            let manager =
-                ConnectionManager::new_lazy_with_config(client, RedisStore::default_config())
-                    .unwrap();
+            let manager = ConnectionManager::new_lazy_with_config(client, RedisStore::default_config()).unwrap();
             let key = storage_key();
             let store = RedisStore::from_manager(manager);
             assert_eq!(store.record_key(&key), key.as_str());
@@ -363,11 +325,7 @@ mod tests {
             let url = format!("redis://app:hunter2@127.0.0.1:{}/", closed_port());
             let started = std::time::Instant::now();
             let error = RedisStore::connect(&url).await.unwrap_err();
-            assert!(
-                started.elapsed() < Duration::from_secs(5),
-                "{:?}",
-                started.elapsed()
-            );
+            assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
             assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
             let shown = format!("{error} / {error:?}");
             assert!(shown.contains("redis://app:***@127.0.0.1:"), "{shown}");
@@ -380,16 +338,11 @@ mod tests {
         runtime().block_on(async {
             let url = format!("redis://:hunter2@127.0.0.1:{}/", closed_port());
             let client = redis::Client::open(url.as_str()).unwrap();
-            let manager =
-                ConnectionManager::new_lazy_with_config(client, RedisStore::default_config())
-                    .unwrap();
+            let manager = ConnectionManager::new_lazy_with_config(client, RedisStore::default_config()).unwrap();
             let mut store = RedisStore::from_manager(manager);
             store.endpoint = Endpoint::new(Some(url::redact(&url)), None);
             let shown = format!("{store:?}");
-            assert!(
-                shown.contains("redis://:***@127.0.0.1:") && !shown.contains("hunter2"),
-                "{shown}"
-            );
+            assert!(shown.contains("redis://:***@127.0.0.1:") && !shown.contains("hunter2"), "{shown}");
         });
     }
 }

@@ -47,9 +47,6 @@ impl Repo for MemoryRepo {
 
     async fn stats(&self) -> Result<Stats, RepoError> {
         let inner = self.inner.lock();
-        Ok(Stats {
-            orders_created: inner.orders.len() as u64,
-            charges: inner.charges.len() as u64,
-        })
+        Ok(Stats { orders_created: inner.orders.len() as u64, charges: inner.charges.len() as u64 })
     }
 }

@@ -24,10 +24,7 @@ pub struct RepoError {
 
 impl RepoError {
     pub(crate) fn new(backend: &'static str, error: impl std::fmt::Display) -> Self {
-        Self {
-            backend,
-            message: error.to_string(),
-        }
+        Self { backend, message: error.to_string() }
     }
 }
 

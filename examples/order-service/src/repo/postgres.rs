@@ -117,9 +117,6 @@ impl Repo for PostgresRepo {
         .await
         .map_err(fail)?;
         let count = |name: &str| row.try_get::<i64, _>(name).map(|n| n.max(0) as u64).map_err(fail);
-        Ok(Stats {
-            orders_created: count("orders")?,
-            charges: count("charges")?,
-        })
+        Ok(Stats { orders_created: count("orders")?, charges: count("charges")? })
     }
 }

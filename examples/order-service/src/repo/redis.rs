@@ -68,11 +68,7 @@ impl Repo for RedisRepo {
         }
         let keys: Vec<String> = ids.iter().map(|id| order_key(id)).collect();
         let orders: Vec<Option<String>> = connection.mget(keys).await.map_err(fail)?;
-        orders
-            .into_iter()
-            .flatten()
-            .map(|json| serde_json::from_str(&json).map_err(fail))
-            .collect()
+        orders.into_iter().flatten().map(|json| serde_json::from_str(&json).map_err(fail)).collect()
     }
 
     async fn insert_charge(&self, charge: &Charge) -> Result<(), RepoError> {
@@ -93,9 +89,6 @@ impl Repo for RedisRepo {
         let mut connection = self.connection.clone();
         let (orders, charges): (Option<u64>, Option<u64>) =
             connection.mget(&[ORDERS_CREATED, CHARGES]).await.map_err(fail)?;
-        Ok(Stats {
-            orders_created: orders.unwrap_or(0),
-            charges: charges.unwrap_or(0),
-        })
+        Ok(Stats { orders_created: orders.unwrap_or(0), charges: charges.unwrap_or(0) })
     }
 }

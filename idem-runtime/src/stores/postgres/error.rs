@@ -46,9 +46,7 @@ fn password_ranges(url: &str) -> Vec<Range<usize>> {
         scan_from = at;
     }
     // `password=` parameters, in a URL query or a key/value string.
-    while let Some(found) =
-        find_ignore_case(&url[scan_from..], "password").map(|i| scan_from + i + "password".len())
-    {
+    while let Some(found) = find_ignore_case(&url[scan_from..], "password").map(|i| scan_from + i + "password".len()) {
         scan_from = found;
         let after = &url[found..];
         let Some(value) = after.trim_start().strip_prefix('=') else {
@@ -75,9 +73,7 @@ fn password_ranges(url: &str) -> Vec<Range<usize>> {
                 }
                 1 + end
             }
-            None => trimmed
-                .find(['&', '#', ' ', '\t', '\n'])
-                .unwrap_or(trimmed.len()),
+            None => trimmed.find(['&', '#', ' ', '\t', '\n']).unwrap_or(trimmed.len()),
         };
         ranges.push(start..start + len);
         scan_from = start + len;
@@ -86,10 +82,7 @@ fn password_ranges(url: &str) -> Vec<Range<usize>> {
 }
 
 fn find_ignore_case(haystack: &str, needle: &str) -> Option<usize> {
-    haystack
-        .as_bytes()
-        .windows(needle.len())
-        .position(|window| window.eq_ignore_ascii_case(needle.as_bytes()))
+    haystack.as_bytes().windows(needle.len()).position(|window| window.eq_ignore_ascii_case(needle.as_bytes()))
 }
 
 /// Where the store connects, as `postgres://user@host:port/database`: the
@@ -112,19 +105,14 @@ pub(super) fn store_error(error: sqlx::Error, server: &str, table: &TableName) -
         | sqlx::Error::Decode(_)
         | sqlx::Error::ColumnNotFound(_)
         | sqlx::Error::ColumnIndexOutOfBounds { .. }
-        | sqlx::Error::TypeNotFound { .. } => StoreError::Corrupt {
-            store: KIND,
-            message: format!("table {table} on {server}: {error}"),
-        },
-        sqlx::Error::Database(db) if db.code().as_deref() == Some(UNDEFINED_TABLE) => {
-            StoreError::Unavailable {
-                store: KIND,
-                message: format!(
-                    "{server}: table {table} does not exist; run PostgresStore::migrate() first ({error})"
-                ),
-                source: Some(Box::new(error)),
-            }
+        | sqlx::Error::TypeNotFound { .. } => {
+            StoreError::Corrupt { store: KIND, message: format!("table {table} on {server}: {error}") }
         }
+        sqlx::Error::Database(db) if db.code().as_deref() == Some(UNDEFINED_TABLE) => StoreError::Unavailable {
+            store: KIND,
+            message: format!("{server}: table {table} does not exist; run PostgresStore::migrate() first ({error})"),
+            source: Some(Box::new(error)),
+        },
         _ => StoreError::Unavailable {
             store: KIND,
             message: format!("{server}: {error}"),
@@ -136,23 +124,15 @@ pub(super) fn store_error(error: sqlx::Error, server: &str, table: &TableName) -
 /// Maps an error of connecting to `url`, whose password must not leak
 /// through the error's message or its source.
 pub(super) fn connect_error(error: sqlx::Error, url: &str) -> StoreError {
-    let passwords: Vec<&str> = password_ranges(url)
-        .into_iter()
-        .map(|range| &url[range])
-        .filter(|p| !p.is_empty())
-        .collect();
+    let passwords: Vec<&str> =
+        password_ranges(url).into_iter().map(|range| &url[range]).filter(|p| !p.is_empty()).collect();
     let leaks = |text: &str| passwords.iter().any(|p| text.contains(p));
     let mut message = format!("{}: {error}", redact_url(url));
     for password in &passwords {
         message = message.replace(password, MASK);
     }
-    let source: Option<crate::store::BoxError> =
-        (!leaks(&error.to_string())).then(|| Box::new(error) as _);
-    StoreError::Unavailable {
-        store: KIND,
-        message,
-        source,
-    }
+    let source: Option<crate::store::BoxError> = (!leaks(&error.to_string())).then(|| Box::new(error) as _);
+    StoreError::Unavailable { store: KIND, message, source }
 }
 
 #[cfg(test)]
@@ -162,34 +142,16 @@ mod tests {
     #[test]
     fn redacts_passwords_in_every_form() {
         let cases = [
-            (
-                "postgres://idem:hunter2@db:5432/app",
-                "postgres://idem:***@db:5432/app",
-            ),
-            (
-                "postgresql://idem:p%40ss@db/app?sslmode=disable",
-                "postgresql://idem:***@db/app?sslmode=disable",
-            ),
-            (
-                "postgres://idem:pa@ss/w:rd@db/app",
-                "postgres://idem:***@db/app",
-            ),
+            ("postgres://idem:hunter2@db:5432/app", "postgres://idem:***@db:5432/app"),
+            ("postgresql://idem:p%40ss@db/app?sslmode=disable", "postgresql://idem:***@db/app?sslmode=disable"),
+            ("postgres://idem:pa@ss/w:rd@db/app", "postgres://idem:***@db/app"),
             (
                 "postgres://idem@db/app?password=hunter2&sslmode=require",
                 "postgres://idem@db/app?password=***&sslmode=require",
             ),
-            (
-                "postgres://db/app?user=u&PASSWORD=hunter2",
-                "postgres://db/app?user=u&PASSWORD=***",
-            ),
-            (
-                "host=db user=idem password=hunter2 dbname=app",
-                "host=db user=idem password=*** dbname=app",
-            ),
-            (
-                "host=db password = 'hun ter\\'2' dbname=app",
-                "host=db password = *** dbname=app",
-            ),
+            ("postgres://db/app?user=u&PASSWORD=hunter2", "postgres://db/app?user=u&PASSWORD=***"),
+            ("host=db user=idem password=hunter2 dbname=app", "host=db user=idem password=*** dbname=app"),
+            ("host=db password = 'hun ter\\'2' dbname=app", "host=db password = *** dbname=app"),
             ("postgres://idem@db:5432/app", "postgres://idem@db:5432/app"),
             ("postgres://db/app", "postgres://db/app"),
         ];
@@ -202,27 +164,15 @@ mod tests {
     #[test]
     fn connect_errors_never_carry_the_password() {
         let url = "postgres://idem:hunter2@db/app";
-        let error = connect_error(
-            sqlx::Error::Configuration("bad url postgres://idem:hunter2@db/app".into()),
-            url,
-        );
-        let StoreError::Unavailable {
-            message, source, ..
-        } = &error
-        else {
+        let error = connect_error(sqlx::Error::Configuration("bad url postgres://idem:hunter2@db/app".into()), url);
+        let StoreError::Unavailable { message, source, .. } = &error else {
             panic!("expected unavailable, got {error:?}");
         };
-        assert!(
-            !message.contains("hunter2") && !format!("{error:?}").contains("hunter2"),
-            "{message}"
-        );
+        assert!(!message.contains("hunter2") && !format!("{error:?}").contains("hunter2"), "{message}");
         assert!(source.is_none(), "a source quoting the password is dropped");
         let error = connect_error(sqlx::Error::PoolTimedOut, url);
         assert!(!format!("{error} {error:?}").contains("hunter2"));
-        assert!(
-            error.to_string().contains("postgres://idem:***@db/app"),
-            "{error}"
-        );
+        assert!(error.to_string().contains("postgres://idem:***@db/app"), "{error}");
     }
 
     #[test]

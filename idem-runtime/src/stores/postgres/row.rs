@@ -40,38 +40,26 @@ fn left(row: &PgRow) -> Decoded<Duration> {
 
 fn fingerprint(row: &PgRow) -> Decoded<Fingerprint> {
     let bytes = get::<&[u8]>(row, "fingerprint")?;
-    let bytes = <[u8; 32]>::try_from(bytes)
-        .map_err(|_| format!("fingerprint of {} bytes, not 32", bytes.len()))?;
+    let bytes = <[u8; 32]>::try_from(bytes).map_err(|_| format!("fingerprint of {} bytes, not 32", bytes.len()))?;
     Ok(Fingerprint::from_bytes(bytes))
 }
 
 fn token(row: &PgRow) -> Decoded<FencingToken> {
     let bytes = get::<Option<&[u8]>>(row, "token")?.ok_or("in-flight row without a token")?;
-    let bytes = <[u8; 16]>::try_from(bytes)
-        .map_err(|_| format!("token of {} bytes, not 16", bytes.len()))?;
+    let bytes = <[u8; 16]>::try_from(bytes).map_err(|_| format!("token of {} bytes, not 16", bytes.len()))?;
     Ok(FencingToken::from_bytes(bytes))
 }
 
 fn response(row: &PgRow) -> Decoded<StoredResponse> {
     let status = get::<Option<i32>>(row, "status")?.ok_or("completed row without a status")?;
     let status = u16::try_from(status).map_err(|_| format!("status {status} out of range"))?;
-    let names = get::<Option<Vec<String>>>(row, "header_names")?
-        .ok_or("completed row without header names")?;
-    let values = get::<Option<Vec<Vec<u8>>>>(row, "header_values")?
-        .ok_or("completed row without header values")?;
+    let names = get::<Option<Vec<String>>>(row, "header_names")?.ok_or("completed row without header names")?;
+    let values = get::<Option<Vec<Vec<u8>>>>(row, "header_values")?.ok_or("completed row without header values")?;
     if names.len() != values.len() {
-        return Err(format!(
-            "{} header names but {} header values",
-            names.len(),
-            values.len()
-        ));
+        return Err(format!("{} header names but {} header values", names.len(), values.len()));
     }
     let body = get::<Option<Vec<u8>>>(row, "body")?.ok_or("completed row without a body")?;
-    Ok(StoredResponse {
-        status,
-        headers: names.into_iter().zip(values).collect(),
-        body: Bytes::from(body),
-    })
+    Ok(StoredResponse { status, headers: names.into_iter().zip(values).collect(), body: Bytes::from(body) })
 }
 
 /// A row returned by the claim statement. `token` is the one the claim
@@ -85,9 +73,7 @@ pub(super) fn claim(row: &PgRow, token: FencingToken) -> Decoded<Claim> {
     }
     Ok(match state(row)? {
         State::Completed => Claim::Replay(response(row)?),
-        State::InFlight => Claim::InFlight {
-            retry_after: left(row)?,
-        },
+        State::InFlight => Claim::InFlight { retry_after: left(row)? },
     })
 }
 
@@ -95,14 +81,8 @@ pub(super) fn claim(row: &PgRow, token: FencingToken) -> Decoded<Claim> {
 pub(super) fn record(row: &PgRow) -> Decoded<Record> {
     let fingerprint = fingerprint(row)?;
     let state = match state(row)? {
-        State::InFlight => RecordState::InFlight {
-            token: token(row)?,
-            lease_left: left(row)?,
-        },
-        State::Completed => RecordState::Completed {
-            response: response(row)?,
-            ttl_left: left(row)?,
-        },
+        State::InFlight => RecordState::InFlight { token: token(row)?, lease_left: left(row)? },
+        State::Completed => RecordState::Completed { response: response(row)?, ttl_left: left(row)? },
     };
     Ok(Record { fingerprint, state })
 }

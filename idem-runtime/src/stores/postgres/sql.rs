@@ -42,30 +42,20 @@ fn valid_part(part: &str, max: usize) -> bool {
 impl TableName {
     /// [`DEFAULT_TABLE`], valid by construction (checked by a test).
     pub(super) fn default_table() -> Self {
-        Self {
-            schema: None,
-            table: DEFAULT_TABLE.to_owned(),
-        }
+        Self { schema: None, table: DEFAULT_TABLE.to_owned() }
     }
 
     /// Validates `name`: `table` or `schema.table`, lower-case identifiers.
     pub(super) fn parse(name: &str) -> Result<Self, InvalidTableName> {
-        let invalid = || InvalidTableName {
-            name: name.to_owned(),
-        };
+        let invalid = || InvalidTableName { name: name.to_owned() };
         let (schema, table) = match name.split_once('.') {
             Some((schema, table)) => (Some(schema), table),
             None => (None, name),
         };
-        if !valid_part(table, MAX_TABLE_LEN)
-            || !schema.is_none_or(|s| valid_part(s, MAX_SCHEMA_LEN))
-        {
+        if !valid_part(table, MAX_TABLE_LEN) || !schema.is_none_or(|s| valid_part(s, MAX_SCHEMA_LEN)) {
             return Err(invalid());
         }
-        Ok(Self {
-            schema: schema.map(str::to_owned),
-            table: table.to_owned(),
-        })
+        Ok(Self { schema: schema.map(str::to_owned), table: table.to_owned() })
     }
 
     /// The quoted, qualified name to use in SQL. Quoting keeps reserved
@@ -113,11 +103,7 @@ pub(super) struct Statements {
 impl Statements {
     pub(super) fn new(table: &TableName) -> Self {
         let (quoted, index) = (table.quoted(), table.index());
-        let render = |sql: &str| -> Arc<str> {
-            sql.replace("{table}", &quoted)
-                .replace("{index}", &index)
-                .into()
-        };
+        let render = |sql: &str| -> Arc<str> { sql.replace("{table}", &quoted).replace("{index}", &index).into() };
         Self {
             schema: render(include_str!("schema.sql")),
             claim: render(include_str!("claim.sql")),
@@ -151,10 +137,7 @@ mod tests {
         assert_eq!(qualified.index(), "\"idem_2_expires_at_idx\"");
         assert_eq!(qualified.to_string(), "billing.idem_2");
         assert!(TableName::parse("_x").is_ok());
-        assert!(
-            TableName::parse("user").is_ok(),
-            "reserved words are fine once quoted"
-        );
+        assert!(TableName::parse("user").is_ok(), "reserved words are fine once quoted");
         assert!(TableName::parse(&"t".repeat(MAX_TABLE_LEN)).is_ok());
         assert!(TableName::parse(DEFAULT_TABLE) == Ok(TableName::default_table()));
     }
@@ -197,10 +180,7 @@ mod tests {
             &statements.purge,
         ] {
             assert!(sql.contains("\"app\".\"records\""), "{sql}");
-            assert!(
-                !sql.contains("{table}") && !sql.contains("{index}"),
-                "{sql}"
-            );
+            assert!(!sql.contains("{table}") && !sql.contains("{index}"), "{sql}");
         }
         assert!(statements.schema.contains("\"records_expires_at_idx\""));
     }

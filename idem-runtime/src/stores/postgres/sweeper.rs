@@ -23,16 +23,8 @@ pub struct SweeperHandle {
 impl SweeperHandle {
     pub(super) fn spawn(store: PostgresStore, interval: Duration, batch: usize) -> Self {
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(run(
-            store,
-            interval.max(Duration::from_millis(1)),
-            batch.max(1),
-            stopped,
-        ));
-        Self {
-            stop: Some(stop),
-            task: Some(task),
-        }
+        let task = tokio::spawn(run(store, interval.max(Duration::from_millis(1)), batch.max(1), stopped));
+        Self { stop: Some(stop), task: Some(task) }
     }
 
     /// Stops the sweeper and waits for it to finish; a purge running at that
@@ -61,12 +53,7 @@ impl Drop for SweeperHandle {
 
 /// Every `interval`, deletes expired rows in batches of `batch` until a
 /// batch comes back short. Failures are logged and retried next interval.
-async fn run(
-    store: PostgresStore,
-    interval: Duration,
-    batch: usize,
-    mut stopped: oneshot::Receiver<()>,
-) {
+async fn run(store: PostgresStore, interval: Duration, batch: usize, mut stopped: oneshot::Receiver<()>) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     tracing::debug!(table = %store.table, ?interval, batch, "idem postgres sweeper started");

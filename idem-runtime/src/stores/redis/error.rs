@@ -31,10 +31,7 @@ pub(super) struct Endpoint {
 
 impl Endpoint {
     pub(super) fn new(redacted: Option<Redacted>, response_timeout: Option<Duration>) -> Self {
-        Self {
-            redacted,
-            response_timeout,
-        }
+        Self { redacted, response_timeout }
     }
 
     /// The URL without its password, if the store knows it.
@@ -49,15 +46,9 @@ impl Endpoint {
         if error.is_timeout()
             && let Some(after) = self.response_timeout
         {
-            return StoreError::Timeout {
-                store: "redis",
-                after,
-            };
+            return StoreError::Timeout { store: "redis", after };
         }
-        let target = self
-            .display()
-            .map(|url| format!(" on {url}"))
-            .unwrap_or_default();
+        let target = self.display().map(|url| format!(" on {url}")).unwrap_or_default();
         let text = self.scrub(&error.to_string());
         if error.code() == Some("OOM") {
             return StoreError::Full {
@@ -72,11 +63,7 @@ impl Endpoint {
         // A client message that quoted a secret loses its source rather
         // than leak it through the error chain.
         let source = (text == error.to_string()).then(|| Box::new(error) as crate::store::BoxError);
-        StoreError::Unavailable {
-            store: "redis",
-            message,
-            source,
-        }
+        StoreError::Unavailable { store: "redis", message, source }
     }
 
     fn scrub(&self, text: &str) -> String {
@@ -90,11 +77,7 @@ impl Endpoint {
 /// Checks a key prefix: it must not contain a brace, since the first `{...}`
 /// of a key decides its Redis Cluster slot.
 pub(super) fn check_prefix(prefix: String) -> Result<String, InvalidKeyPrefix> {
-    if prefix.contains(['{', '}']) {
-        Err(InvalidKeyPrefix { prefix })
-    } else {
-        Ok(prefix)
-    }
+    if prefix.contains(['{', '}']) { Err(InvalidKeyPrefix { prefix }) } else { Ok(prefix) }
 }
 
 #[cfg(test)]
@@ -113,20 +96,8 @@ mod tests {
         let error = RedisError::from(io::Error::from(io::ErrorKind::ConnectionRefused));
         let mapped = endpoint("redis://:hunter2@10.0.0.1:6379").error("claim", error);
         let text = mapped.to_string();
-        assert!(
-            matches!(
-                mapped,
-                StoreError::Unavailable {
-                    source: Some(_),
-                    ..
-                }
-            ),
-            "{mapped:?}"
-        );
-        assert!(
-            text.contains("claim on redis://:***@10.0.0.1:6379"),
-            "{text}"
-        );
+        assert!(matches!(mapped, StoreError::Unavailable { source: Some(_), .. }), "{mapped:?}");
+        assert!(text.contains("claim on redis://:***@10.0.0.1:6379"), "{text}");
         assert!(!text.contains("hunter2") && !format!("{mapped:?}").contains("hunter2"));
     }
 
@@ -134,26 +105,19 @@ mod tests {
     fn timeouts_report_the_configured_timeout() {
         let error = RedisError::from(io::Error::from(io::ErrorKind::TimedOut));
         let mapped = endpoint("redis://h").error("renew", error);
-        assert!(
-            matches!(mapped, StoreError::Timeout { after, .. } if after == Duration::from_secs(2))
-        );
+        assert!(matches!(mapped, StoreError::Timeout { after, .. } if after == Duration::from_secs(2)));
         // Without a known timeout it is still a failure the runtime answers 503 to.
         let error = RedisError::from(io::Error::from(io::ErrorKind::TimedOut));
         let mapped = Endpoint::new(None, None).error("renew", error);
-        assert!(
-            matches!(mapped, StoreError::Unavailable { .. }),
-            "{mapped:?}"
-        );
+        assert!(matches!(mapped, StoreError::Unavailable { .. }), "{mapped:?}");
     }
 
     #[test]
     fn messages_quoting_a_secret_are_scrubbed_and_lose_their_source() {
         let error = RedisError::from(io::Error::other("bad password hunter2"));
         let mapped = endpoint("redis://u:hunter2@h").error("get", error);
-        assert!(
-            matches!(&mapped, StoreError::Unavailable { source: None, message, .. }
-            if message.contains("bad password ***"))
-        );
+        assert!(matches!(&mapped, StoreError::Unavailable { source: None, message, .. }
+            if message.contains("bad password ***")));
     }
 
     #[test]

@@ -15,10 +15,7 @@ const IN_FLIGHT: i64 = 3;
 const MISMATCH: i64 = 4;
 
 fn corrupt(message: impl Into<String>) -> StoreError {
-    StoreError::Corrupt {
-        store: "redis",
-        message: message.into(),
-    }
+    StoreError::Corrupt { store: "redis", message: message.into() }
 }
 
 /// `PTTL` milliseconds as a duration; negative answers (no expiry, no key)
@@ -26,9 +23,7 @@ fn corrupt(message: impl Into<String>) -> StoreError {
 fn time_left(value: &Value) -> Result<Duration, StoreError> {
     match value {
         Value::Int(ms) => Ok(Duration::from_millis(u64::try_from(*ms).unwrap_or(0))),
-        other => Err(corrupt(format!(
-            "expected a PTTL in milliseconds, got {other:?}"
-        ))),
+        other => Err(corrupt(format!("expected a PTTL in milliseconds, got {other:?}"))),
     }
 }
 
@@ -36,9 +31,7 @@ fn bytes(value: Value, what: &str) -> Result<Option<Vec<u8>>, StoreError> {
     match value {
         Value::Nil => Ok(None),
         Value::BulkString(bytes) => Ok(Some(bytes)),
-        other => Err(corrupt(format!(
-            "expected the {what} as bytes, got {other:?}"
-        ))),
+        other => Err(corrupt(format!("expected the {what} as bytes, got {other:?}"))),
     }
 }
 
@@ -47,22 +40,14 @@ fn response(bytes: &[u8]) -> Result<StoredResponse, StoreError> {
 }
 
 fn token(bytes: &[u8]) -> Result<FencingToken, StoreError> {
-    let bytes: [u8; 16] = bytes.try_into().map_err(|_| {
-        corrupt(format!(
-            "a fencing token of {} bytes, expected 16",
-            bytes.len()
-        ))
-    })?;
+    let bytes: [u8; 16] =
+        bytes.try_into().map_err(|_| corrupt(format!("a fencing token of {} bytes, expected 16", bytes.len())))?;
     Ok(FencingToken::from_bytes(bytes))
 }
 
 fn fingerprint(bytes: &[u8]) -> Result<Fingerprint, StoreError> {
-    let bytes: [u8; 32] = bytes.try_into().map_err(|_| {
-        corrupt(format!(
-            "a fingerprint of {} bytes, expected 32",
-            bytes.len()
-        ))
-    })?;
+    let bytes: [u8; 32] =
+        bytes.try_into().map_err(|_| corrupt(format!("a fingerprint of {} bytes, expected 32", bytes.len())))?;
     Ok(Fingerprint::from_bytes(bytes))
 }
 
@@ -83,9 +68,7 @@ pub(super) fn claim(value: Value, token: FencingToken) -> Result<Claim, StoreErr
             Some(stored) => Ok(Claim::Replay(response(&stored)?)),
             None => Err(corrupt("a replay without a stored response")),
         },
-        (IN_FLIGHT, Some(left)) => Ok(Claim::InFlight {
-            retry_after: time_left(&left)?,
-        }),
+        (IN_FLIGHT, Some(left)) => Ok(Claim::InFlight { retry_after: time_left(&left)? }),
         (code, _) => Err(corrupt(format!("unexpected claim reply code {code}"))),
     }
 }
@@ -106,26 +89,16 @@ pub(super) fn record(value: Value) -> Result<Option<Record>, StoreError> {
         Value::Array(items) if items.len() == 4 => items,
         other => return Err(corrupt(format!("unexpected record reply {other:?}"))),
     };
-    let [fp, tok, resp, left]: [Value; 4] = items
-        .try_into()
-        .map_err(|_| corrupt("a record reply of the wrong length"))?;
+    let [fp, tok, resp, left]: [Value; 4] =
+        items.try_into().map_err(|_| corrupt("a record reply of the wrong length"))?;
     let fingerprint = match bytes(fp, "fingerprint")? {
         Some(fp) => fingerprint(&fp)?,
         None => return Ok(None),
     };
     let left = time_left(&left)?;
-    let state = match (
-        bytes(resp, "stored response")?,
-        bytes(tok, "fencing token")?,
-    ) {
-        (Some(stored), _) => RecordState::Completed {
-            response: response(&stored)?,
-            ttl_left: left,
-        },
-        (None, Some(tok)) => RecordState::InFlight {
-            token: token(&tok)?,
-            lease_left: left,
-        },
+    let state = match (bytes(resp, "stored response")?, bytes(tok, "fencing token")?) {
+        (Some(stored), _) => RecordState::Completed { response: response(&stored)?, ttl_left: left },
+        (None, Some(tok)) => RecordState::InFlight { token: token(&tok)?, lease_left: left },
         (None, None) => return Err(corrupt("a record that is neither in flight nor completed")),
     };
     Ok(Some(Record { fingerprint, state }))
@@ -138,32 +111,19 @@ mod tests {
     use super::*;
 
     fn stored() -> StoredResponse {
-        StoredResponse {
-            status: 200,
-            headers: vec![("x".into(), b"1".to_vec())],
-            body: Bytes::from_static(b"\x00ok"),
-        }
+        StoredResponse { status: 200, headers: vec![("x".into(), b"1".to_vec())], body: Bytes::from_static(b"\x00ok") }
     }
 
     #[test]
     fn reads_each_claim_outcome() {
         let token = FencingToken::generate();
-        assert_eq!(
-            claim(Value::Array(vec![Value::Int(1)]), token).unwrap(),
-            Claim::Acquired { token }
-        );
-        assert_eq!(
-            claim(Value::Array(vec![Value::Int(4)]), token).unwrap(),
-            Claim::Mismatch
-        );
+        assert_eq!(claim(Value::Array(vec![Value::Int(1)]), token).unwrap(), Claim::Acquired { token });
+        assert_eq!(claim(Value::Array(vec![Value::Int(4)]), token).unwrap(), Claim::Mismatch);
         let replay = Value::Array(vec![Value::Int(2), Value::BulkString(stored().to_bytes())]);
         assert_eq!(claim(replay, token).unwrap(), Claim::Replay(stored()));
         let in_flight = Value::Array(vec![Value::Int(3), Value::Int(1500)]);
         let retry_after = Duration::from_millis(1500);
-        assert_eq!(
-            claim(in_flight, token).unwrap(),
-            Claim::InFlight { retry_after }
-        );
+        assert_eq!(claim(in_flight, token).unwrap(), Claim::InFlight { retry_after });
     }
 
     #[test]
@@ -179,20 +139,14 @@ mod tests {
         ] {
             assert!(matches!(claim(bad, token), Err(StoreError::Corrupt { .. })));
         }
-        assert!(matches!(
-            fence(Value::Int(2)),
-            Err(StoreError::Corrupt { .. })
-        ));
+        assert!(matches!(fence(Value::Int(2)), Err(StoreError::Corrupt { .. })));
         let short_token = Value::Array(vec![
             Value::BulkString(vec![0; 32]),
             Value::BulkString(vec![0; 15]),
             Value::Nil,
             Value::Int(10),
         ]);
-        assert!(matches!(
-            record(short_token),
-            Err(StoreError::Corrupt { .. })
-        ));
+        assert!(matches!(record(short_token), Err(StoreError::Corrupt { .. })));
     }
 
     #[test]
@@ -208,29 +162,14 @@ mod tests {
         ]);
         let lease_left = Duration::from_millis(250);
         let expected = RecordState::InFlight { token, lease_left };
-        assert_eq!(
-            record(in_flight).unwrap(),
-            Some(Record {
-                fingerprint: fp,
-                state: expected
-            })
-        );
+        assert_eq!(record(in_flight).unwrap(), Some(Record { fingerprint: fp, state: expected }));
         let completed = Value::Array(vec![
             Value::BulkString(fp.as_bytes().to_vec()),
             Value::Nil,
             Value::BulkString(stored().to_bytes()),
             Value::Int(-1),
         ]);
-        let expected = RecordState::Completed {
-            response: stored(),
-            ttl_left: Duration::ZERO,
-        };
-        assert_eq!(
-            record(completed).unwrap(),
-            Some(Record {
-                fingerprint: fp,
-                state: expected
-            })
-        );
+        let expected = RecordState::Completed { response: stored(), ttl_left: Duration::ZERO };
+        assert_eq!(record(completed).unwrap(), Some(Record { fingerprint: fp, state: expected }));
     }
 }

@@ -37,13 +37,7 @@ pub(super) struct Scripts {
 impl Scripts {
     pub(super) fn new() -> Self {
         let [claim, renew, complete, release, get] = SOURCES.map(Script::new);
-        Self {
-            claim,
-            renew,
-            complete,
-            release,
-            get,
-        }
+        Self { claim, renew, complete, release, get }
     }
 
     /// Each script with its source, for `SCRIPT LOAD`.
@@ -63,9 +57,7 @@ impl Scripts {
 /// least 1 (`PEXPIRE 0` would delete the record at once) and capped.
 pub(super) fn millis(duration: Duration) -> u64 {
     let ms = duration.as_nanos().div_ceil(1_000_000);
-    u64::try_from(ms)
-        .unwrap_or(u64::MAX)
-        .clamp(1, MAX_EXPIRE_MS)
+    u64::try_from(ms).unwrap_or(u64::MAX).clamp(1, MAX_EXPIRE_MS)
 }
 
 #[cfg(test)]

@@ -20,9 +20,7 @@ impl Redacted {
         self.secrets
             .iter()
             .filter(|secret| !secret.is_empty())
-            .fold(text.to_owned(), |text, secret| {
-                text.replace(secret.as_str(), MASK)
-            })
+            .fold(text.to_owned(), |text, secret| text.replace(secret.as_str(), MASK))
     }
 }
 
@@ -32,10 +30,7 @@ impl Redacted {
 /// echoed, since it might hold a password in a shape we do not recognise.
 pub(super) fn redact(url: &str) -> Redacted {
     let Some(scheme_end) = url.find("://") else {
-        return Redacted {
-            display: "<not a URL>".to_owned(),
-            secrets: vec![url.to_owned()],
-        };
+        return Redacted { display: "<not a URL>".to_owned(), secrets: vec![url.to_owned()] };
     };
     let rest_start = scheme_end + 3;
     let rest = &url[rest_start..];
@@ -76,9 +71,7 @@ pub(super) fn redact(url: &str) -> Redacted {
                 display.push('&');
             }
             match pair.split_once('=') {
-                Some((name, value))
-                    if SECRET_PARAMS.iter().any(|p| name.eq_ignore_ascii_case(p)) =>
-                {
+                Some((name, value)) if SECRET_PARAMS.iter().any(|p| name.eq_ignore_ascii_case(p)) => {
                     secrets.push(value.to_owned());
                     display.push_str(name);
                     display.push('=');
@@ -105,20 +98,11 @@ mod tests {
 
     #[test]
     fn masks_the_password_of_the_authority() {
-        assert_eq!(
-            shown("redis://:hunter2@127.0.0.1:6379/0"),
-            "redis://:***@127.0.0.1:6379/0"
-        );
-        assert_eq!(
-            shown("rediss://app:s3cr%40t@cache.example:6380"),
-            "rediss://app:***@cache.example:6380"
-        );
+        assert_eq!(shown("redis://:hunter2@127.0.0.1:6379/0"), "redis://:***@127.0.0.1:6379/0");
+        assert_eq!(shown("rediss://app:s3cr%40t@cache.example:6380"), "rediss://app:***@cache.example:6380");
         // An `@` inside the password: the authority ends at the last one.
         assert_eq!(shown("redis://app:p@ss@host/1"), "redis://app:***@host/1");
-        assert_eq!(
-            shown("valkey://user:pw:with:colons@h"),
-            "valkey://user:***@h"
-        );
+        assert_eq!(shown("valkey://user:pw:with:colons@h"), "valkey://user:***@h");
     }
 
     #[test]
@@ -127,20 +111,12 @@ mod tests {
             shown("redis+unix:///run/redis.sock?db=2&pass=hunter2"),
             "redis+unix:///run/redis.sock?db=2&pass=***"
         );
-        assert_eq!(
-            shown("redis://h/?Password=x&protocol=resp3#f"),
-            "redis://h/?Password=***&protocol=resp3#f"
-        );
+        assert_eq!(shown("redis://h/?Password=x&protocol=resp3#f"), "redis://h/?Password=***&protocol=resp3#f");
     }
 
     #[test]
     fn leaves_urls_without_secrets_alone() {
-        for url in [
-            "redis://127.0.0.1:6379/",
-            "redis://user@host",
-            "redis://host?db=1",
-            "rediss://h:1/2#x",
-        ] {
+        for url in ["redis://127.0.0.1:6379/", "redis://user@host", "redis://host?db=1", "rediss://h:1/2#x"] {
             assert_eq!(shown(url), url);
             assert!(redact(url).secrets.is_empty());
         }
@@ -149,10 +125,7 @@ mod tests {
     #[test]
     fn never_echoes_what_is_not_a_url() {
         assert_eq!(shown("hunter2@localhost"), "<not a URL>");
-        assert_eq!(
-            redact("hunter2@localhost").scrub("bad: hunter2@localhost"),
-            "bad: ***"
-        );
+        assert_eq!(redact("hunter2@localhost").scrub("bad: hunter2@localhost"), "bad: ***");
     }
 
     #[test]
