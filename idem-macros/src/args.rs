@@ -18,16 +18,7 @@ use crate::duration::parse_duration;
 use crate::validate::combine;
 
 /// Every argument, in the order the docs list them.
-const NAMES: [&str; 8] = [
-    "ttl",
-    "scope",
-    "lock_ttl",
-    "header",
-    "required",
-    "in_flight",
-    "wait",
-    "crate",
-];
+const NAMES: [&str; 8] = ["ttl", "scope", "lock_ttl", "header", "required", "in_flight", "wait", "crate"];
 
 /// A value given in the attribute, with the spans of its name and literal.
 pub(crate) struct Given<T> {
@@ -86,19 +77,13 @@ impl Arg {
             }
             None
         };
-        Ok(Arg {
-            path: meta.path.clone(),
-            value,
-        })
+        Ok(Arg { path: meta.path.clone(), value })
     }
 
     /// The value, or an error on the name when it has none.
     fn value(&self, name: &str, example: &str) -> syn::Result<&Expr> {
         self.value.as_ref().ok_or_else(|| {
-            syn::Error::new_spanned(
-                &self.path,
-                format!("`{name}` needs a value, for example `{name} = {example}`"),
-            )
+            syn::Error::new_spanned(&self.path, format!("`{name}` needs a value, for example `{name} = {example}`"))
         })
     }
 
@@ -114,11 +99,7 @@ impl Arg {
     }
 
     fn given<T>(&self, value: T, span: Span) -> Given<T> {
-        Given {
-            value,
-            name: self.path.span(),
-            span,
-        }
+        Given { value, name: self.path.span(), span }
     }
 }
 
@@ -184,9 +165,7 @@ impl Args {
             other => {
                 return Err(syn::Error::new(
                     lit.span(),
-                    format!(
-                        "unknown scope \"{other}\"; expected \"user\", \"route\" or \"global\""
-                    ),
+                    format!("unknown scope \"{other}\"; expected \"user\", \"route\" or \"global\""),
                 ));
             }
         };
@@ -224,13 +203,8 @@ impl Args {
         let value = arg.value("required", "false")?;
         arg.once(&self.required, "required")?;
         let required = match value {
-            Expr::Lit(ExprLit {
-                lit: Lit::Bool(LitBool { value, span }),
-                ..
-            }) => arg.given(*value, *span),
-            Expr::Lit(ExprLit {
-                lit: Lit::Str(lit), ..
-            }) if matches!(lit.value().as_str(), "true" | "false") => {
+            Expr::Lit(ExprLit { lit: Lit::Bool(LitBool { value, span }), .. }) => arg.given(*value, *span),
+            Expr::Lit(ExprLit { lit: Lit::Str(lit), .. }) if matches!(lit.value().as_str(), "true" | "false") => {
                 return Err(syn::Error::new(
                     lit.span(),
                     format!(
@@ -261,9 +235,7 @@ impl Args {
             other => {
                 return Err(syn::Error::new(
                     lit.span(),
-                    format!(
-                        "unknown `in_flight` mode \"{other}\"; expected \"reject\" or \"wait\""
-                    ),
+                    format!("unknown `in_flight` mode \"{other}\"; expected \"reject\" or \"wait\""),
                 ));
             }
         };
@@ -318,15 +290,7 @@ fn unknown_argument(name: &str) -> String {
 /// Levenshtein distance, ASCII-case-insensitive, `-` counted as `_`.
 fn edit_distance(a: &str, b: &str) -> usize {
     let normalize = |text: &str| -> Vec<char> {
-        text.chars()
-            .map(|ch| {
-                if ch == '-' {
-                    '_'
-                } else {
-                    ch.to_ascii_lowercase()
-                }
-            })
-            .collect()
+        text.chars().map(|ch| if ch == '-' { '_' } else { ch.to_ascii_lowercase() }).collect()
     };
     let (a, b) = (normalize(a), normalize(b));
     let mut previous: Vec<usize> = (0..=b.len()).collect();
@@ -344,9 +308,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// The string literal of a `name = "..."` argument.
 fn string(value: &Expr, name: &str, example: &str) -> syn::Result<LitStr> {
     match value {
-        Expr::Lit(ExprLit {
-            lit: Lit::Str(lit), ..
-        }) => Ok(lit.clone()),
+        Expr::Lit(ExprLit { lit: Lit::Str(lit), .. }) => Ok(lit.clone()),
         other => Err(syn::Error::new_spanned(
             other,
             format!("`{name}` expects a string literal, for example `{name} = {example}`"),
@@ -360,10 +322,9 @@ fn duration(arg: &Arg, value: &Expr, name: &str, example: &str) -> syn::Result<G
     let text = lit.value();
     match parse_duration(&text) {
         Ok(duration) => Ok(arg.given(duration, lit.span())),
-        Err(error) => Err(syn::Error::new(
-            lit.span(),
-            format!("invalid `{name}` \"{}\": {error}", text.escape_debug()),
-        )),
+        Err(error) => {
+            Err(syn::Error::new(lit.span(), format!("invalid `{name}` \"{}\": {error}", text.escape_debug())))
+        }
     }
 }
 
@@ -372,9 +333,7 @@ fn header_name_problem(name: &str) -> Option<String> {
     if name.is_empty() {
         return Some("the name is empty".to_owned());
     }
-    let bad = name
-        .chars()
-        .find(|&ch| !(ch.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(ch)))?;
+    let bad = name.chars().find(|&ch| !(ch.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(ch)))?;
     Some(format!("{bad:?} is not allowed"))
 }
 
@@ -394,11 +353,7 @@ mod tests {
     fn error(tokens: TokenStream) -> String {
         match Args::parse(tokens) {
             Ok(_) => panic!("expected an error"),
-            Err(error) => error
-                .into_iter()
-                .map(|error| error.to_string())
-                .collect::<Vec<_>>()
-                .join("\n"),
+            Err(error) => error.into_iter().map(|error| error.to_string()).collect::<Vec<_>>().join("\n"),
         }
     }
 
@@ -422,14 +377,8 @@ mod tests {
         ));
         assert_eq!(args.ttl.map(|g| g.value), Some(Duration::from_secs(5_400)));
         assert_eq!(args.scope.map(|g| g.value), Some(Scope::User));
-        assert_eq!(
-            args.lock_ttl.map(|g| g.value),
-            Some(Duration::from_secs(45))
-        );
-        assert_eq!(
-            args.header.map(|g| g.value).as_deref(),
-            Some("X-Request-Key")
-        );
+        assert_eq!(args.lock_ttl.map(|g| g.value), Some(Duration::from_secs(45)));
+        assert_eq!(args.header.map(|g| g.value).as_deref(), Some("X-Request-Key"));
         assert_eq!(args.required.map(|g| g.value), Some(false));
         assert_eq!(args.in_flight.map(|g| g.value), Some(InFlightMode::Wait));
         assert_eq!(args.wait.map(|g| g.value), Some(Duration::from_secs(5)));
@@ -439,16 +388,12 @@ mod tests {
 
     #[test]
     fn unknown_argument_lists_the_allowed_ones() {
-        let allowed =
-            "`ttl`, `scope`, `lock_ttl`, `header`, `required`, `in_flight`, `wait`, `crate`";
+        let allowed = "`ttl`, `scope`, `lock_ttl`, `header`, `required`, `in_flight`, `wait`, `crate`";
         assert_eq!(
             error(quote!(tll = "24h")),
             format!("unknown argument `tll`; expected one of {allowed} (did you mean `ttl`?)")
         );
-        assert_eq!(
-            error(quote!(expiry = "24h")),
-            format!("unknown argument `expiry`; expected one of {allowed}")
-        );
+        assert_eq!(error(quote!(expiry = "24h")), format!("unknown argument `expiry`; expected one of {allowed}"));
         assert!(error(quote!(inflight = "wait")).ends_with("(did you mean `in_flight`?)"));
         assert!(error(quote!(Lock_TTL = "1m")).ends_with("(did you mean `lock_ttl`?)"));
     }
@@ -464,11 +409,7 @@ mod tests {
 
     #[test]
     fn reports_every_bad_value_at_once() {
-        let message = error(quote!(
-            ttl = "5w",
-            scope = "users",
-            header = "Idempotency Key"
-        ));
+        let message = error(quote!(ttl = "5w", scope = "users", header = "Idempotency Key"));
         assert!(message.contains("unknown duration unit `w`"), "{message}");
         assert!(message.contains("unknown scope \"users\""), "{message}");
         assert!(message.contains("' ' is not allowed"), "{message}");
@@ -477,10 +418,7 @@ mod tests {
     #[test]
     fn refuses_duplicates_and_missing_values() {
         assert!(error(quote!(ttl = "1h", ttl = "2h")).starts_with("duplicate argument `ttl`"));
-        assert_eq!(
-            error(quote!(ttl)),
-            "`ttl` needs a value, for example `ttl = \"24h\"`"
-        );
+        assert_eq!(error(quote!(ttl)), "`ttl` needs a value, for example `ttl = \"24h\"`");
     }
 
     #[test]
@@ -488,19 +426,13 @@ mod tests {
         let message = error(quote!(scope = "users", ttl = ,));
         assert!(message.starts_with("unknown scope \"users\""), "{message}");
         assert!(message.lines().count() == 2, "{message}");
-        assert_eq!(
-            error(quote!(ttl("24h"))),
-            "`ttl` needs a value, for example `ttl = \"24h\"`"
-        );
+        assert_eq!(error(quote!(ttl("24h"))), "`ttl` needs a value, for example `ttl = \"24h\"`");
         assert!(error(quote!(idem::ttl = "24h")).starts_with("unknown argument `idem::ttl`"));
     }
 
     #[test]
     fn refuses_wrong_literal_kinds() {
-        assert_eq!(
-            error(quote!(ttl = 24)),
-            "`ttl` expects a string literal, for example `ttl = \"24h\"`"
-        );
+        assert_eq!(error(quote!(ttl = 24)), "`ttl` expects a string literal, for example `ttl = \"24h\"`");
         assert!(error(quote!(required = "false")).contains("without quotes"));
         assert!(error(quote!(required = 1)).starts_with("`required` expects a bool literal"));
         assert!(error(quote!(crate = "not a path")).starts_with("`crate` expects a path"));

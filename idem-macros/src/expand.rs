@@ -10,10 +10,8 @@ use crate::validate::{InFlight, Options};
 
 /// actix-web's route macros (`#[post("/x")]`, `#[actix_web::route(..)]`, ...),
 /// recognised by the last segment of the attribute's path.
-const ROUTE_MACROS: [&str; 11] = [
-    "get", "post", "put", "patch", "delete", "head", "options", "trace", "connect", "route",
-    "routes",
-];
+const ROUTE_MACROS: [&str; 11] =
+    ["get", "post", "put", "patch", "delete", "head", "options", "trace", "connect", "route", "routes"];
 
 /// Whether an attribute belongs on the wrapper rather than on the handler.
 ///
@@ -22,13 +20,8 @@ const ROUTE_MACROS: [&str; 11] = [
 /// the code that registers the handler, not the wrapper that calls it.
 fn belongs_outside(attr: &Attribute) -> bool {
     let path = attr.path();
-    ["doc", "cfg", "deprecated"]
-        .iter()
-        .any(|name| path.is_ident(name))
-        || path
-            .segments
-            .last()
-            .is_some_and(|segment| ROUTE_MACROS.iter().any(|name| segment.ident == name))
+    ["doc", "cfg", "deprecated"].iter().any(|name| path.is_ident(name))
+        || path.segments.last().is_some_and(|segment| ROUTE_MACROS.iter().any(|name| segment.ident == name))
 }
 
 /// Expands a checked handler.
@@ -42,9 +35,8 @@ fn belongs_outside(attr: &Attribute) -> bool {
 /// }
 /// ```
 pub(crate) fn expand(options: &Options, mut function: ItemFn) -> TokenStream {
-    let (outside, inside): (Vec<Attribute>, Vec<Attribute>) = std::mem::take(&mut function.attrs)
-        .into_iter()
-        .partition(belongs_outside);
+    let (outside, inside): (Vec<Attribute>, Vec<Attribute>) =
+        std::mem::take(&mut function.attrs).into_iter().partition(belongs_outside);
     function.attrs = inside;
     // The handler becomes an item of the wrapper's body: the visibility is the
     // wrapper's now.
@@ -63,10 +55,7 @@ pub(crate) fn expand(options: &Options, mut function: ItemFn) -> TokenStream {
     // Only the call's own tokens take that span: the arguments inside keep
     // theirs (the locals' hygiene, the handler's name).
     let span = function.sig.paren_token.span.join();
-    let arguments = Group::new(
-        Delimiter::Parenthesis,
-        quote!(&#route_options, #request, #payload, #name),
-    );
+    let arguments = Group::new(Delimiter::Parenthesis, quote!(&#route_options, #request, #payload, #name));
     let call = respan(quote!(#private::handle #arguments .await), span);
 
     quote! {
@@ -218,9 +207,7 @@ mod tests {
         assert!(outside(syn::parse_quote!(#[cfg(feature = "x")])));
         assert!(outside(syn::parse_quote!(#[doc = "x"])));
         assert!(outside(syn::parse_quote!(#[deprecated])));
-        assert!(!outside(
-            syn::parse_quote!(#[allow(clippy::too_many_arguments)])
-        ));
+        assert!(!outside(syn::parse_quote!(#[allow(clippy::too_many_arguments)])));
         assert!(!outside(syn::parse_quote!(#[tracing::instrument])));
     }
 }

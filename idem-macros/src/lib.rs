@@ -96,17 +96,11 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     idempotent2(args.into(), item.into()).into()
 }
 
-fn idempotent2(
-    args: proc_macro2::TokenStream,
-    item: proc_macro2::TokenStream,
-) -> proc_macro2::TokenStream {
+fn idempotent2(args: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -> proc_macro2::TokenStream {
     let function = match syn::parse2::<Item>(item.clone()) {
         Ok(Item::Fn(function)) => function,
         Ok(_) => {
-            let error = syn::Error::new(
-                Span::call_site(),
-                "`#[idempotent]` goes on an `async fn` request handler",
-            );
+            let error = syn::Error::new(Span::call_site(), "`#[idempotent]` goes on an `async fn` request handler");
             return with_error(item, error);
         }
         Err(error) => return with_error(item, error),
@@ -154,10 +148,7 @@ mod tests {
         );
         let out = idempotent2(quote!(), item.clone()).to_string();
         assert!(out.starts_with(&item.to_string()), "{out}");
-        assert!(
-            out.contains("goes on an `async fn` request handler"),
-            "{out}"
-        );
+        assert!(out.contains("goes on an `async fn` request handler"), "{out}");
     }
 
     #[test]

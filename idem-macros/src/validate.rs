@@ -47,13 +47,7 @@ impl Args {
             errors.push(self.lock_ttl_error(ttl, lock_ttl));
         }
 
-        let waits = matches!(
-            self.in_flight,
-            Some(Given {
-                value: InFlightMode::Wait,
-                ..
-            })
-        );
+        let waits = matches!(self.in_flight, Some(Given { value: InFlightMode::Wait, .. }));
         if let (Some(wait), false) = (&self.wait, waits) {
             errors.push(argument_error(
                 wait,
@@ -69,9 +63,7 @@ impl Args {
             ttl,
             lock_ttl,
             scope: self.scope.map_or(Scope::Route, |given| given.value),
-            header: self
-                .header
-                .map_or_else(|| HEADER.to_owned(), |given| given.value),
+            header: self.header.map_or_else(|| HEADER.to_owned(), |given| given.value),
             required: self.required.is_none_or(|given| given.value),
             in_flight: if waits {
                 InFlight::Wait(self.wait.map_or(WAIT, |given| given.value))
@@ -132,10 +124,7 @@ pub(crate) fn handler(function: &ItemFn) -> syn::Result<()> {
         ));
     }
     if let Some(unsafety) = sig.unsafety {
-        errors.push(syn::Error::new_spanned(
-            unsafety,
-            "an `unsafe fn` cannot be an actix-web handler",
-        ));
+        errors.push(syn::Error::new_spanned(unsafety, "an `unsafe fn` cannot be an actix-web handler"));
     }
     if let Some(receiver) = sig.receiver() {
         errors.push(syn::Error::new_spanned(
@@ -162,12 +151,10 @@ fn argument_error<T>(given: &Given<T>, message: impl std::fmt::Display) -> syn::
     // `Span::join` is not stable; `new_spanned` spans from the first token of
     // what it is given to the last one, so two placeholder tokens carrying
     // the two spans do it.
-    let tokens: TokenStream = [
-        TokenTree::Ident(Ident::new("name", given.name)),
-        TokenTree::Ident(Ident::new("value", given.span)),
-    ]
-    .into_iter()
-    .collect();
+    let tokens: TokenStream =
+        [TokenTree::Ident(Ident::new("name", given.name)), TokenTree::Ident(Ident::new("value", given.span))]
+            .into_iter()
+            .collect();
     syn::Error::new_spanned(tokens, message)
 }
 
@@ -212,9 +199,7 @@ mod tests {
 
     #[test]
     fn applies_the_defaults() {
-        let Ok(options) = build(quote!()) else {
-            panic!("defaults must build")
-        };
+        let Ok(options) = build(quote!()) else { panic!("defaults must build") };
         assert_eq!(options.ttl, Duration::from_secs(86_400));
         assert_eq!(options.lock_ttl, Duration::from_secs(30));
         assert_eq!(options.scope, Scope::Route);
@@ -226,32 +211,18 @@ mod tests {
 
     #[test]
     fn wait_mode_takes_its_wait() {
-        let Ok(options) = build(quote!(in_flight = "wait")) else {
-            panic!("must build")
-        };
-        assert!(
-            matches!(options.in_flight, InFlight::Wait(wait) if wait == Duration::from_secs(10))
-        );
-        let Ok(options) = build(quote!(in_flight = "wait", wait = "1m")) else {
-            panic!("must build")
-        };
-        assert!(
-            matches!(options.in_flight, InFlight::Wait(wait) if wait == Duration::from_secs(60))
-        );
+        let Ok(options) = build(quote!(in_flight = "wait")) else { panic!("must build") };
+        assert!(matches!(options.in_flight, InFlight::Wait(wait) if wait == Duration::from_secs(10)));
+        let Ok(options) = build(quote!(in_flight = "wait", wait = "1m")) else { panic!("must build") };
+        assert!(matches!(options.in_flight, InFlight::Wait(wait) if wait == Duration::from_secs(60)));
     }
 
     #[test]
     fn lock_ttl_must_be_below_ttl() {
         let text = message(build(quote!(ttl = "1m", lock_ttl = "1m")));
-        assert!(
-            text.starts_with("`lock_ttl` (1m) must be shorter than `ttl` (1m)"),
-            "{text}"
-        );
+        assert!(text.starts_with("`lock_ttl` (1m) must be shorter than `ttl` (1m)"), "{text}");
         let text = message(build(quote!(ttl = "20s")));
-        assert!(
-            text.starts_with("`ttl` (20s) must be longer than `lock_ttl` (30s, the default)"),
-            "{text}"
-        );
+        assert!(text.starts_with("`ttl` (20s) must be longer than `lock_ttl` (30s, the default)"), "{text}");
         let text = message(build(quote!(lock_ttl = "2d")));
         assert!(text.contains("`ttl` (1d, the default)"), "{text}");
     }
@@ -259,10 +230,7 @@ mod tests {
     #[test]
     fn wait_needs_wait_mode() {
         let text = message(build(quote!(wait = "5s")));
-        assert!(
-            text.starts_with("`wait` only applies with `in_flight = \"wait\"`"),
-            "{text}"
-        );
+        assert!(text.starts_with("`wait` only applies with `in_flight = \"wait\"`"), "{text}");
         assert!(build(quote!(in_flight = "reject", wait = "5s")).is_err());
     }
 
@@ -277,9 +245,7 @@ mod tests {
         let bad: ItemFn = syn::parse_quote!(
             unsafe fn f<T>(&self) {}
         );
-        let Err(error) = handler(&bad) else {
-            panic!("expected errors")
-        };
+        let Err(error) = handler(&bad) else { panic!("expected errors") };
         let messages: Vec<String> = error.into_iter().map(|e| e.to_string()).collect();
         assert_eq!(messages.len(), 4, "{messages:?}");
     }

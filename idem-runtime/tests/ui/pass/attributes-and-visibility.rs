@@ -41,9 +41,6 @@ async fn save_cart() -> HttpResponse {
 fn main() {
     let _ = App::new()
         .service(orders::create_order)
-        .route(
-            "/orders/{id}/refund",
-            actix_web::web::post().to(orders::refund),
-        )
+        .route("/orders/{id}/refund", actix_web::web::post().to(orders::refund))
         .service(save_cart);
 }

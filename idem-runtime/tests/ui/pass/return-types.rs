@@ -54,20 +54,12 @@ async fn result_response_error(body: web::Json<NewOrder>) -> Result<HttpResponse
 #[post("/result-json")]
 async fn result_json(body: web::Json<NewOrder>) -> Result<web::Json<Order>, actix_web::Error> {
     if body.amount_cents == 0 {
-        return Err(actix_web::error::ErrorBadRequest(
-            "an order needs an amount",
-        ));
+        return Err(actix_web::error::ErrorBadRequest("an order needs an amount"));
     }
-    Ok(web::Json(Order {
-        id: 1,
-        amount_cents: body.amount_cents,
-    }))
+    Ok(web::Json(Order { id: 1, amount_cents: body.amount_cents }))
 }
 
 fn main() {
-    let _ = App::new()
-        .service(impl_responder)
-        .service(http_response)
-        .service(result_response_error)
-        .service(result_json);
+    let _ =
+        App::new().service(impl_responder).service(http_response).service(result_response_error).service(result_json);
 }

@@ -26,16 +26,10 @@ async fn create_payment(
     req: HttpRequest,
 ) -> HttpResponse {
     let id = db.payments.fetch_add(1, Ordering::SeqCst);
-    HttpResponse::Created().body(format!(
-        "payment {id} of {} for order {order} at {}",
-        body.amount_cents,
-        req.path()
-    ))
+    HttpResponse::Created().body(format!("payment {id} of {} for order {order} at {}", body.amount_cents, req.path()))
 }
 
 fn main() {
-    let db = web::Data::new(Db {
-        payments: AtomicU64::new(0),
-    });
+    let db = web::Data::new(Db { payments: AtomicU64::new(0) });
     let _ = App::new().app_data(db).service(create_payment);
 }
