@@ -4,7 +4,8 @@
 //! parameters included), the query string and the body. JSON bodies
 //! (`application/json` and any `*/*+json` type) are canonicalized first, so
 //! a client that re-serializes the same payload with other key order or
-//! whitespace is still recognized; every other body counts byte for byte.
+//! whitespace is still recognized; every other body counts byte for byte,
+//! together with its media type (`text/plain` and a form are two requests).
 //!
 //! Each part is length-prefixed before hashing, so no two different
 //! requests can feed the hash the same bytes (`/a` + `b=1` vs `/ab` + `=1`).
@@ -54,7 +55,10 @@ impl Fingerprint {
                 field(&json);
             }
             None => {
+                // The media type tells what the bytes mean: the same bytes
+                // as text and as a form are two requests.
                 field(b"raw");
+                field(media_type(parts.content_type.unwrap_or("")).as_bytes());
                 field(parts.body);
             }
         }
@@ -90,9 +94,15 @@ impl fmt::Debug for Fingerprint {
     }
 }
 
+/// The essence of a `Content-Type` (`type/subtype`, lower case, no
+/// parameters).
+fn media_type(content_type: &str) -> String {
+    content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase()
+}
+
 /// Whether a `Content-Type` is JSON: `application/json` or `*/*+json`.
 fn is_json(content_type: &str) -> bool {
-    let essence = content_type.split(';').next().unwrap_or("").trim();
+    let essence = media_type(content_type);
     let Some((kind, subtype)) = essence.split_once('/') else {
         return false;
     };
@@ -133,8 +143,11 @@ mod tests {
         let a = Fingerprint::of(&parts("/orders", "", ct, br#"{"a":1,"b":2}"#));
         let b = Fingerprint::of(&parts("/orders", "", ct, br#"{"b":2,"a":1}"#));
         assert_ne!(a, b);
-        let none = Fingerprint::of(&parts("/orders", "", None, br#"{"a":1,"b":2}"#));
-        assert_eq!(a, none, "content types other than JSON do not matter");
+        let form =
+            Fingerprint::of(&parts("/orders", "", Some("application/x-www-form-urlencoded"), br#"{"a":1,"b":2}"#));
+        assert_ne!(a, form, "the same bytes as another media type are another request");
+        let charset = Fingerprint::of(&parts("/orders", "", Some("Text/Plain; charset=utf-8"), br#"{"a":1,"b":2}"#));
+        assert_eq!(a, charset, "only the media type's essence counts");
     }
 
     #[test]

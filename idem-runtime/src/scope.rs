@@ -7,10 +7,13 @@
 //! `format!("{scope}:{subject}:{key}")` lets subject `a:b` + key `c` meet
 //! subject `a` + key `b:c`).
 //!
-//! Every storage key also carries a Redis Cluster hash tag, `{` + 32 hex
-//! digits of SHA-256 of the encoding + `}`, placed first so that every key a
-//! store derives for one record (by appending to the storage key) lands in
-//! one cluster slot.
+//! The storage key itself is `idem:v1:{<tag>}:<rest>`, where tag and rest
+//! are the two halves of the hex SHA-256 of that encoding: stores never see
+//! the raw subject or key (secrets, NUL bytes, unbounded lengths), every key
+//! has the same small size, and two tuples meet only through a SHA-256
+//! collision. The `{tag}` is the Redis Cluster hash tag, placed first so
+//! that every key a store derives for one record (by appending to the
+//! storage key) lands in one cluster slot.
 
 use std::fmt;
 use std::str::FromStr;
@@ -94,15 +97,9 @@ impl StorageKey {
     }
 
     fn from_parts(scope: &str, subject: &str, method: &str, route: &str, key: &str) -> Self {
-        let mut body = String::new();
-        for part in [scope, subject, method, route, key] {
-            body.push_str(&part.len().to_string());
-            body.push(':');
-            body.push_str(part);
-        }
-        let digest = Sha256::digest(body.as_bytes());
-        let tag = hex::encode(&digest[..16]);
-        Self { encoded: format!("idem:v{KEY_FORMAT_VERSION}:{{{tag}}}:{body}") }
+        let digest = hex::encode(Sha256::digest(encode(scope, subject, method, route, key).as_bytes()));
+        let (tag, rest) = digest.split_at(32);
+        Self { encoded: format!("idem:v{KEY_FORMAT_VERSION}:{{{tag}}}:{rest}") }
     }
 
     /// The full encoded key, as stores should use it.
@@ -116,6 +113,18 @@ impl StorageKey {
         let end = self.encoded[start..].find('}').map_or(self.encoded.len(), |i| start + i + 1);
         &self.encoded[start..end]
     }
+}
+
+/// The injective encoding of the tuple: each part as `<byte length>:<bytes>`.
+fn encode(scope: &str, subject: &str, method: &str, route: &str, key: &str) -> String {
+    let mut body = format!("v{KEY_FORMAT_VERSION}");
+    for part in [scope, subject, method, route, key] {
+        body.push('|');
+        body.push_str(&part.len().to_string());
+        body.push(':');
+        body.push_str(part);
+    }
+    body
 }
 
 impl fmt::Debug for StorageKey {
@@ -170,6 +179,16 @@ mod tests {
         assert!(tag[1..33].bytes().all(|b| b.is_ascii_hexdigit()));
         assert!(k.as_str().starts_with(&format!("idem:v1:{tag}:")));
         assert!(!format!("{k:?}").contains("evil"));
+    }
+
+    #[test]
+    fn stores_never_see_the_raw_subject_or_key() {
+        let long = "s".repeat(10_000);
+        for subject in ["alice", "nul\0byte", long.as_str()] {
+            let k = StorageKey::new(Scope::User, Some(subject), "POST", "/orders", &key("secret-key"));
+            assert_eq!(k.as_str().len(), "idem:v1:{}:".len() + 64, "fixed size");
+            assert!(k.as_str().is_ascii() && !k.as_str().contains("secret") && !k.as_str().contains(subject));
+        }
     }
 
     /// Subjects and keys drawn from an alphabet rich in separators.
@@ -233,6 +252,9 @@ mod tests {
             let (subject_a, key_a) = split(cut_a);
             let (subject_b, key_b) = split(cut_b);
             prop_assert_ne!((&subject_a, &key_a), (&subject_b, &key_b));
+            // The encoding itself is injective (a naive join is not)...
+            prop_assert_ne!(encode("user", &subject_a, "POST", "/o", &key_a), encode("user", &subject_b, "POST", "/o", &key_b));
+            // ...and so are the storage keys hashed from it.
             let a = StorageKey::new(Scope::User, Some(&subject_a), "POST", "/o", &key(&key_a));
             let b = StorageKey::new(Scope::User, Some(&subject_b), "POST", "/o", &key(&key_b));
             prop_assert_ne!(a, b);

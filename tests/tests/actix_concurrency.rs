@@ -112,7 +112,12 @@ async fn a_client_that_hangs_up_does_not_cancel_the_handler() {
     let url = server.at("/slow?ms=600");
     let key = fresh_key();
     let impatient = awc::Client::builder().timeout(Duration::from_millis(100)).finish();
-    let hung_up = impatient.post(&url).insert_header(("idempotency-key", key.as_str())).send().await;
+    let hung_up = impatient
+        .post(&url)
+        .insert_header(("idempotency-key", key.as_str()))
+        .insert_header(("content-type", "application/json"))
+        .send()
+        .await;
     assert!(hung_up.is_err(), "the client gave up before the handler finished");
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(progress.finished.load(Ordering::SeqCst), 1, "the handler ran to its end");

@@ -240,6 +240,8 @@ async fn store_failure_before_execution_is_503_and_the_handler_does_not_run() {
         let (status, body) = problem(response).await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(body["type"], "urn:idem:problem:store-unavailable");
+        let detail = body["detail"].as_str().unwrap();
+        assert!(!detail.contains("refused") && !detail.contains("down"), "store internals stay in the logs: {detail}");
     }
     assert_eq!(calls.orders(), 0);
 }

@@ -71,7 +71,9 @@ fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return "<unparsable url>".to_owned();
     };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    // The userinfo ends at the last `@`: a password may itself hold `/` or `?`.
+    let host_start = rest.rfind('@').map_or(0, |at| at + 1);
+    let authority_end = host_start + rest[host_start..].find(['/', '?']).unwrap_or(rest.len() - host_start);
     let (authority, tail) = rest.split_at(authority_end);
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => {
@@ -124,5 +126,7 @@ mod tests {
         let url = StoreUrl::parse("redis://:pw@127.0.0.1:6379/0").unwrap();
         assert_eq!(url.redacted(), "redis://:***@127.0.0.1:6379/0");
         assert_eq!(StoreUrl::parse("redis://127.0.0.1/").unwrap().redacted(), "redis://127.0.0.1/");
+        let url = StoreUrl::parse("redis://u:pa/ss?x#y@10.0.0.1:6379/2").unwrap();
+        assert_eq!(url.redacted(), "redis://u:***@10.0.0.1:6379/2");
     }
 }

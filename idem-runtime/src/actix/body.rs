@@ -8,6 +8,9 @@ use futures_util::StreamExt;
 
 use super::problem::{self, ProblemKind};
 
+/// Largest buffer reserved from a declared `Content-Length` before data arrives.
+const INITIAL_CAPACITY: u64 = 64 << 10;
+
 /// Reads the whole body, or answers 413 as soon as it is known to be over
 /// `limit` (from `Content-Length`, or while reading).
 pub(crate) async fn buffer(req: &HttpRequest, mut payload: Payload, limit: usize) -> Result<Bytes, HttpResponse> {
@@ -21,10 +24,18 @@ pub(crate) async fn buffer(req: &HttpRequest, mut payload: Payload, limit: usize
     if let Some(length) = declared.filter(|&length| length > limit as u64) {
         return Err(too_large(&length));
     }
-    let capacity = declared.map_or(0, |l| l as usize);
+    // Trust a declared length only so far: a client that declares 1 MiB and
+    // then trickles must not pin 1 MiB per connection up front.
+    let capacity = declared.map_or(0, |l| l.min(INITIAL_CAPACITY) as usize);
     let mut body = BytesMut::with_capacity(capacity);
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|error| error.error_response())?;
+        let chunk = chunk.map_err(|error| {
+            let status = error.status_code();
+            let detail = format!("the request body could not be read: {error}");
+            let mut response = problem::response(ProblemKind::InvalidBody, &detail);
+            *response.status_mut() = status;
+            response
+        })?;
         if body.len() + chunk.len() > limit {
             return Err(too_large(&format!("more than {}", body.len() + chunk.len())));
         }

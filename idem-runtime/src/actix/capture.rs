@@ -19,6 +19,9 @@ pub(crate) struct Captured {
     pub(crate) status: StatusCode,
     pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
     pub(crate) body: Bytes,
+    /// The handler finished but its body stream failed: whatever it did is
+    /// done, so the 500 is kept whatever the 5xx policy says.
+    pub(crate) body_failed: bool,
 }
 
 impl Captured {
@@ -28,10 +31,15 @@ impl Captured {
         let status = response.status();
         let headers = response.headers().iter().map(|(n, v)| (n.clone(), v.clone())).collect();
         match body::to_bytes(response.into_body()).await {
-            Ok(body) => Self { status, headers, body },
+            Ok(body) => Self { status, headers, body, body_failed: false },
             Err(error) => {
                 tracing::error!(error = %error, "the handler's response body failed");
-                Self { status: StatusCode::INTERNAL_SERVER_ERROR, headers: Vec::new(), body: Bytes::new() }
+                Self {
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                    headers: Vec::new(),
+                    body: Bytes::new(),
+                    body_failed: true,
+                }
             }
         }
     }

@@ -22,6 +22,9 @@ use crate::key::{IdempotencyKey, KeyError};
 use crate::scope::{Scope, StorageKey};
 use crate::store::Claim;
 
+/// The route of a request that matched no pattern (a default service).
+const UNMATCHED_ROUTE: &str = "<unmatched>";
+
 /// Longest pause between two claims while waiting (`in_flight = "wait"`).
 const MAX_WAIT_POLL: Duration = Duration::from_millis(250);
 
@@ -37,7 +40,9 @@ where
     Args: FromRequest + 'static,
     F::Output: Responder + 'static,
 {
-    let route = req.match_pattern().unwrap_or_else(|| req.path().to_owned());
+    // The pattern, never the raw path: metric labels and route-scoped keys
+    // must not grow with what clients send.
+    let route = req.match_pattern().unwrap_or_else(|| UNMATCHED_ROUTE.to_owned());
     let span = tracing::info_span!(
         "idempotent",
         method = %req.method(),
@@ -157,8 +162,11 @@ where
             }
             Err(error) => {
                 count(&route, Outcome::StoreError);
-                let detail = format!("the idempotency store is unavailable ({error}); the request was not processed");
-                return problem::retry_after(ProblemKind::StoreUnavailable, &detail, Duration::from_secs(1));
+                // The error (already logged by store_call) names hosts and
+                // tables: it stays in the logs, not in the client's answer.
+                tracing::error!(%error, "refusing the request: the idempotency store is unavailable");
+                let detail = "the idempotency store is unavailable; the request was not processed, retry later";
+                return problem::retry_after(ProblemKind::StoreUnavailable, detail, Duration::from_secs(1));
             }
         }
     }

@@ -3,6 +3,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use actix_web::{Handler, HttpRequest, HttpResponse, Responder};
@@ -14,6 +15,7 @@ use super::config::{Config, ServerErrorPolicy};
 use super::observe::{Outcome, count, store_call};
 use super::options::RouteOptions;
 use super::problem::{self, ProblemKind};
+use crate::record::StoredResponse;
 use crate::scope::StorageKey;
 use crate::store::{Fence, FencingToken};
 
@@ -57,7 +59,9 @@ where
         Captured::collect(output.respond_to(&req).map_into_boxed_body()).await
     };
     let outcome = AssertUnwindSafe(work).catch_unwind().await;
-    drop(heartbeat);
+    // The heartbeat keeps the lease through the completion (and its retries);
+    // it stops when `heartbeat` is dropped at the end of this function.
+    heartbeat.finishing.store(true, Ordering::Relaxed);
     let Claimed { config, options, route, key, token } = claimed;
     let store = config.store.kind();
     let release = || store_call(store, "release", config.store_timeout, config.store.release(&key, token));
@@ -70,59 +74,104 @@ where
             return problem::response(ProblemKind::HandlerPanicked, "the request handler failed unexpectedly");
         }
     };
-    if captured.status.is_server_error() && config.server_errors == ServerErrorPolicy::Release {
+    let retryable = captured.status.is_server_error() && !captured.body_failed;
+    if retryable && config.server_errors == ServerErrorPolicy::Release {
         // The client may retry a server error; the next attempt runs again.
         let _ = release().await;
         count(&route, Outcome::Executed);
         return captured.to_response();
     }
     let stored = captured.to_stored(&config);
-    let completion = config.store.complete(&key, token, &stored, options.ttl);
-    match store_call(store, "complete", config.store_timeout, completion).await {
-        Ok(Fence::Held) => count(&route, Outcome::Executed),
-        Ok(Fence::Lost) => {
-            tracing::warn!("the lease was lost before completion; the response was not stored");
-            count(&route, Outcome::LeaseLost);
-        }
-        Err(error) => {
-            tracing::error!(%error, "storing the response failed; the lease will expire");
-            count(&route, Outcome::StoreError);
-        }
-    }
+    let outcome = complete(&config, &key, token, &stored, options.ttl).await;
+    count(&route, outcome);
+    drop(heartbeat);
     captured.to_response()
 }
 
-/// Renews the lease every `lock_ttl / 3` while the handler runs; stops
-/// when dropped.
-struct Heartbeat(actix_web::rt::task::JoinHandle<()>);
+/// Stores the response, retrying a failed call a few times while the
+/// heartbeat keeps the lease: a store blip at the end of a handler must not
+/// let the lease lapse and a retry run the handler again.
+async fn complete(
+    config: &Config,
+    key: &StorageKey,
+    token: FencingToken,
+    stored: &StoredResponse,
+    ttl: Duration,
+) -> Outcome {
+    let mut failed_before = false;
+    for attempt in 1..=COMPLETE_ATTEMPTS {
+        let completion = config.store.complete(key, token, stored, ttl);
+        match store_call(config.store.kind(), "complete", config.store_timeout, completion).await {
+            Ok(Fence::Held) => return Outcome::Executed,
+            Ok(Fence::Lost) if failed_before => {
+                // An earlier attempt that timed out may have been applied.
+                tracing::warn!("storing the response: an earlier attempt may have been applied; outcome unknown");
+                return Outcome::StoreError;
+            }
+            Ok(Fence::Lost) => {
+                tracing::warn!("the lease was lost before completion; the response was not stored");
+                return Outcome::LeaseLost;
+            }
+            Err(error) if attempt < COMPLETE_ATTEMPTS => {
+                tracing::warn!(%error, attempt, "storing the response failed; retrying");
+                failed_before = true;
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "storing the response failed; the lease will expire");
+            }
+        }
+    }
+    Outcome::StoreError
+}
+
+/// Attempts at a completion before giving up (the lease then expires).
+const COMPLETE_ATTEMPTS: u32 = 3;
+/// Pause between attempts after a failed store call.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// Renews the lease every `lock_ttl / 3` while the handler runs, and sooner
+/// after a failed renewal (a short store outage must not let the lease
+/// lapse); stops when dropped.
+struct Heartbeat {
+    task: actix_web::rt::task::JoinHandle<()>,
+    /// Set once the handler is done: a renewal refused from then on only
+    /// means the completion got there first.
+    finishing: Arc<AtomicBool>,
+}
 
 impl Heartbeat {
     fn start(claimed: &Claimed) -> Self {
         let config = Arc::clone(&claimed.config);
         let (key, token, lease) = (claimed.key.clone(), claimed.token, claimed.options.lock_ttl);
+        let finishing = Arc::new(AtomicBool::new(false));
+        let done = Arc::clone(&finishing);
         let every = (lease / 3).max(Duration::from_millis(10));
+        let after_failure = (lease / 10).clamp(Duration::from_millis(10), Duration::from_secs(1)).min(every);
         let beat = async move {
-            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            let mut pause = every;
             loop {
-                ticks.tick().await;
+                tokio::time::sleep(pause).await;
                 let renewal = config.store.renew(&key, token, lease);
                 match store_call(config.store.kind(), "renew", config.store_timeout, renewal).await {
-                    Ok(Fence::Held) => {}
+                    Ok(Fence::Held) => pause = every,
                     Ok(Fence::Lost) => {
-                        tracing::warn!("the lease was lost while the handler ran");
+                        if !done.load(Ordering::Relaxed) {
+                            tracing::warn!("the lease was lost while the handler ran");
+                        }
                         return;
                     }
-                    // Logged by store_call; the next beat tries again.
-                    Err(_) => {}
+                    // Logged by store_call; try again soon.
+                    Err(_) => pause = after_failure,
                 }
             }
         };
-        Self(actix_web::rt::spawn(beat.instrument(tracing::Span::current())))
+        Self { task: actix_web::rt::spawn(beat.instrument(tracing::Span::current())), finishing }
     }
 }
 
 impl Drop for Heartbeat {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
     }
 }

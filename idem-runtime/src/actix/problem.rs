@@ -22,6 +22,8 @@ pub enum ProblemKind {
     MissingSubject,
     /// 413: the body is over the configured limit.
     BodyTooLarge,
+    /// 400 (or the transport's status): the body could not be read.
+    InvalidBody,
     /// 422: the key was used for a different request.
     KeyReused,
     /// 409: the same request is still being processed.
@@ -44,6 +46,7 @@ impl ProblemKind {
             Self::InvalidKey => (StatusCode::BAD_REQUEST, "invalid-key", "Idempotency key invalid"),
             Self::MissingSubject => (StatusCode::UNAUTHORIZED, "missing-subject", "Authentication required"),
             Self::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body-too-large", "Request body too large"),
+            Self::InvalidBody => (StatusCode::BAD_REQUEST, "invalid-body", "Request body unreadable"),
             Self::KeyReused => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "key-reused", "Idempotency key reused with a different request")
             }

@@ -36,6 +36,8 @@ struct Inner {
     records: HashMap<String, Entry>,
     /// Sum of the sizes of stored responses.
     bytes: usize,
+    /// When the store last scanned everything for expired records.
+    last_full_purge: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -69,6 +71,18 @@ impl Entry {
         matches!(self.state, State::InFlight { token: t, lease_until } if t == token && lease_until > now)
     }
 }
+
+/// `now + duration`, saturating far in the future instead of overflowing.
+fn deadline(now: Instant, duration: Duration) -> Instant {
+    now.checked_add(duration).unwrap_or_else(|| now + FAR_FUTURE)
+}
+
+/// What "forever" means to [`deadline`] (about a century).
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// Least time between two full purges of a full store: the scan holds the
+/// lock, and a full store must not pay for it on every claim.
+const FULL_PURGE_INTERVAL: Duration = Duration::from_millis(100);
 
 impl Default for MemoryStore {
     fn default() -> Self {
@@ -143,7 +157,10 @@ impl Store for MemoryStore {
             inner.remove(key.as_str());
         }
         if inner.records.len() >= self.max_entries || inner.bytes >= self.max_bytes {
-            inner.purge(now, usize::MAX);
+            if inner.last_full_purge.is_none_or(|at| now.duration_since(at) >= FULL_PURGE_INTERVAL) {
+                inner.last_full_purge = Some(now);
+                inner.purge(now, usize::MAX);
+            }
             if inner.records.len() >= self.max_entries || inner.bytes >= self.max_bytes {
                 return Err(StoreError::Full {
                     store: "memory",
@@ -158,7 +175,8 @@ impl Store for MemoryStore {
             }
         }
         let token = FencingToken::generate();
-        let entry = Entry { fingerprint: *fingerprint, state: State::InFlight { token, lease_until: now + lease } };
+        let entry =
+            Entry { fingerprint: *fingerprint, state: State::InFlight { token, lease_until: deadline(now, lease) } };
         inner.records.insert(key.as_str().to_owned(), entry);
         Ok(Claim::Acquired { token })
     }
@@ -168,7 +186,7 @@ impl Store for MemoryStore {
         let mut inner = self.inner.lock();
         match inner.records.get_mut(key.as_str()) {
             Some(entry) if entry.owned_by(token, now) => {
-                entry.state = State::InFlight { token, lease_until: now + lease };
+                entry.state = State::InFlight { token, lease_until: deadline(now, lease) };
                 Ok(Fence::Held)
             }
             _ => Ok(Fence::Lost),
@@ -186,7 +204,7 @@ impl Store for MemoryStore {
         let mut inner = self.inner.lock();
         match inner.records.get_mut(key.as_str()) {
             Some(entry) if entry.owned_by(token, now) => {
-                entry.state = State::Completed { response: response.clone(), expires_at: now + ttl };
+                entry.state = State::Completed { response: response.clone(), expires_at: deadline(now, ttl) };
                 inner.bytes += response.size();
                 Ok(Fence::Held)
             }

@@ -34,7 +34,10 @@ pub(super) fn redact(url: &str) -> Redacted {
     };
     let rest_start = scheme_end + 3;
     let rest = &url[rest_start..];
-    let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    // The userinfo ends at the last `@`: a password may itself hold `/`, `?`
+    // or `#`. Masking too much (an `@` in the query) is the safe mistake.
+    let host_start = rest.rfind('@').map_or(0, |at| at + 1);
+    let authority_len = host_start + rest[host_start..].find(['/', '?', '#']).unwrap_or(rest.len() - host_start);
     let (authority, tail) = rest.split_at(authority_len);
     let mut secrets = Vec::new();
     let mut display = String::with_capacity(url.len());
@@ -103,6 +106,10 @@ mod tests {
         // An `@` inside the password: the authority ends at the last one.
         assert_eq!(shown("redis://app:p@ss@host/1"), "redis://app:***@host/1");
         assert_eq!(shown("valkey://user:pw:with:colons@h"), "valkey://user:***@h");
+        // `/`, `?` or `#` inside the password do not end the authority early.
+        assert_eq!(shown("redis://:pa/ss@host/1"), "redis://:***@host/1");
+        assert_eq!(shown("redis://u:a?b#c@host:6379"), "redis://u:***@host:6379");
+        assert_eq!(redact("redis://:pa/ss@host/1").secrets, ["pa/ss"]);
     }
 
     #[test]
