@@ -23,8 +23,9 @@
 //! # Key layout
 //!
 //! One record is one Redis hash at `<prefix><storage key>`, where the
-//! storage key is [`StorageKey::as_str`]: `idem:v1:{<hash tag>}:<encoded
-//! scope, subject, method, route and key>`. The prefix is empty unless set
+//! storage key is [`StorageKey::as_str`]: `idem:v1:{<hash tag>}:<rest>`,
+//! the two halves of a SHA-256 of the encoded scope, subject, method, route
+//! and key (the raw key and subject never reach Redis). The prefix is empty unless set
 //! with [`RedisStore::with_key_prefix`], and may not contain braces, so the
 //! record's `{hash tag}` decides its Redis Cluster slot. Fields:
 //!
