@@ -2,6 +2,7 @@
 //! starting private ones for tests that stop them.
 
 pub mod backend;
+pub mod burst;
 pub mod order_checks;
 pub mod orders;
 #[cfg(feature = "postgres")]
