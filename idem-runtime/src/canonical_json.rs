@@ -9,6 +9,8 @@
 //! Anything that is not one JSON document (or nests deeper than
 //! [`MAX_DEPTH`]) yields `None`, and the caller hashes the raw bytes instead.
 
+use std::borrow::Cow;
+
 /// Deepest nesting canonicalized; deeper documents are hashed as raw bytes.
 pub(crate) const MAX_DEPTH: usize = 128;
 
@@ -28,7 +30,7 @@ struct Parser<'a> {
     pos: usize,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
     fn peek(&self) -> Option<u8> {
         self.text.as_bytes().get(self.pos).copied()
     }
@@ -71,7 +73,7 @@ impl Parser<'_> {
             return None;
         }
         self.eat(b'{')?;
-        let mut members: Vec<(String, Vec<u8>)> = Vec::new();
+        let mut members: Vec<(Cow<'a, str>, Vec<u8>)> = Vec::new();
         self.skip_ws();
         if self.eat(b'}').is_none() {
             loop {
@@ -128,20 +130,32 @@ impl Parser<'_> {
         Some(())
     }
 
-    /// A JSON string token, decoded (escapes resolved) by serde_json.
-    fn string(&mut self) -> Option<String> {
+    /// A JSON string token, decoded (escapes resolved). Strings without a
+    /// backslash are borrowed as they are; the others go through serde_json.
+    fn string(&mut self) -> Option<Cow<'a, str>> {
         let start = self.pos;
         self.eat(b'"')?;
         let bytes = self.text.as_bytes();
+        let mut escaped = false;
         loop {
             match bytes.get(self.pos)? {
                 b'"' => break,
-                b'\\' => self.pos += 2,
+                b'\\' => {
+                    escaped = true;
+                    self.pos += 2;
+                }
+                // Control characters must be escaped in JSON.
+                0..=0x1f => return None,
                 _ => self.pos += 1,
             }
         }
         self.pos += 1;
-        serde_json::from_str(self.text.get(start..self.pos)?).ok()
+        let token = self.text.get(start..self.pos)?;
+        if escaped {
+            serde_json::from_str::<String>(token).ok().map(Cow::Owned)
+        } else {
+            Some(Cow::Borrowed(&token[1..token.len() - 1]))
+        }
     }
 
     /// A JSON number, validated against the grammar and copied verbatim.
@@ -176,9 +190,15 @@ impl Parser<'_> {
     }
 }
 
+/// Writes `value` as a JSON string, escaped the way serde_json escapes.
 fn write_string(out: &mut Vec<u8>, value: &str) {
-    // Serializing a `&str` cannot fail.
-    if let Ok(encoded) = serde_json::to_vec(value) {
+    if !value.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        // Nothing to escape: serde_json would write the same bytes.
+        out.push(b'"');
+        out.extend_from_slice(value.as_bytes());
+        out.push(b'"');
+    } else if let Ok(encoded) = serde_json::to_vec(value) {
+        // Serializing a `&str` cannot fail.
         out.extend_from_slice(&encoded);
     }
 }
@@ -205,6 +225,15 @@ mod tests {
             canon("[1.10, 1e3, -0, 12345678901234567890123]").as_deref(),
             Some("[1.10,1e3,-0,12345678901234567890123]")
         );
+    }
+
+    #[test]
+    fn plain_and_escaped_strings_agree_with_serde_json() {
+        for text in [r#""plain""#, r#""tab\tquote\"""#, r#""\u00e9t\u00e9""#, r#""été""#, r#""a/b""#, r#""\/""#] {
+            let value: String = serde_json::from_str(text).unwrap();
+            assert_eq!(canon(text), Some(serde_json::to_string(&value).unwrap()), "{text}");
+        }
+        assert_eq!(canon("\"raw\ttab\""), None, "a raw control character is not JSON");
     }
 
     #[test]
