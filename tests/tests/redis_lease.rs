@@ -59,3 +59,25 @@ async fn paused_owner_loses_its_lease_to_a_new_claimer() {
     assert_eq!(store.complete(&key, paused, &response(b"paused"), Duration::from_secs(60)).await.unwrap(), Fence::Lost);
     assert_eq!(store.claim(&key, &request, LEASE).await.unwrap(), Claim::Replay(stored));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_in_flight_record_stripped_of_its_expiry_cannot_hold_its_key_forever() {
+    let test = "an_in_flight_record_stripped_of_its_expiry_cannot_hold_its_key_forever";
+    let (Some(store), Some(url)) = (store(test).await, idem_tests::backend::url("IDEM_REDIS_URL", test)) else {
+        return;
+    };
+    let key = fresh_key();
+    let request = fingerprint("charge 5 EUR");
+    acquired(store.claim(&key, &request, LEASE).await.unwrap());
+    // An operator (or a restore) removes the expiry of the in-flight record.
+    let mut raw = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let persisted: i64 = redis::cmd("PERSIST").arg(store.record_key(&key)).query_async(&mut raw).await.unwrap();
+    assert_eq!(persisted, 1);
+    // The next claim gives it one more lease instead of a 409 forever.
+    match store.claim(&key, &request, LEASE).await.unwrap() {
+        Claim::InFlight { retry_after } => assert!(retry_after <= LEASE && !retry_after.is_zero(), "{retry_after:?}"),
+        other => panic!("expected in flight, got {other:?}"),
+    }
+    tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
+    acquired(store.claim(&key, &request, LEASE).await.unwrap());
+}

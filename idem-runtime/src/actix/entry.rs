@@ -25,6 +25,9 @@ use crate::store::Claim;
 /// The route of a request that matched no pattern (a default service).
 const UNMATCHED_ROUTE: &str = "<unmatched>";
 
+/// Shortest time given to a claim, even at the very end of a wait.
+const MIN_CLAIM_TIMEOUT: Duration = Duration::from_millis(50);
+
 /// Longest pause between two claims while waiting (`in_flight = "wait"`).
 const MAX_WAIT_POLL: Duration = Duration::from_millis(250);
 
@@ -134,7 +137,12 @@ where
     let mut pause = Duration::from_millis(20);
     loop {
         let claim = config.store.claim(&key, &fingerprint, options.lock_ttl);
-        let claim = store_call(config.store.kind(), "claim", config.store_timeout, claim).await;
+        // While waiting, no claim may run past the wait's deadline.
+        let timeout = match deadline {
+            Some(deadline) => config.store_timeout.min(deadline.saturating_duration_since(Instant::now())),
+            None => config.store_timeout,
+        };
+        let claim = store_call(config.store.kind(), "claim", timeout.max(MIN_CLAIM_TIMEOUT), claim).await;
         match claim {
             Ok(Claim::Acquired { token }) => {
                 let claimed = Claimed { config, options, route, key, token };

@@ -13,6 +13,11 @@ if not fp then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {1}
 end
+if not resp and redis.call('PTTL', KEYS[1]) == -1 then
+  -- An in-flight record without expiry (PERSIST by hand, a restore) would
+  -- hold its key forever: give it one more lease, then it can be taken over.
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
 if fp ~= ARGV[1] then
   return {4}
 end
