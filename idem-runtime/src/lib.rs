@@ -39,6 +39,7 @@ mod duration;
 mod fingerprint;
 mod key;
 mod record;
+mod redact;
 mod scope;
 mod store;
 pub mod stores;
@@ -55,6 +56,7 @@ pub use fingerprint::{Fingerprint, RequestParts};
 pub use idem_macros::idempotent;
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use record::{DecodeError, Record, RecordState, StoredResponse};
+pub use redact::redact_url;
 pub use scope::{KEY_FORMAT_VERSION, Scope, StorageKey, UnknownScope};
 pub use store::{BoxError, Claim, Fence, FencingToken, Store, StoreError};
 #[cfg(feature = "memory")]

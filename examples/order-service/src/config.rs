@@ -55,7 +55,7 @@ impl StoreUrl {
     pub fn redacted(&self) -> String {
         match self {
             Self::Memory => "memory".to_owned(),
-            Self::Redis(url) | Self::Postgres(url) => redact(url),
+            Self::Redis(url) | Self::Postgres(url) => idem_runtime::redact_url(url),
         }
     }
 }
@@ -65,43 +65,6 @@ impl std::fmt::Debug for StoreUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.redacted())
     }
-}
-
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "<unparsable url>".to_owned();
-    };
-    // The userinfo ends at the last `@`: a password may itself hold `/` or `?`.
-    let host_start = rest.rfind('@').map_or(0, |at| at + 1);
-    let authority_end = host_start + rest[host_start..].find(['/', '?']).unwrap_or(rest.len() - host_start);
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-            let tail = redact_query(tail);
-            if userinfo.contains(':') {
-                format!("{scheme}://{user}:***@{host}{tail}")
-            } else {
-                format!("{scheme}://{user}@{host}{tail}")
-            }
-        }
-        None => format!("{scheme}://{authority}{}", redact_query(tail)),
-    }
-}
-
-/// Drops a `password=` query parameter (libpq-style URLs allow one).
-fn redact_query(tail: &str) -> String {
-    let Some((path, query)) = tail.split_once('?') else {
-        return tail.to_owned();
-    };
-    let query: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((name, _)) if name.eq_ignore_ascii_case("password") => format!("{name}=***"),
-            _ => pair.to_owned(),
-        })
-        .collect();
-    format!("{path}?{}", query.join("&"))
 }
 
 #[cfg(test)]

@@ -68,7 +68,6 @@ use async_trait::async_trait;
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-pub use self::error::redact_url;
 pub use self::sql::{DEFAULT_TABLE, InvalidTableName};
 use self::sql::{Statements, TableName, sql};
 pub use self::sweeper::SweeperHandle;
