@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod burst;
+pub mod faults;
 pub mod order_checks;
 pub mod orders;
 #[cfg(feature = "postgres")]

@@ -1,16 +1,13 @@
 //! Every row of SPEC section 5: the responses the runtime produces itself.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::{Service, ServiceResponse};
 use actix_web::http::StatusCode;
 use actix_web::test::{self, TestRequest};
 use actix_web::{App, web};
-use async_trait::async_trait;
-use idem_runtime::{
-    Claim, Fence, FencingToken, Fingerprint, Idem, MemoryStore, Record, StorageKey, Store, StoreError, StoredResponse,
-};
+use idem_runtime::Idem;
+use idem_tests::faults::FaultyStore;
 use idem_tests::orders::{Calls, memory_idem, routes, user_header};
 use serde_json::{Value, json};
 
@@ -156,83 +153,12 @@ async fn same_request_in_flight_is_409_with_retry_after() {
     assert_eq!(calls.orders(), 1);
 }
 
-/// A store whose server is down: every call fails as a client library's
-/// connection error would. (The Redis and Postgres suites stop real servers.)
-struct DownStore;
-
-#[async_trait]
-impl Store for DownStore {
-    fn kind(&self) -> &'static str {
-        "down"
-    }
-    async fn claim(&self, _: &StorageKey, _: &Fingerprint, _: Duration) -> Result<Claim, StoreError> {
-        Err(StoreError::unavailable("down", std::io::Error::from(std::io::ErrorKind::ConnectionRefused)))
-    }
-    async fn renew(&self, _: &StorageKey, _: FencingToken, _: Duration) -> Result<Fence, StoreError> {
-        unreachable!("no claim ever succeeds")
-    }
-    async fn complete(
-        &self,
-        _: &StorageKey,
-        _: FencingToken,
-        _: &StoredResponse,
-        _: Duration,
-    ) -> Result<Fence, StoreError> {
-        unreachable!("no claim ever succeeds")
-    }
-    async fn release(&self, _: &StorageKey, _: FencingToken) -> Result<Fence, StoreError> {
-        unreachable!("no claim ever succeeds")
-    }
-    async fn get(&self, _: &StorageKey) -> Result<Option<Record>, StoreError> {
-        Ok(None)
-    }
-    async fn purge_expired(&self, _: usize) -> Result<u64, StoreError> {
-        Ok(0)
-    }
-}
-
-/// A store that never answers: the configured timeout turns it into a 503.
-struct HangingStore(MemoryStore);
-
-#[async_trait]
-impl Store for HangingStore {
-    fn kind(&self) -> &'static str {
-        "hanging"
-    }
-    async fn claim(&self, _: &StorageKey, _: &Fingerprint, _: Duration) -> Result<Claim, StoreError> {
-        std::future::pending().await
-    }
-    async fn renew(&self, k: &StorageKey, t: FencingToken, l: Duration) -> Result<Fence, StoreError> {
-        self.0.renew(k, t, l).await
-    }
-    async fn complete(
-        &self,
-        k: &StorageKey,
-        t: FencingToken,
-        r: &StoredResponse,
-        ttl: Duration,
-    ) -> Result<Fence, StoreError> {
-        self.0.complete(k, t, r, ttl).await
-    }
-    async fn release(&self, k: &StorageKey, t: FencingToken) -> Result<Fence, StoreError> {
-        self.0.release(k, t).await
-    }
-    async fn get(&self, k: &StorageKey) -> Result<Option<Record>, StoreError> {
-        self.0.get(k).await
-    }
-    async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
-        self.0.purge_expired(batch).await
-    }
-}
-
 #[actix_web::test]
 async fn store_failure_before_execution_is_503_and_the_handler_does_not_run() {
     let calls = web::Data::new(Calls::default());
     for idem in [
-        Idem::new(DownStore).subject(user_header),
-        Idem::from_arc(Arc::new(HangingStore(MemoryStore::new())))
-            .subject(user_header)
-            .store_timeout(Duration::from_millis(200)),
+        Idem::new(FaultyStore::down()).subject(user_header),
+        Idem::new(FaultyStore::hanging()).subject(user_header).store_timeout(Duration::from_millis(200)),
     ] {
         let app = app(Some(idem), &calls).await;
         let response = test::call_service(&app, order(Some("k"), Some("alice"), json!({})).to_request()).await;

@@ -1,70 +1,14 @@
 //! Store faults while a handler runs: a blip in renewals must not let the
 //! lease lapse, and a failed completion is retried.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::test::{self, TestRequest};
 use actix_web::{App, HttpResponse, post, web};
-use async_trait::async_trait;
-use idem_runtime::{
-    Claim, Fence, FencingToken, Fingerprint, Idem, MemoryStore, Record, StorageKey, Store, StoreError, StoredResponse,
-    idempotent,
-};
-
-/// A memory store whose `renew` fails during a window after the first
-/// claim, and whose first `complete` fails, as a flapping network would.
-struct Flaky {
-    inner: MemoryStore,
-    claimed_at: Mutex<Option<Instant>>,
-    renew_outage: (Duration, Duration),
-    completes: AtomicUsize,
-}
-
-fn outage() -> StoreError {
-    StoreError::unavailable("flaky", std::io::Error::from(std::io::ErrorKind::ConnectionReset))
-}
-
-#[async_trait]
-impl Store for Flaky {
-    fn kind(&self) -> &'static str {
-        "flaky"
-    }
-    async fn claim(&self, k: &StorageKey, f: &Fingerprint, l: Duration) -> Result<Claim, StoreError> {
-        self.claimed_at.lock().unwrap().get_or_insert_with(Instant::now);
-        self.inner.claim(k, f, l).await
-    }
-    async fn renew(&self, k: &StorageKey, t: FencingToken, l: Duration) -> Result<Fence, StoreError> {
-        let since = self.claimed_at.lock().unwrap().map(|at| at.elapsed()).unwrap_or_default();
-        if since > self.renew_outage.0 && since < self.renew_outage.1 {
-            return Err(outage());
-        }
-        self.inner.renew(k, t, l).await
-    }
-    async fn complete(
-        &self,
-        k: &StorageKey,
-        t: FencingToken,
-        r: &StoredResponse,
-        ttl: Duration,
-    ) -> Result<Fence, StoreError> {
-        if self.completes.fetch_add(1, Ordering::SeqCst) == 0 {
-            return Err(outage());
-        }
-        self.inner.complete(k, t, r, ttl).await
-    }
-    async fn release(&self, k: &StorageKey, t: FencingToken) -> Result<Fence, StoreError> {
-        self.inner.release(k, t).await
-    }
-    async fn get(&self, k: &StorageKey) -> Result<Option<Record>, StoreError> {
-        self.inner.get(k).await
-    }
-    async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
-        self.inner.purge_expired(batch).await
-    }
-}
+use idem_runtime::{Idem, idempotent};
+use idem_tests::faults::FaultyStore;
 
 #[derive(Default)]
 struct Started(AtomicUsize);
@@ -87,12 +31,9 @@ async fn a_renewal_outage_shorter_than_the_lease_does_not_lose_it() {
     // Renewals fail from 1.1 s to 3.4 s: the regular beats at 2 s and 3 s
     // both fail, and the lease (renewed at 1 s) would end at 4 s. Quick
     // retries after a failure renew it at about 3.5 s.
-    let store = Flaky {
-        inner: MemoryStore::new(),
-        claimed_at: Mutex::new(None),
-        renew_outage: (Duration::from_millis(1_100), Duration::from_millis(3_400)),
-        completes: AtomicUsize::new(0),
-    };
+    let store = FaultyStore::default()
+        .renewals_fail_between(Duration::from_millis(1_100), Duration::from_millis(3_400))
+        .first_completions_fail(1);
     let started = web::Data::new(Started::default());
     let app = test::init_service(App::new().app_data(Idem::new(store)).app_data(started.clone()).service(slow)).await;
     let first = test::call_service(&app, request());

@@ -1,0 +1,120 @@
+//! A memory store with injected faults, standing in for a flapping network
+//! in glue-level tests (the Redis and Postgres suites stop real servers).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use idem_runtime::{
+    Claim, Fence, FencingToken, Fingerprint, MemoryStore, Record, StorageKey, Store, StoreError, StoredResponse,
+};
+
+/// What claims do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claims {
+    Work,
+    Refused,
+    Hang,
+}
+
+/// A [`MemoryStore`] whose calls fail as configured.
+#[derive(Debug)]
+pub struct FaultyStore {
+    inner: MemoryStore,
+    claims: Claims,
+    renew_outage: Option<(Duration, Duration)>,
+    failing_completions: AtomicUsize,
+    claimed_at: Mutex<Option<Instant>>,
+}
+
+impl Default for FaultyStore {
+    fn default() -> Self {
+        Self {
+            inner: MemoryStore::new(),
+            claims: Claims::Work,
+            renew_outage: None,
+            failing_completions: AtomicUsize::new(0),
+            claimed_at: Mutex::new(None),
+        }
+    }
+}
+
+fn outage(kind: std::io::ErrorKind) -> StoreError {
+    StoreError::unavailable("faulty", std::io::Error::from(kind))
+}
+
+impl FaultyStore {
+    /// Every claim fails as a refused connection would.
+    pub fn down() -> Self {
+        Self { claims: Claims::Refused, ..Self::default() }
+    }
+
+    /// Claims never answer.
+    pub fn hanging() -> Self {
+        Self { claims: Claims::Hang, ..Self::default() }
+    }
+
+    /// Renewals fail from `from` to `until` after the first claim.
+    pub fn renewals_fail_between(mut self, from: Duration, until: Duration) -> Self {
+        self.renew_outage = Some((from, until));
+        self
+    }
+
+    /// The first `count` completions fail.
+    pub fn first_completions_fail(self, count: usize) -> Self {
+        self.failing_completions.store(count, Ordering::SeqCst);
+        self
+    }
+}
+
+#[async_trait]
+impl Store for FaultyStore {
+    fn kind(&self) -> &'static str {
+        "faulty"
+    }
+
+    async fn claim(&self, key: &StorageKey, fingerprint: &Fingerprint, lease: Duration) -> Result<Claim, StoreError> {
+        match self.claims {
+            Claims::Refused => return Err(outage(std::io::ErrorKind::ConnectionRefused)),
+            Claims::Hang => std::future::pending::<()>().await,
+            Claims::Work => {}
+        }
+        self.claimed_at.lock().unwrap().get_or_insert_with(Instant::now);
+        self.inner.claim(key, fingerprint, lease).await
+    }
+
+    async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
+        let since = self.claimed_at.lock().unwrap().map(|at| at.elapsed()).unwrap_or_default();
+        if self.renew_outage.is_some_and(|(from, until)| since > from && since < until) {
+            return Err(outage(std::io::ErrorKind::ConnectionReset));
+        }
+        self.inner.renew(key, token, lease).await
+    }
+
+    async fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<Fence, StoreError> {
+        let failing = self.failing_completions.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if failing.is_ok() {
+            return Err(outage(std::io::ErrorKind::ConnectionReset));
+        }
+        self.inner.complete(key, token, response, ttl).await
+    }
+
+    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
+        self.inner.release(key, token).await
+    }
+
+    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+
+    async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
+        self.inner.purge_expired(batch).await
+    }
+}
