@@ -4,7 +4,7 @@
 //! literal's kind (string or bool) and parses the value (duration grammar,
 //! scope name, mode name, header name, crate path), each error spanned on the
 //! offending token. Checks that involve two arguments live in
-//! [`Args::build`](crate::validate).
+//! `Args::build` (in `validate.rs`).
 
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, Lit, LitBool, LitStr, Token};
 
 use crate::duration::parse_duration;
-use crate::validate::combine;
+use crate::errors::combine;
 
 /// Every argument, in the order the docs list them.
 const NAMES: [&str; 8] = ["ttl", "scope", "lock_ttl", "header", "required", "in_flight", "wait", "crate"];
@@ -44,7 +44,7 @@ pub(crate) enum InFlightMode {
     Wait,
 }
 
-/// The arguments as written, each one optional until [`Args::build`](crate::validate)
+/// The arguments as written, each one optional until `Args::build` (in `validate.rs`)
 /// applies the defaults.
 #[derive(Default)]
 pub(crate) struct Args {

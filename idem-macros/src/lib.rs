@@ -7,6 +7,7 @@
 
 mod args;
 mod duration;
+mod errors;
 mod expand;
 mod validate;
 

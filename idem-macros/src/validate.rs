@@ -8,6 +8,7 @@ use quote::quote;
 use syn::ItemFn;
 
 use crate::args::{Args, Given, InFlightMode, Scope};
+use crate::errors::combine;
 
 /// Default of `ttl`.
 const TTL: Duration = Duration::from_secs(24 * 3_600);
@@ -156,14 +157,6 @@ fn argument_error<T>(given: &Given<T>, message: impl std::fmt::Display) -> syn::
             .into_iter()
             .collect();
     syn::Error::new_spanned(tokens, message)
-}
-
-/// One error carrying every message, if there is any.
-pub(crate) fn combine(errors: impl IntoIterator<Item = syn::Error>) -> Option<syn::Error> {
-    errors.into_iter().reduce(|mut all, error| {
-        all.combine(error);
-        all
-    })
 }
 
 /// `5400s` as `1h30m`, in the attribute's own notation.

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use actix_web::test::{self, TestRequest};
 use actix_web::{App, HttpResponse, post, web};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use idem_runtime::{Fingerprint, Idem, IdempotencyKey, MemoryStore, RequestParts, Scope, StorageKey, idempotent};
+use idem_runtime::store::{Fingerprint, IdempotencyKey, RequestParts, Scope, StorageKey};
+use idem_runtime::{Idem, MemoryStore, idempotent};
 
 const ORDER: &str = r#"{"customer_id":"cus_8e03978e","amount_cents":1500,"currency":"EUR","lines":[{"sku":"A-1","qty":2},{"sku":"B-7","qty":1}],"note":"leave at the door"}"#;
 

@@ -3,14 +3,14 @@
 //! The IETF draft defines the header as an RFC 9651 sf-string (`"abc"`,
 //! with `\"` and `\\` escapes); Stripe's clients send a bare value (`abc`).
 //! Both are accepted and both mean the key `abc`. After unquoting, a key is
-//! 1 to [`MAX_KEY_LEN`] visible ASCII characters (`!` to `~`).
+//! 1 to [`IdempotencyKey::MAX_LEN`] (255) visible ASCII characters (`!` to `~`).
 
 use std::fmt;
 
 use sha2::{Digest, Sha256};
 
 /// Longest accepted key, in characters (after unquoting).
-pub const MAX_KEY_LEN: usize = 255;
+const MAX_KEY_LEN: usize = 255;
 
 /// A validated idempotency key.
 ///
@@ -38,7 +38,7 @@ pub enum KeyError {
     /// The key is empty after unquoting.
     #[error("the idempotency key is empty")]
     Empty,
-    /// The key is longer than [`MAX_KEY_LEN`].
+    /// The key is longer than [`IdempotencyKey::MAX_LEN`].
     #[error("the idempotency key has {len} characters; at most {MAX_KEY_LEN} are allowed")]
     TooLong {
         /// Length of the refused key.
@@ -53,6 +53,9 @@ pub enum KeyError {
 }
 
 impl IdempotencyKey {
+    /// Longest accepted key, in characters (after unquoting).
+    pub const MAX_LEN: usize = MAX_KEY_LEN;
+
     /// Parses a header value (as raw bytes) into a key.
     ///
     /// Surrounding spaces and tabs are ignored, as HTTP allows.

@@ -1,70 +1,138 @@
-//! The runtime behind `#[idempotent]`: make actix-web endpoints safe to retry.
+//! Make actix-web endpoints safe to retry: the runtime behind `#[idempotent]`.
 //!
-//! This crate holds the pieces the attribute expands into calls of: key
-//! parsing ([`IdempotencyKey`]), request fingerprints ([`Fingerprint`]),
-//! scopes and storage keys ([`Scope`], [`StorageKey`]), stored responses
-//! ([`StoredResponse`]) and the [`Store`] trait with its backends
-//! ([`MemoryStore`] by default; Redis and Postgres behind features).
+//! Networks lose responses; clients, proxies and queues retry. Annotate a
+//! handler, register one [`Idem`] on the `App`, and a retried request with the
+//! same `Idempotency-Key` gets the first response back instead of running the
+//! handler again:
 //!
-//! The behaviour contract is the project's `SPEC.md`; the README shows the
-//! attribute and what it expands to.
+//! ```no_run
+//! use actix_web::{App, HttpResponse, HttpServer, post, web};
+//! use idem_runtime::{Idem, MemoryStore, idempotent};
+//! use serde::Deserialize;
 //!
-//! ```
-//! use std::time::Duration;
-//! use idem_runtime::{Claim, Fingerprint, IdempotencyKey, MemoryStore, RequestParts, Scope, StorageKey, Store};
-//!
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = MemoryStore::new();
-//! let key = IdempotencyKey::parse(b"\"8e03978e-40d5\"")?;
-//! let storage_key = StorageKey::new(Scope::User, Some("alice"), "POST", "/orders", &key);
-//! let fingerprint = Fingerprint::of(&RequestParts {
-//!     method: "POST",
-//!     path: "/orders",
-//!     query: "",
-//!     content_type: Some("application/json"),
-//!     body: br#"{"amount_cents": 500}"#,
-//! });
-//! match store.claim(&storage_key, &fingerprint, Duration::from_secs(30)).await? {
-//!     Claim::Acquired { token } => { /* run the handler, then complete or release with `token` */ }
-//!     Claim::Replay(response) => { /* send `response` back with Idempotent-Replayed: true */ }
-//!     Claim::InFlight { retry_after } => { /* 409 with Retry-After */ }
-//!     Claim::Mismatch => { /* 422 */ }
+//! #[derive(Deserialize)]
+//! struct NewPayment {
+//!     amount_cents: u64,
 //! }
-//! # Ok(()) }
+//!
+//! #[idempotent(ttl = "24h", scope = "user")]
+//! #[post("/payments")]
+//! async fn pay(body: web::Json<NewPayment>) -> HttpResponse {
+//!     // Business code only: charge once, answer. A retry with the same key
+//!     // and body gets this response back, marked `Idempotent-Replayed: true`.
+//!     HttpResponse::Created().json(serde_json::json!({ "charged": body.amount_cents }))
+//! }
+//!
+//! #[actix_web::main]
+//! async fn main() -> std::io::Result<()> {
+//!     // `scope = "user"` keys are per caller: say who the caller is.
+//!     let idem = Idem::new(MemoryStore::new())
+//!         .subject(|req| req.headers().get("x-user-id")?.to_str().ok().map(str::to_owned));
+//!     HttpServer::new(move || App::new().app_data(idem.clone()).service(pay))
+//!         .bind(("127.0.0.1", 8080))?
+//!         .run()
+//!         .await
+//! }
 //! ```
+//!
+//! For several server processes, swap [`MemoryStore`] for `RedisStore` or
+//! `PostgresStore` (features `redis` and `postgres`); nothing else changes.
+//! The crate's `examples/` hold one runnable app per store.
+//!
+//! The promises (at most one execution per key, byte-for-byte replays, 409
+//! while in flight, 422 for a reused key) and every response the runtime
+//! produces are specified in the project's behaviour contract,
+//! `docs/contract.md`, cited below by section (§).
+//!
+//! # Map
+//!
+//! What an application author touches is at the root:
+//!
+//! - [`idempotent`]: the attribute; its arguments are checked at compile
+//!   time (§2).
+//! - [`Idem`]: the configuration registered on the `App` (§3), with its
+//!   [`ServerErrorPolicy`].
+//! - The stores: [`MemoryStore`] (default feature `memory`), `RedisStore`
+//!   (feature `redis`), `PostgresStore` (feature `postgres`), and the errors
+//!   their constructors return ([`StoreError`], `InvalidKeyPrefix`,
+//!   `InvalidTableName`).
+//! - [`problem`]: the problem+json answers the runtime gives by itself (§5).
+//! - [`observability`]: the metric names and the outcomes they count (§7).
+//!
+//! Store authors get [`store`]: the [`Store`](store::Store) trait, the plain
+//! data it works on, and the conformance suite every store must pass
+//! (`store::testing`, feature `testing`) (§6).
+//!
+//! # One request's path
+//!
+//! The attribute keeps the handler whole and routes each request through
+//! one function of the actix glue, which runs the steps of §4 in order:
+//!
+//! 1. the **key** from the header (`key.rs`);
+//! 2. the **subject** for `scope = "user"`, from [`Idem::subject`];
+//! 3. the **body**, buffered up to [`Idem::body_limit`];
+//! 4. the **fingerprint** of method, path, query, media type and body
+//!    (`fingerprint.rs`, with JSON canonicalised by `canonical_json.rs`);
+//! 5. the handler's own **extractors**, over the buffered body;
+//! 6. the **claim**, one atomic store call on the storage key built from
+//!    scope, subject, route and key (`scope.rs`): acquired, replay, 409 or
+//!    422;
+//! 7. **execute** the handler on a task of its own under a renewed lease;
+//! 8. **complete**: capture the response and store it, fenced by the
+//!    claim's token, or release the claim;
+//! 9. a **store failure** before the handler runs answers 503.
+//!
+//! What the attribute expands to, written by hand, is in the README.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod actix;
 mod canonical_json;
-mod duration;
+mod error;
 mod fingerprint;
 mod key;
 mod record;
 mod redact;
 mod scope;
-mod store;
-pub mod stores;
-#[cfg(feature = "testing")]
-pub mod testing;
+pub mod store;
+mod stores;
+mod token;
 
-pub use actix::{
-    DEFAULT_BODY_LIMIT, DEFAULT_RESPONSE_LIMIT, DEFAULT_STORE_TIMEOUT, Idem, Outcome, PROBLEM_TYPE_PREFIX, ProblemKind,
-    REPLAYED_HEADER, REQUESTS_METRIC, STORE_LATENCY_METRIC, ServerErrorPolicy, SubjectResolver,
-};
-pub use duration::{DurationError, parse_duration};
-pub use fingerprint::{Fingerprint, RequestParts};
-/// Makes an actix-web handler idempotent; see the crate docs and the README.
+pub use actix::{Idem, REPLAYED_HEADER, ServerErrorPolicy};
+pub use error::StoreError;
+/// Makes an actix-web handler idempotent.
+///
+/// ```ignore
+/// #[idempotent(ttl = "24h", scope = "user", lock_ttl = "30s", in_flight = "reject")]
+/// #[post("/orders")]
+/// async fn create_order(body: web::Json<NewOrder>) -> impl Responder { ... }
+/// ```
+///
+/// The arguments, their defaults and the compile-time checks are listed in
+/// the README and in §2 of the behaviour contract; the [crate
+/// documentation](crate) shows a complete program.
 pub use idem_macros::idempotent;
-pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
-pub use record::{DecodeError, Record, RecordState, StoredResponse};
-pub use redact::redact_url;
-pub use scope::{KEY_FORMAT_VERSION, Scope, StorageKey, UnknownScope};
-pub use store::{BoxError, Claim, Fence, FencingToken, Store, StoreError};
 #[cfg(feature = "memory")]
 pub use stores::MemoryStore;
 #[cfg(feature = "postgres")]
-pub use stores::postgres::PostgresStore;
+pub use stores::{InvalidTableName, PostgresStore, SweeperHandle};
 #[cfg(feature = "redis")]
-pub use stores::redis::RedisStore;
+pub use stores::{InvalidKeyPrefix, RedisStore};
+
+/// The problem+json responses the runtime produces by itself (§5 of the
+/// behaviour contract): a `type` URI starting with [`TYPE_PREFIX`](problem::TYPE_PREFIX),
+/// a `title`, the `status` and a `detail` saying what to do.
+pub mod problem {
+    pub use crate::actix::problem::{ProblemKind, TYPE_PREFIX};
+}
+
+/// What the runtime reports through the `metrics` facade and `tracing` (§7).
+///
+/// Every idempotent request runs in an `idempotent` span with the fields
+/// `method`, `route`, `scope`, `key` (a short hash, never the key) and
+/// `outcome`, and is counted once, where it ends, in [`REQUESTS_METRIC`](observability::REQUESTS_METRIC).
+pub mod observability {
+    pub use crate::actix::observe::{Outcome, REQUESTS_METRIC, STORE_LATENCY_METRIC};
+}
 
 /// What the `#[idempotent]` expansion uses. Not a public API.
 #[doc(hidden)]
@@ -73,6 +141,6 @@ pub mod __private {
     pub use ::actix_web::{HttpRequest, HttpResponse};
     pub use ::core::time::Duration;
 
-    pub use crate::Scope;
     pub use crate::actix::{InFlight, RouteOptions, handle};
+    pub use crate::scope::Scope;
 }

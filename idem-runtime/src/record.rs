@@ -6,7 +6,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::Fingerprint;
-use crate::store::FencingToken;
+use crate::token::FencingToken;
 
 /// Leading byte of every encoded [`StoredResponse`]; bumped on layout changes.
 const RESPONSE_FORMAT_VERSION: u8 = 1;
@@ -56,7 +56,7 @@ impl StoredResponse {
     }
 }
 
-/// What a store holds for one key, as [`crate::Store::get`] reports it.
+/// What a store holds for one key, as [`Store::get`](crate::store::Store::get) reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     /// Fingerprint of the request that claimed the key.
@@ -67,6 +67,7 @@ pub struct Record {
 
 /// The two lives of a record.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RecordState {
     /// A handler is running under a lease.
     InFlight {

@@ -16,22 +16,21 @@
 //! storage key) lands in one cluster slot.
 
 use std::fmt;
-use std::str::FromStr;
 
 use sha2::{Digest, Sha256};
 
 use crate::key::IdempotencyKey;
 
 /// Version of the storage key encoding; bumped if the layout ever changes.
-pub const KEY_FORMAT_VERSION: u32 = 1;
+const FORMAT_VERSION: u32 = 1;
 
 /// The namespace an idempotency key lives in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Scope {
     /// The route and the authenticated subject: two users never share a key.
     User,
     /// The method and route pattern: the same key on two routes is two keys.
-    #[default]
     Route,
     /// The key alone, across every route that uses this scope.
     Global,
@@ -54,24 +53,6 @@ impl fmt::Display for Scope {
     }
 }
 
-/// Error for a scope name that is not `user`, `route` or `global`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown scope `{0}`; expected `user`, `route` or `global`")]
-pub struct UnknownScope(pub String);
-
-impl FromStr for Scope {
-    type Err = UnknownScope;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "user" => Ok(Self::User),
-            "route" => Ok(Self::Route),
-            "global" => Ok(Self::Global),
-            other => Err(UnknownScope(other.to_owned())),
-        }
-    }
-}
-
 /// Where one idempotency record lives in a store.
 ///
 /// Built only by [`StorageKey::new`], whose encoding is injective.
@@ -81,6 +62,10 @@ pub struct StorageKey {
 }
 
 impl StorageKey {
+    /// Version of the encoding, part of every key (`idem:v1:...`); bumped if
+    /// the layout ever changes.
+    pub const FORMAT_VERSION: u32 = FORMAT_VERSION;
+
     /// Builds the storage key of `key` in `scope`.
     ///
     /// `subject` is used only by [`Scope::User`], `method` and `route` (the
@@ -99,7 +84,7 @@ impl StorageKey {
     fn from_parts(scope: &str, subject: &str, method: &str, route: &str, key: &str) -> Self {
         let digest = hex::encode(Sha256::digest(encode(scope, subject, method, route, key).as_bytes()));
         let (tag, rest) = digest.split_at(32);
-        Self { encoded: format!("idem:v{KEY_FORMAT_VERSION}:{{{tag}}}:{rest}") }
+        Self { encoded: format!("idem:v{FORMAT_VERSION}:{{{tag}}}:{rest}") }
     }
 
     /// The full encoded key, as stores should use it.
@@ -117,7 +102,7 @@ impl StorageKey {
 
 /// The injective encoding of the tuple: each part as `<byte length>:<bytes>`.
 fn encode(scope: &str, subject: &str, method: &str, route: &str, key: &str) -> String {
-    let mut body = format!("v{KEY_FORMAT_VERSION}");
+    let mut body = format!("v{FORMAT_VERSION}");
     for part in [scope, subject, method, route, key] {
         body.push('|');
         body.push_str(&part.len().to_string());

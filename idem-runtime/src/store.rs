@@ -1,4 +1,9 @@
-//! The store trait: small atomic operations on plain data.
+//! For store authors: the [`Store`] trait and the plain data it works on.
+//!
+//! Application code rarely needs this module: it picks one of the stores at
+//! the crate root ([`MemoryStore`](crate::MemoryStore), `RedisStore`,
+//! `PostgresStore`) and hands it to [`Idem`](crate::Idem). This module is
+//! for writing a store of your own, or calling one directly.
 //!
 //! A store keeps one record per [`StorageKey`]. A record is either *in
 //! flight* (a handler runs under a lease owned by a [`FencingToken`]) or
@@ -9,19 +14,54 @@
 //! Ownership of an in-flight record ends when its lease runs out: from then
 //! on its token can neither renew, complete nor release, even if nobody has
 //! claimed the key yet.
+//!
+//! Every store must pass the conformance suite in [`testing`] (feature
+//! `testing`) against its real server.
+//!
+//! ```
+//! use std::time::Duration;
+//! use idem_runtime::MemoryStore;
+//! use idem_runtime::store::{Claim, Fingerprint, IdempotencyKey, RequestParts, Scope, StorageKey, Store};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = MemoryStore::new();
+//! let key = IdempotencyKey::parse(b"\"8e03978e-40d5\"")?;
+//! let storage_key = StorageKey::new(Scope::User, Some("alice"), "POST", "/orders", &key);
+//! let fingerprint = Fingerprint::of(&RequestParts {
+//!     method: "POST",
+//!     path: "/orders",
+//!     query: "",
+//!     content_type: Some("application/json"),
+//!     body: br#"{"amount_cents": 500}"#,
+//! });
+//! match store.claim(&storage_key, &fingerprint, Duration::from_secs(30)).await? {
+//!     Claim::Acquired { token } => { /* run the handler, then complete or release with `token` */ }
+//!     Claim::Replay(response) => { /* send `response` back with Idempotent-Replayed: true */ }
+//!     Claim::InFlight { retry_after } => { /* 409 with Retry-After */ }
+//!     Claim::Mismatch => { /* 422 */ }
+//!     _ => { /* a later version's outcome */ }
+//! }
+//! # Ok(()) }
+//! ```
 
-use std::fmt;
+#[cfg(feature = "testing")]
+pub mod testing;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::fingerprint::Fingerprint;
-use crate::record::{Record, StoredResponse};
-use crate::scope::StorageKey;
+pub use crate::error::{BoxError, StoreError};
+pub use crate::fingerprint::{Fingerprint, RequestParts};
+pub use crate::key::{IdempotencyKey, KeyError};
+pub use crate::record::{DecodeError, Record, RecordState, StoredResponse};
+pub use crate::scope::{Scope, StorageKey};
+pub use crate::token::FencingToken;
 
 /// The result of [`Store::claim`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
+#[non_exhaustive]
 pub enum Claim {
     /// The key was free (or its previous lease or record had expired): the
     /// caller owns it now and must complete or release it.
@@ -43,6 +83,7 @@ pub enum Claim {
 /// Whether a fenced operation was applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
+#[non_exhaustive]
 pub enum Fence {
     /// The token still owned the key: the operation took effect.
     Held,
@@ -51,107 +92,11 @@ pub enum Fence {
     Lost,
 }
 
-/// An opaque, unguessable proof of ownership of an in-flight record.
-///
-/// Random 128 bits, fresh for every successful claim, so a token from an
-/// earlier life of a key can never match a later one.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FencingToken(u128);
-
-impl FencingToken {
-    /// A fresh random token.
-    pub fn generate() -> Self {
-        let mut bytes = [0u8; 16];
-        // The OS random source failing is not something a request can recover from.
-        getrandom::fill(&mut bytes).expect("the operating system's random source failed");
-        Self(u128::from_be_bytes(bytes))
-    }
-
-    /// The token as 16 big-endian bytes.
-    pub fn to_bytes(self) -> [u8; 16] {
-        self.0.to_be_bytes()
-    }
-
-    /// Rebuilds a token from [`FencingToken::to_bytes`].
-    pub fn from_bytes(bytes: [u8; 16]) -> Self {
-        Self(u128::from_be_bytes(bytes))
-    }
-
-    /// The token as 32 lower-case hex digits.
-    pub fn to_hex(self) -> String {
-        format!("{:032x}", self.0)
-    }
-
-    /// Parses [`FencingToken::to_hex`].
-    pub fn from_hex(text: &str) -> Option<Self> {
-        (text.len() == 32).then(|| u128::from_str_radix(text, 16).ok().map(Self))?
-    }
-}
-
-impl fmt::Debug for FencingToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "FencingToken({:08x}…)", (self.0 >> 96) as u32)
-    }
-}
-
-/// A boxed error from a store's client library.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// Why a store operation failed. The runtime answers 503 (fail closed)
-/// when this happens before a handler runs.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// The store could not be reached or refused the operation.
-    #[error("{store} store unavailable: {message}")]
-    Unavailable {
-        /// Which store (`"redis"`, `"postgres"`, ...).
-        store: &'static str,
-        /// What happened, with any password already removed.
-        message: String,
-        /// The client library's error.
-        #[source]
-        source: Option<BoxError>,
-    },
-    /// The operation did not finish in time.
-    #[error("{store} store did not answer within {after:?}")]
-    Timeout {
-        /// Which store.
-        store: &'static str,
-        /// The configured timeout.
-        after: Duration,
-    },
-    /// The store is full and cannot take a new record.
-    #[error("{store} store is full ({detail})")]
-    Full {
-        /// Which store.
-        store: &'static str,
-        /// Which limit was reached.
-        detail: String,
-    },
-    /// The store returned data this version cannot read.
-    #[error("{store} store returned an unreadable record: {message}")]
-    Corrupt {
-        /// Which store.
-        store: &'static str,
-        /// What was wrong.
-        message: String,
-    },
-}
-
-impl StoreError {
-    /// An [`StoreError::Unavailable`] wrapping a client error.
-    pub fn unavailable(store: &'static str, source: impl Into<BoxError>) -> Self {
-        let source = source.into();
-        Self::Unavailable { store, message: source.to_string(), source: Some(source) }
-    }
-}
-
 /// An idempotency record store.
 ///
 /// Implementations must make each method a single atomic step on the store
 /// (one round trip for networked stores) and must pass the conformance suite
-/// in [`crate::testing`] (feature `testing`). Stores are used as
+/// in [`testing`] (feature `testing`). Stores are used as
 /// `Arc<dyn Store>`.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -186,18 +131,3 @@ pub trait Store: Send + Sync + 'static {
     async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError>;
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_are_fresh_and_round_trip() {
-        let a = FencingToken::generate();
-        let b = FencingToken::generate();
-        assert_ne!(a, b);
-        assert_eq!(FencingToken::from_hex(&a.to_hex()), Some(a));
-        assert_eq!(FencingToken::from_bytes(a.to_bytes()), a);
-        assert_eq!(FencingToken::from_hex("12"), None);
-        assert_eq!(FencingToken::from_hex(&"g".repeat(32)), None);
-    }
-}

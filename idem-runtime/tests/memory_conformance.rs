@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
-use idem_runtime::{MemoryStore, Store};
+use idem_runtime::MemoryStore;
+use idem_runtime::store::Store;
 
 async fn memory_store() -> Option<Arc<dyn Store>> {
     Some(Arc::new(MemoryStore::new()))
 }
 
-idem_runtime::store_conformance_tests!(memory_store);
+idem_runtime::store::testing::store_conformance_tests!(memory_store);

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use idem_runtime::{MemoryStore, PostgresStore, RedisStore, Store};
-use redis::aio::ConnectionManager;
+use idem_runtime::store::Store;
+use idem_runtime::{MemoryStore, PostgresStore, RedisStore};
 
 use crate::config::StoreUrl;
 use crate::repo::{MemoryRepo, PostgresRepo, RedisRepo, Repo};
@@ -13,24 +13,35 @@ use crate::repo::{MemoryRepo, PostgresRepo, RedisRepo, Repo};
 const MIGRATION_LOCK: i64 = 0x6964_656d_6f72_6473;
 
 /// The idempotency store and the repository, sharing one backend.
-pub async fn connect(url: &StoreUrl) -> Result<(Arc<dyn Store>, Arc<dyn Repo>), String> {
+pub struct Backend {
+    /// The idempotency store.
+    pub store: Arc<dyn Store>,
+    /// Orders, payments and charges.
+    pub repo: Arc<dyn Repo>,
+    /// Where they live, for logs: the store's own `Debug`, which masks any
+    /// password.
+    pub shown: String,
+}
+
+/// Connects both to the backend `url` names. Errors never hold a password:
+/// the stores mask it in their own errors.
+pub async fn connect(url: &StoreUrl) -> Result<Backend, String> {
     match url {
-        StoreUrl::Memory => Ok((Arc::new(MemoryStore::new()), Arc::new(MemoryRepo::default()))),
+        StoreUrl::Memory => Ok(Backend {
+            store: Arc::new(MemoryStore::new()),
+            repo: Arc::new(MemoryRepo::default()),
+            shown: "memory".to_owned(),
+        }),
         StoreUrl::Redis(raw) => {
-            let redacted = url.redacted();
-            let fail = |e: &dyn std::fmt::Display| format!("cannot connect to redis at {redacted}: {e}");
-            let client = redis::Client::open(raw.as_str()).map_err(|e| fail(&e))?;
-            let connection =
-                ConnectionManager::new_with_config(client, RedisStore::default_config()).await.map_err(|e| fail(&e))?;
-            let store = RedisStore::from_manager(connection.clone());
-            store.load_scripts().await.map_err(|e| fail(&e))?;
-            Ok((Arc::new(store), Arc::new(RedisRepo::new(connection))))
+            let store = RedisStore::connect(raw).await.map_err(|e| e.to_string())?;
+            let repo = RedisRepo::new(store.connection().clone());
+            Ok(Backend { shown: format!("{store:?}"), store: Arc::new(store), repo: Arc::new(repo) })
         }
         StoreUrl::Postgres(raw) => {
             let store = PostgresStore::connect(raw).await.map_err(|e| e.to_string())?;
             migrate(&store).await?;
             let repo = PostgresRepo::new(store.pool().clone());
-            Ok((Arc::new(store), Arc::new(repo)))
+            Ok(Backend { shown: format!("{store:?}"), store: Arc::new(store), repo: Arc::new(repo) })
         }
     }
 }

@@ -51,19 +51,17 @@ impl StoreUrl {
         }
     }
 
-    /// The URL with any password replaced by `***`, for logs.
-    pub fn redacted(&self) -> String {
-        match self {
-            Self::Memory => "memory".to_owned(),
-            Self::Redis(url) | Self::Postgres(url) => idem_runtime::redact_url(url),
-        }
-    }
 }
 
-/// Never print the password of a store URL, even through `Debug`.
+/// Never print a store URL, even through `Debug`: it may hold a password.
+/// The stores show where they connect, password masked, in their own
+/// `Debug` output and errors.
 impl std::fmt::Debug for StoreUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.redacted())
+        match self {
+            Self::Memory => f.write_str("memory"),
+            _ => write!(f, "{}://<hidden>", self.kind()),
+        }
     }
 }
 
@@ -83,13 +81,8 @@ mod tests {
     #[test]
     fn passwords_never_show() {
         let url = StoreUrl::parse("postgres://app:s3cret@db:5432/orders?sslmode=require&password=other").unwrap();
-        let shown = format!("{} {url:?}", url.redacted());
-        assert!(!shown.contains("s3cret") && !shown.contains("other"), "{shown}");
-        assert!(shown.contains("postgres://app:***@db:5432/orders"), "{shown}");
+        assert_eq!(format!("{url:?}"), "postgres://<hidden>");
         let url = StoreUrl::parse("redis://:pw@127.0.0.1:6379/0").unwrap();
-        assert_eq!(url.redacted(), "redis://:***@127.0.0.1:6379/0");
-        assert_eq!(StoreUrl::parse("redis://127.0.0.1/").unwrap().redacted(), "redis://127.0.0.1/");
-        let url = StoreUrl::parse("redis://u:pa/ss?x#y@10.0.0.1:6379/2").unwrap();
-        assert_eq!(url.redacted(), "redis://u:***@10.0.0.1:6379/2");
+        assert_eq!(format!("{url:?}"), "redis://<hidden>");
     }
 }

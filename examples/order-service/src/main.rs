@@ -28,11 +28,12 @@ async fn main() -> std::io::Result<()> {
     let metrics = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| std::io::Error::other(format!("installing the metrics recorder: {e}")))?;
-    let (store, repo) = backend::connect(&config.store).await.map_err(|e| {
-        tracing::error!(store = %config.store.redacted(), error = %e, "cannot reach the store");
+    let backend = backend::connect(&config.store).await.map_err(|e| {
+        tracing::error!(store = config.store.kind(), error = %e, "cannot reach the store");
         std::io::Error::other(e)
     })?;
-    let idem = Idem::from_arc(store).subject(user_id);
+    let (repo, shown) = (backend.repo, backend.shown);
+    let idem = Idem::from_arc(backend.store).subject(user_id);
     let state = web::Data::new(AppState { repo, charge_delay: Duration::from_millis(config.charge_delay_ms), metrics });
     let server =
         HttpServer::new(move || App::new().app_data(idem.clone()).app_data(state.clone()).configure(configure))
@@ -41,7 +42,7 @@ async fn main() -> std::io::Result<()> {
     tracing::info!(
         addr = %addr,
         store = config.store.kind(),
-        url = %config.store.redacted(),
+        backend = %shown,
         "order-service listening on http://{addr}"
     );
     server.run().await

@@ -9,15 +9,8 @@ use actix_web::http::header::HeaderName;
 
 use crate::store::Store;
 
-/// Default limit on a buffered request body (1 MiB).
-pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
-/// Default limit on a stored response (1 MiB of headers and body).
-pub const DEFAULT_RESPONSE_LIMIT: usize = 1 << 20;
-/// Default time a single store call may take before the runtime gives up.
-pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
-
 /// Resolves the authenticated subject of a request for `scope = "user"`.
-pub type SubjectResolver = dyn Fn(&HttpRequest) -> Option<String> + Send + Sync;
+pub(crate) type SubjectResolver = dyn Fn(&HttpRequest) -> Option<String> + Send + Sync;
 
 /// What to do with a 5xx response from the handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,6 +75,13 @@ const DEFAULT_SKIPPED: [&str; 12] = [
 ];
 
 impl Idem {
+    /// Default limit on a buffered request body (1 MiB).
+    pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+    /// Default limit on a stored response (1 MiB of headers and body).
+    pub const DEFAULT_RESPONSE_LIMIT: usize = 1 << 20;
+    /// Default time a single store call may take before the runtime gives up.
+    pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
+
     /// A configuration using `store`, with every other setting at its default.
     pub fn new(store: impl Store) -> Self {
         Self::from_arc(Arc::new(store))
@@ -93,9 +93,9 @@ impl Idem {
             inner: Arc::new(Config {
                 store,
                 subject: None,
-                body_limit: DEFAULT_BODY_LIMIT,
-                response_limit: DEFAULT_RESPONSE_LIMIT,
-                store_timeout: DEFAULT_STORE_TIMEOUT,
+                body_limit: Self::DEFAULT_BODY_LIMIT,
+                response_limit: Self::DEFAULT_RESPONSE_LIMIT,
+                store_timeout: Self::DEFAULT_STORE_TIMEOUT,
                 server_errors: ServerErrorPolicy::default(),
                 skipped_headers: DEFAULT_SKIPPED.iter().map(|h| HeaderName::from_static(h)).collect(),
             }),

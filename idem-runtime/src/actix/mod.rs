@@ -1,19 +1,33 @@
 //! The actix-web glue the `#[idempotent]` expansion calls into.
+//!
+//! One request goes through these files in order (§4 of the behaviour
+//! contract):
+//!
+//! - `entry.rs`: [`handle`], the one entry point. Finds the [`Idem`]
+//!   configuration, reads the key and the subject, buffers the body
+//!   (`body.rs`), fingerprints it, runs the handler's extractors, then
+//!   claims the key and dispatches on the answer: execute, replay, 409,
+//!   422 or 503.
+//! - `execute.rs`: runs a claimed request on a task of its own under a
+//!   renewed lease, then completes (stores the response, fenced) or
+//!   releases the claim.
+//! - `capture.rs`: turns the handler's response into a stored one, and a
+//!   stored one back into a replay marked `Idempotent-Replayed: true`.
+//! - `problem.rs`: the problem+json answers (§5); `observe.rs`: metrics,
+//!   span fields and store-call timing (§7).
+//! - `config.rs`: [`Idem`], the configuration on the `App` (§3);
+//!   `options.rs`: the per-route arguments the attribute writes.
 
 mod body;
 mod capture;
 mod config;
 mod entry;
 mod execute;
-mod observe;
+pub(crate) mod observe;
 mod options;
-mod problem;
+pub(crate) mod problem;
 
 pub use capture::REPLAYED_HEADER;
-pub use config::{
-    DEFAULT_BODY_LIMIT, DEFAULT_RESPONSE_LIMIT, DEFAULT_STORE_TIMEOUT, Idem, ServerErrorPolicy, SubjectResolver,
-};
+pub use config::{Idem, ServerErrorPolicy};
 pub use entry::handle;
-pub use observe::{Outcome, REQUESTS_METRIC, STORE_LATENCY_METRIC};
 pub use options::{InFlight, RouteOptions};
-pub use problem::{PROBLEM_TYPE_PREFIX, ProblemKind};

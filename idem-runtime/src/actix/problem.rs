@@ -8,7 +8,7 @@ use actix_web::http::header::{CONTENT_TYPE, RETRY_AFTER};
 use serde::Serialize;
 
 /// Prefix of every problem `type` URI; the README lists them all.
-pub const PROBLEM_TYPE_PREFIX: &str = "urn:idem:problem:";
+pub const TYPE_PREFIX: &str = "urn:idem:problem:";
 
 /// The situations in which the runtime answers by itself (SPEC section 5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,8 +39,27 @@ pub enum ProblemKind {
 }
 
 impl ProblemKind {
-    /// The status, the `type` slug and the `title` of this problem.
-    pub fn parts(self) -> (StatusCode, &'static str, &'static str) {
+    /// The HTTP status of this problem.
+    pub fn status(self) -> StatusCode {
+        self.parts().0
+    }
+
+    /// The `type` slug, such as `key-reused` (the URI's last part).
+    pub fn slug(self) -> &'static str {
+        self.parts().1
+    }
+
+    /// The `title` of this problem.
+    pub fn title(self) -> &'static str {
+        self.parts().2
+    }
+
+    /// The full `type` URI, such as `urn:idem:problem:key-reused`.
+    pub fn type_uri(self) -> String {
+        format!("{TYPE_PREFIX}{}", self.slug())
+    }
+
+    fn parts(self) -> (StatusCode, &'static str, &'static str) {
         match self {
             Self::MissingKey => (StatusCode::BAD_REQUEST, "missing-key", "Idempotency key missing"),
             Self::InvalidKey => (StatusCode::BAD_REQUEST, "invalid-key", "Idempotency key invalid"),
@@ -65,11 +84,6 @@ impl ProblemKind {
             ),
         }
     }
-
-    /// The full `type` URI, such as `urn:idem:problem:key-reused`.
-    pub fn type_uri(self) -> String {
-        format!("{PROBLEM_TYPE_PREFIX}{}", self.parts().1)
-    }
 }
 
 #[derive(Serialize)]
@@ -83,14 +97,13 @@ struct Body<'a> {
 
 /// Serializes the problem body.
 pub(crate) fn body(kind: ProblemKind, detail: &str) -> Vec<u8> {
-    let (status, _, title) = kind.parts();
-    let body = Body { kind: &kind.type_uri(), title, status: status.as_u16(), detail };
+    let body = Body { kind: &kind.type_uri(), title: kind.title(), status: kind.status().as_u16(), detail };
     serde_json::to_vec(&body).unwrap_or_default()
 }
 
 /// A problem+json response.
 pub(crate) fn response(kind: ProblemKind, detail: &str) -> HttpResponse {
-    HttpResponse::build(kind.parts().0)
+    HttpResponse::build(kind.status())
         .insert_header((CONTENT_TYPE, "application/problem+json"))
         .body(body(kind, detail))
 }

@@ -11,10 +11,6 @@ use crate::record::{Record, RecordState, StoredResponse};
 use crate::scope::StorageKey;
 use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
 
-/// Default [`MemoryStore`] bound on records.
-pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
-/// Default [`MemoryStore`] bound on stored response bytes (256 MiB).
-pub const DEFAULT_MAX_BYTES: usize = 256 << 20;
 
 /// An in-process store: the embedded default, for one server process.
 ///
@@ -91,9 +87,15 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// A store with the default bounds ([`DEFAULT_MAX_ENTRIES`], [`DEFAULT_MAX_BYTES`]).
+    /// Default bound on records (100 000).
+    pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
+    /// Default bound on stored response bytes (256 MiB).
+    pub const DEFAULT_MAX_BYTES: usize = 256 << 20;
+
+    /// A store with the default bounds ([`MemoryStore::DEFAULT_MAX_ENTRIES`],
+    /// [`MemoryStore::DEFAULT_MAX_BYTES`]).
     pub fn new() -> Self {
-        Self::with_limits(DEFAULT_MAX_ENTRIES, DEFAULT_MAX_BYTES)
+        Self::with_limits(Self::DEFAULT_MAX_ENTRIES, Self::DEFAULT_MAX_BYTES)
     }
 
     /// A store holding at most `max_entries` records and `max_bytes` of

@@ -1,12 +1,17 @@
 //! The store implementations, one module per backend, each behind a cargo
-//! feature.
+//! feature. Each store is reached from the crate root only.
 
 #[cfg(feature = "memory")]
 mod memory;
 #[cfg(feature = "memory")]
-pub use memory::{DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES, MemoryStore};
+pub use self::memory::MemoryStore;
 
 #[cfg(feature = "postgres")]
-pub mod postgres;
+mod postgres;
+#[cfg(feature = "postgres")]
+pub use self::postgres::{InvalidTableName, PostgresStore, SweeperHandle};
+
 #[cfg(feature = "redis")]
-pub mod redis;
+mod redis;
+#[cfg(feature = "redis")]
+pub use self::redis::{InvalidKeyPrefix, RedisStore};

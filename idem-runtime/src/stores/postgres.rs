@@ -1,58 +1,4 @@
 //! The Postgres store (feature `postgres`).
-//!
-//! Records live in one table (default [`DEFAULT_TABLE`]) that
-//! [`PostgresStore::migrate`] creates. Every operation is **one SQL
-//! statement**, so one round trip:
-//!
-//! | operation | statement |
-//! |---|---|
-//! | claim | `INSERT ... ON CONFLICT (key) DO UPDATE ... RETURNING ...` |
-//! | renew, complete | fenced `UPDATE ... WHERE key = $1 AND token = $2 AND expires_at > now()` |
-//! | release | fenced `DELETE` |
-//! | get | `SELECT ... WHERE key = $1 AND expires_at > now()` |
-//! | purge | `DELETE ... WHERE key IN (SELECT ... ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)` |
-//!
-//! A first execution is therefore two statements (claim, complete) and a
-//! replay one (claim). Every expiry decision and every "time left" is
-//! computed by the database from its own `now()`, never the app's clock.
-//!
-//! Expired rows count as absent for claims and lookups; they are deleted by
-//! [`Store::purge_expired`] or by the background task of
-//! [`PostgresStore::spawn_sweeper`].
-//!
-//! # Schema
-//!
-//! ```sql
-//! CREATE TABLE IF NOT EXISTS idem_records (
-//!     key           text        PRIMARY KEY,         -- StorageKey::as_str()
-//!     fingerprint   bytea       NOT NULL,            -- 32 bytes, SHA-256
-//!     state         text        NOT NULL,            -- 'in_flight' | 'completed'
-//!     token         bytea,                           -- fencing token; NULL once completed
-//!     expires_at    timestamptz NOT NULL,            -- lease end, then record end
-//!     status        integer,                         -- stored response ...
-//!     header_names  text[],                          -- ... headers in order, one entry per value
-//!     header_values bytea[],
-//!     body          bytea                            -- ... body byte for byte
-//! ) WITH (fillfactor = 90);
-//! CREATE INDEX IF NOT EXISTS idem_records_expires_at_idx ON idem_records (expires_at);
-//! ```
-//! (plus `CHECK` constraints; see `postgres/schema.sql`.)
-//!
-//! # Example
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use idem_runtime::PostgresStore;
-//!
-//! # async fn demo() -> Result<(), idem_runtime::StoreError> {
-//! let store = PostgresStore::connect("postgres://app:secret@db.internal/app").await?;
-//! store.migrate().await?;
-//! // Delete expired rows every minute, 1000 per statement.
-//! let sweeper = store.spawn_sweeper(Duration::from_secs(60), 1000);
-//! // ... register `store` with the app; at shutdown:
-//! sweeper.stop().await;
-//! # Ok(()) }
-//! ```
 
 mod error;
 mod row;
@@ -68,7 +14,8 @@ use async_trait::async_trait;
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-pub use self::sql::{DEFAULT_TABLE, InvalidTableName};
+pub use self::sql::InvalidTableName;
+use self::sql::DEFAULT_TABLE;
 use self::sql::{Statements, TableName, sql};
 pub use self::sweeper::SweeperHandle;
 use crate::fingerprint::Fingerprint;
@@ -79,14 +26,6 @@ use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
 /// The store's name in errors, logs and metrics.
 const KIND: &str = "postgres";
 
-/// How long [`PostgresStore::pool_options`] lets an operation wait for a
-/// connection: during an outage, operations fail after this long.
-pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// Default bound on one operation, connection wait included; guards against
-/// a server that stops answering without closing the connection.
-pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// Longest lease or TTL written; longer ones are cut to this (100 years).
 const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
@@ -94,6 +33,60 @@ const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// uses the same database.
 ///
 /// Cheap to clone: clones share the connection pool.
+///
+/// Records live in one table (default [`PostgresStore::DEFAULT_TABLE`]) that
+/// [`PostgresStore::migrate`] creates. Every operation is **one SQL
+/// statement**, so one round trip:
+///
+/// | operation | statement |
+/// |---|---|
+/// | claim | `INSERT ... ON CONFLICT (key) DO UPDATE ... RETURNING ...` |
+/// | renew, complete | fenced `UPDATE ... WHERE key = $1 AND token = $2 AND expires_at > now()` |
+/// | release | fenced `DELETE` |
+/// | get | `SELECT ... WHERE key = $1 AND expires_at > now()` |
+/// | purge | `DELETE ... WHERE key IN (SELECT ... ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)` |
+///
+/// A first execution is therefore two statements (claim, complete) and a
+/// replay one (claim). Every expiry decision and every "time left" is
+/// computed by the database from its own `now()`, never the app's clock.
+///
+/// Expired rows count as absent for claims and lookups; they are deleted by
+/// [`Store::purge_expired`] or by the background task of
+/// [`PostgresStore::spawn_sweeper`].
+///
+/// # Schema
+///
+/// ```sql
+/// CREATE TABLE IF NOT EXISTS idem_records (
+///     key           text        PRIMARY KEY,         -- StorageKey::as_str()
+///     fingerprint   bytea       NOT NULL,            -- 32 bytes, SHA-256
+///     state         text        NOT NULL,            -- 'in_flight' | 'completed'
+///     token         bytea,                           -- fencing token; NULL once completed
+///     expires_at    timestamptz NOT NULL,            -- lease end, then record end
+///     status        integer,                         -- stored response ...
+///     header_names  text[],                          -- ... headers in order, one entry per value
+///     header_values bytea[],
+///     body          bytea                            -- ... body byte for byte
+/// ) WITH (fillfactor = 90);
+/// CREATE INDEX IF NOT EXISTS idem_records_expires_at_idx ON idem_records (expires_at);
+/// ```
+/// (plus `CHECK` constraints; see `postgres/schema.sql`.)
+///
+/// # Example
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use idem_runtime::PostgresStore;
+///
+/// # async fn demo() -> Result<(), idem_runtime::StoreError> {
+/// let store = PostgresStore::connect("postgres://app:secret@db.internal/app").await?;
+/// store.migrate().await?;
+/// // Delete expired rows every minute, 1000 per statement.
+/// let sweeper = store.spawn_sweeper(Duration::from_secs(60), 1000);
+/// // ... register `store` with the app; at shutdown:
+/// sweeper.stop().await;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: PgPool,
@@ -105,7 +98,16 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
-    /// A store in table [`DEFAULT_TABLE`] of the pool's database.
+    /// The table [`PostgresStore::new`] and [`PostgresStore::connect`] use.
+    pub const DEFAULT_TABLE: &str = DEFAULT_TABLE;
+    /// How long [`PostgresStore::pool_options`] lets an operation wait for a
+    /// connection: during an outage, operations fail after this long.
+    pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+    /// Default bound on one operation, connection wait included; guards
+    /// against a server that stops answering without closing the connection.
+    pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// A store in table [`PostgresStore::DEFAULT_TABLE`] of the pool's database.
     ///
     /// The pool's settings are used as they are; build it from
     /// [`PostgresStore::pool_options`] for an acquire timeout that makes an
@@ -122,19 +124,19 @@ impl PostgresStore {
 
     fn build(pool: PgPool, table: TableName) -> Self {
         let server = error::describe(&pool.connect_options()).into();
-        Self { sql: Statements::new(&table), pool, table, server, timeout: Some(DEFAULT_OPERATION_TIMEOUT) }
+        Self { sql: Statements::new(&table), pool, table, server, timeout: Some(Self::DEFAULT_OPERATION_TIMEOUT) }
     }
 
     /// Pool settings suited to the store: connections are awaited at most
-    /// [`DEFAULT_ACQUIRE_TIMEOUT`], so requests fail fast (503) during an
+    /// [`PostgresStore::DEFAULT_ACQUIRE_TIMEOUT`], so requests fail fast (503) during an
     /// outage instead of piling up. Adjust the pool size to the number of
     /// concurrent idempotent requests a process serves.
     pub fn pool_options() -> PgPoolOptions {
-        PgPoolOptions::new().acquire_timeout(DEFAULT_ACQUIRE_TIMEOUT)
+        PgPoolOptions::new().acquire_timeout(Self::DEFAULT_ACQUIRE_TIMEOUT)
     }
 
     /// Connects to `url` with [`PostgresStore::pool_options`] and uses table
-    /// [`DEFAULT_TABLE`]. Errors never contain the URL's password.
+    /// [`PostgresStore::DEFAULT_TABLE`]. Errors never contain the URL's password.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Self::connect_with(url, Self::pool_options()).await
     }
@@ -147,7 +149,7 @@ impl PostgresStore {
 
     /// Bounds every operation (connection wait included) by `timeout`,
     /// after which it fails with [`StoreError::Timeout`]; `None` leaves only
-    /// the pool's acquire timeout. Default: [`DEFAULT_OPERATION_TIMEOUT`].
+    /// the pool's acquire timeout. Default: [`PostgresStore::DEFAULT_OPERATION_TIMEOUT`].
     ///
     /// A claim cut short may still have been applied by the server; its
     /// lease then runs out unused.

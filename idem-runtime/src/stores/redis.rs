@@ -1,86 +1,8 @@
 //! The Redis / Valkey store (feature `redis`).
-//!
-//! ```no_run
-//! use std::sync::Arc;
-//! use idem_runtime::{RedisStore, Store};
-//!
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! // `rediss://` needs one of the `redis` crate's TLS features in your build.
-//! let store = RedisStore::connect("redis://:password@127.0.0.1:6379/0").await?.with_key_prefix("shop:")?;
-//! let store: Arc<dyn Store> = Arc::new(store);
-//! # Ok(()) }
-//! ```
-//!
-//! # One round trip per operation
-//!
-//! `claim`, `renew`, `complete`, `release` and `get` are each one Lua script
-//! sent with `EVALSHA` (loaded again on `NOSCRIPT`, after a server restart
-//! or `SCRIPT FLUSH`), so each is atomic on the server and costs one
-//! command: a replay is one `EVALSHA`, a first execution two (claim and
-//! complete) plus one per lease renewal. [`RedisStore::connect`] loads the
-//! scripts once up front.
-//!
-//! # Key layout
-//!
-//! One record is one Redis hash at `<prefix><storage key>`, where the
-//! storage key is [`StorageKey::as_str`]: `idem:v1:{<hash tag>}:<rest>`,
-//! the two halves of a SHA-256 of the encoded scope, subject, method, route
-//! and key (the raw key and subject never reach Redis). The prefix is empty unless set
-//! with [`RedisStore::with_key_prefix`], and may not contain braces, so the
-//! record's `{hash tag}` decides its Redis Cluster slot. Fields:
-//!
-//! | field | holds | present |
-//! |---|---|---|
-//! | `fp` | request fingerprint, 32 raw bytes | always |
-//! | `tok` | owner's fencing token, 16 raw bytes | while in flight |
-//! | `resp` | the response, [`StoredResponse::to_bytes`] (binary, postcard) | once completed |
-//!
-//! The key's expiry is the lease while in flight and the TTL once completed,
-//! set by the scripts with `PEXPIRE`; `retry_after`, `lease_left` and
-//! `ttl_left` come from `PTTL`. All expiry is Redis's own clock, never the
-//! application's: an expired record is a missing key, its token is dead with
-//! it (a paused owner cannot renew, complete or release after its lease ran
-//! out, whether or not someone took over), and [`Store::purge_expired`] has
-//! nothing to do.
-//!
-//! # Sizes
-//!
-//! A record costs the response's encoded size plus about 100 bytes. The
-//! runtime's stored-response limit bounds what reaches the store; beyond
-//! that, [`complete`](Store::complete) refuses a record over
-//! [`MAX_RECORD_BYTES`] (Redis's default `proto-max-bulk-len`, 512 MiB) with
-//! [`StoreError::Full`] without sending it. A server at `maxmemory` under
-//! `noeviction` answers `OOM`, also reported as [`StoreError::Full`].
-//!
-//! # Deployment
-//!
-//! - `maxmemory-policy noeviction`: an evicted record lets a retry run the
-//!   handler a second time, silently breaking at-most-once.
-//! - Persistence: `appendonly yes` (`appendfsync everysec` or `always`); a
-//!   restart without it forgets every record. Replication is asynchronous,
-//!   so a failover can lose the last claims in the same way.
-//! - Redis Cluster: every script touches one key, so no command is ever
-//!   `CROSSSLOT`. This store talks to one endpoint through a
-//!   [`ConnectionManager`]; reach a cluster through a cluster-aware proxy.
-//!
-//! # Outages
-//!
-//! The connection is a [`ConnectionManager`]: one multiplexed connection
-//! that reconnects by itself. With [`RedisStore::default_config`] an
-//! operation fails within about the response timeout (2 s) when the server
-//! hangs, and within a few connection attempts (1 s each at most) when it
-//! is down, with [`StoreError::Timeout`] or [`StoreError::Unavailable`]
-//! (the runtime answers 503 before a handler runs). Once the server is back,
-//! the same store works again without a restart (the first call may still
-//! see the failed reconnection). A timed-out operation may yet have run on
-//! the server: a claim then holds its key until its lease runs out, so
-//! retries get 409 meanwhile, never a second execution. Errors and `Debug`
-//! output show the URL with its password masked.
 
 mod error;
 mod reply;
 mod scripts;
-mod url;
 
 use std::fmt;
 use std::sync::Arc;
@@ -94,28 +16,94 @@ pub use self::error::InvalidKeyPrefix;
 use self::error::{Endpoint, check_prefix};
 use self::scripts::{Scripts, millis};
 use crate::fingerprint::Fingerprint;
+use crate::redact::Redacted;
 use crate::record::{Record, StoredResponse};
 use crate::scope::StorageKey;
 use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
 
-/// Largest record [`RedisStore`] sends: Redis's default
-/// `proto-max-bulk-len` (512 MiB); larger values would be refused by the
-/// server and cost the shared connection.
-pub const MAX_RECORD_BYTES: usize = 512 << 20;
-
-/// Default time to establish one connection ([`RedisStore::default_config`]).
-pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default time to wait for one reply ([`RedisStore::default_config`]).
-pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Default number of reconnection attempts after the first, per operation
-/// that finds the connection down ([`RedisStore::default_config`]).
-pub const DEFAULT_RECONNECT_RETRIES: usize = 2;
-
 /// A [`Store`] in Redis or Valkey: atomic Lua scripts, one round trip per
-/// operation, expiry by the server's clock. See the [module
-/// documentation](self) for the key layout and deployment advice.
+/// operation, expiry by the server's clock. The sections below give the key
+/// layout and deployment advice.
 ///
 /// Cloning is cheap and shares the connection.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use idem_runtime::RedisStore;
+/// use idem_runtime::store::Store;
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// // `rediss://` needs one of the `redis` crate's TLS features in your build.
+/// let store = RedisStore::connect("redis://:password@127.0.0.1:6379/0").await?.with_key_prefix("shop:")?;
+/// let store: Arc<dyn Store> = Arc::new(store);
+/// # Ok(()) }
+/// ```
+///
+/// # One round trip per operation
+///
+/// `claim`, `renew`, `complete`, `release` and `get` are each one Lua script
+/// sent with `EVALSHA` (loaded again on `NOSCRIPT`, after a server restart
+/// or `SCRIPT FLUSH`), so each is atomic on the server and costs one
+/// command: a replay is one `EVALSHA`, a first execution two (claim and
+/// complete) plus one per lease renewal. [`RedisStore::connect`] loads the
+/// scripts once up front.
+///
+/// # Key layout
+///
+/// One record is one Redis hash at `<prefix><storage key>`, where the
+/// storage key is [`StorageKey::as_str`]: `idem:v1:{<hash tag>}:<rest>`,
+/// the two halves of a SHA-256 of the encoded scope, subject, method, route
+/// and key (the raw key and subject never reach Redis). The prefix is empty unless set
+/// with [`RedisStore::with_key_prefix`], and may not contain braces, so the
+/// record's `{hash tag}` decides its Redis Cluster slot. Fields:
+///
+/// | field | holds | present |
+/// |---|---|---|
+/// | `fp` | request fingerprint, 32 raw bytes | always |
+/// | `tok` | owner's fencing token, 16 raw bytes | while in flight |
+/// | `resp` | the response, [`StoredResponse::to_bytes`] (binary, postcard) | once completed |
+///
+/// The key's expiry is the lease while in flight and the TTL once completed,
+/// set by the scripts with `PEXPIRE`; `retry_after`, `lease_left` and
+/// `ttl_left` come from `PTTL`. All expiry is Redis's own clock, never the
+/// application's: an expired record is a missing key, its token is dead with
+/// it (a paused owner cannot renew, complete or release after its lease ran
+/// out, whether or not someone took over), and [`Store::purge_expired`] has
+/// nothing to do.
+///
+/// # Sizes
+///
+/// A record costs the response's encoded size plus about 100 bytes. The
+/// runtime's stored-response limit bounds what reaches the store; beyond
+/// that, [`complete`](Store::complete) refuses a record over
+/// [`RedisStore::MAX_RECORD_BYTES`] (Redis's default `proto-max-bulk-len`, 512 MiB) with
+/// [`StoreError::Full`] without sending it. A server at `maxmemory` under
+/// `noeviction` answers `OOM`, also reported as [`StoreError::Full`].
+///
+/// # Deployment
+///
+/// - `maxmemory-policy noeviction`: an evicted record lets a retry run the
+///   handler a second time, silently breaking at-most-once.
+/// - Persistence: `appendonly yes` (`appendfsync everysec` or `always`); a
+///   restart without it forgets every record. Replication is asynchronous,
+///   so a failover can lose the last claims in the same way.
+/// - Redis Cluster: every script touches one key, so no command is ever
+///   `CROSSSLOT`. This store talks to one endpoint through a
+///   [`ConnectionManager`]; reach a cluster through a cluster-aware proxy.
+///
+/// # Outages
+///
+/// The connection is a [`ConnectionManager`]: one multiplexed connection
+/// that reconnects by itself. With [`RedisStore::default_config`] an
+/// operation fails within about the response timeout (2 s) when the server
+/// hangs, and within a few connection attempts (1 s each at most) when it
+/// is down, with [`StoreError::Timeout`] or [`StoreError::Unavailable`]
+/// (the runtime answers 503 before a handler runs). Once the server is back,
+/// the same store works again without a restart (the first call may still
+/// see the failed reconnection). A timed-out operation may yet have run on
+/// the server: a claim then holds its key until its lease runs out, so
+/// retries get 409 meanwhile, never a second execution. Errors and `Debug`
+/// output show the URL with its password masked.
 #[derive(Clone)]
 pub struct RedisStore {
     connection: ConnectionManager,
@@ -134,6 +122,18 @@ impl fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
+    /// Largest record sent: Redis's default `proto-max-bulk-len` (512 MiB);
+    /// larger values would be refused by the server and cost the shared
+    /// connection.
+    pub const MAX_RECORD_BYTES: usize = 512 << 20;
+    /// Default time to establish one connection ([`RedisStore::default_config`]).
+    pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
+    /// Default time to wait for one reply ([`RedisStore::default_config`]).
+    pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+    /// Default number of reconnection attempts after the first, per operation
+    /// that finds the connection down ([`RedisStore::default_config`]).
+    pub const DEFAULT_RECONNECT_RETRIES: usize = 2;
+
     /// Connects to `url` (`redis://`, `rediss://`, `redis+unix://`, auth in
     /// the URL) with [`RedisStore::default_config`], and loads the scripts.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
@@ -143,7 +143,7 @@ impl RedisStore {
     /// Connects to `url` with a connection configuration of your own (its
     /// timeouts bound every operation), and loads the scripts.
     pub async fn connect_with(url: &str, config: ConnectionManagerConfig) -> Result<Self, StoreError> {
-        let endpoint = Endpoint::new(Some(url::redact(url)), config.response_timeout());
+        let endpoint = Endpoint::new(Some(Redacted::new(url)), config.response_timeout());
         let client = redis::Client::open(url).map_err(|e| endpoint.error("open", e))?;
         let connection =
             ConnectionManager::new_with_config(client, config).await.map_err(|e| endpoint.error("connect", e))?;
@@ -157,20 +157,26 @@ impl RedisStore {
         Self::build(connection, Endpoint::new(None, None))
     }
 
+    /// The store's connection, to share with the application's own Redis
+    /// commands (it reconnects by itself; clones share it).
+    pub fn connection(&self) -> &ConnectionManager {
+        &self.connection
+    }
+
     fn build(connection: ConnectionManager, endpoint: Endpoint) -> Self {
         Self { connection, scripts: Arc::new(Scripts::new()), prefix: String::new(), endpoint }
     }
 
     /// The connection settings [`RedisStore::connect`] uses: fail fast
     /// rather than queue requests behind a dead server.
-    /// [`DEFAULT_CONNECTION_TIMEOUT`] per connection attempt,
-    /// [`DEFAULT_RESPONSE_TIMEOUT`] per reply, and
-    /// [`DEFAULT_RECONNECT_RETRIES`] quick retries (50 ms to 1 s apart).
+    /// [`RedisStore::DEFAULT_CONNECTION_TIMEOUT`] per connection attempt,
+    /// [`RedisStore::DEFAULT_RESPONSE_TIMEOUT`] per reply, and
+    /// [`RedisStore::DEFAULT_RECONNECT_RETRIES`] quick retries (50 ms to 1 s apart).
     pub fn default_config() -> ConnectionManagerConfig {
         ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(DEFAULT_CONNECTION_TIMEOUT))
-            .set_response_timeout(Some(DEFAULT_RESPONSE_TIMEOUT))
-            .set_number_of_retries(DEFAULT_RECONNECT_RETRIES)
+            .set_connection_timeout(Some(Self::DEFAULT_CONNECTION_TIMEOUT))
+            .set_response_timeout(Some(Self::DEFAULT_RESPONSE_TIMEOUT))
+            .set_number_of_retries(Self::DEFAULT_RECONNECT_RETRIES)
             .set_min_delay(Duration::from_millis(50))
             .set_max_delay(Duration::from_secs(1))
     }
@@ -246,12 +252,13 @@ impl Store for RedisStore {
         ttl: Duration,
     ) -> Result<Fence, StoreError> {
         let encoded = response.to_bytes();
-        if encoded.len() > MAX_RECORD_BYTES {
+        if encoded.len() > Self::MAX_RECORD_BYTES {
             return Err(StoreError::Full {
                 store: "redis",
                 detail: format!(
-                    "a stored response of {} bytes is over the {MAX_RECORD_BYTES} bytes Redis accepts in one value",
-                    encoded.len()
+                    "a stored response of {} bytes is over the {} bytes Redis accepts in one value",
+                    encoded.len(),
+                    Self::MAX_RECORD_BYTES
                 ),
             });
         }
@@ -341,7 +348,7 @@ mod tests {
             let client = redis::Client::open(url.as_str()).unwrap();
             let manager = ConnectionManager::new_lazy_with_config(client, RedisStore::default_config()).unwrap();
             let mut store = RedisStore::from_manager(manager);
-            store.endpoint = Endpoint::new(Some(url::redact(&url)), None);
+            store.endpoint = Endpoint::new(Some(Redacted::new(&url)), None);
             let shown = format!("{store:?}");
             assert!(shown.contains("redis://:***@127.0.0.1:") && !shown.contains("hunter2"), "{shown}");
         });

@@ -4,13 +4,12 @@ use sqlx::postgres::PgConnectOptions;
 
 use super::KIND;
 use super::sql::TableName;
-use crate::redact::{MASK, password_ranges, redact_url};
+use crate::redact::Redacted;
 use crate::store::StoreError;
 
 /// Undefined table: the store was used before [`super::PostgresStore::migrate`].
 const UNDEFINED_TABLE: &str = "42P01";
 
-/// What to put in place of a password.
 /// Where the store connects, as `postgres://user@host:port/database`: the
 /// password is never part of it.
 pub(super) fn describe(options: &PgConnectOptions) -> String {
@@ -50,14 +49,9 @@ pub(super) fn store_error(error: sqlx::Error, server: &str, table: &TableName) -
 /// Maps an error of connecting to `url`, whose password must not leak
 /// through the error's message or its source.
 pub(super) fn connect_error(error: sqlx::Error, url: &str) -> StoreError {
-    let passwords: Vec<&str> =
-        password_ranges(url).into_iter().map(|range| &url[range]).filter(|p| !p.is_empty()).collect();
-    let leaks = |text: &str| passwords.iter().any(|p| text.contains(p));
-    let mut message = format!("{}: {error}", redact_url(url));
-    for password in &passwords {
-        message = message.replace(password, MASK);
-    }
-    let source: Option<crate::store::BoxError> = (!leaks(&error.to_string())).then(|| Box::new(error) as _);
+    let redacted = Redacted::new(url);
+    let message = redacted.scrub(&format!("{}: {error}", redacted.as_str()));
+    let source: Option<crate::store::BoxError> = (!redacted.leaks_into(&error.to_string())).then(|| Box::new(error) as _);
     StoreError::Unavailable { store: KIND, message, source }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 
 /// Table used by [`PostgresStore::new`](super::PostgresStore::new).
-pub const DEFAULT_TABLE: &str = "idem_records";
+pub(super) const DEFAULT_TABLE: &str = "idem_records";
 
 /// Longest table name part; leaves room for the `_expires_at_idx` suffix of
 /// the index name within PostgreSQL's 63-byte identifier limit.

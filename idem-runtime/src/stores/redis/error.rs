@@ -6,7 +6,7 @@ use redis::RedisError;
 
 use crate::store::StoreError;
 
-use super::url::Redacted;
+use crate::redact::Redacted;
 
 /// Error for a key prefix that would move records out of their hash slot.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,7 +36,7 @@ impl Endpoint {
 
     /// The URL without its password, if the store knows it.
     pub(super) fn display(&self) -> Option<&str> {
-        self.redacted.as_ref().map(|r| r.display.as_str())
+        self.redacted.as_ref().map(Redacted::as_str)
     }
 
     /// Maps a client error of `operation` to a store error the runtime can
@@ -84,11 +84,10 @@ pub(super) fn check_prefix(prefix: String) -> Result<String, InvalidKeyPrefix> {
 mod tests {
     use std::io;
 
-    use super::super::url::redact;
     use super::*;
 
     fn endpoint(url: &str) -> Endpoint {
-        Endpoint::new(Some(redact(url)), Some(Duration::from_secs(2)))
+        Endpoint::new(Some(Redacted::new(url)), Some(Duration::from_secs(2)))
     }
 
     #[test]

@@ -1,19 +1,20 @@
 //! The store conformance suite (feature `testing`).
 //!
 //! Every [`Store`] must pass it against its real server. Instantiate it in a
-//! test file with [`store_conformance_tests!`](crate::store_conformance_tests),
+//! test file with [`store_conformance_tests!`],
 //! giving an async function that returns the store, or `None` to skip (for
 //! example when no server URL is configured):
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use idem_runtime::{MemoryStore, Store};
+//! use idem_runtime::MemoryStore;
+//! use idem_runtime::store::Store;
 //!
 //! async fn store() -> Option<Arc<dyn Store>> {
 //!     Some(Arc::new(MemoryStore::new()))
 //! }
 //!
-//! idem_runtime::store_conformance_tests!(store);
+//! idem_runtime::store::testing::store_conformance_tests!(store);
 //! # fn main() {}
 //! ```
 //!
@@ -26,8 +27,18 @@ mod race;
 use std::future::Future;
 use std::sync::Arc;
 
-pub use cases::*;
-pub use race::*;
+pub use self::cases::{
+    claim_acquires_a_free_key, completed_key_refuses_another_fingerprint, completed_key_replays_byte_for_byte,
+    completed_record_expires_after_ttl, completion_is_final, expired_lease_can_be_taken_over,
+    expired_owner_without_successor_is_refused, fingerprint, forged_token_is_refused, fresh_key,
+    in_flight_key_refuses_another_fingerprint, in_flight_key_reports_time_left, keys_are_independent,
+    large_binary_bodies_round_trip, purge_keeps_live_records, release_frees_the_key, renew_keeps_the_lease_alive,
+    response, stale_owner_can_neither_complete_nor_release, stale_owner_cannot_renew,
+};
+pub use self::race::{CLAIMERS, concurrent_claims_after_completion_all_replay, sixty_four_claimers_one_winner};
+/// Instantiates the whole conformance suite as `#[test]` functions; see the
+/// [module documentation](self).
+pub use crate::__store_conformance_tests as store_conformance_tests;
 
 use crate::store::Store;
 
@@ -57,10 +68,12 @@ where
 /// Instantiates the whole conformance suite as `#[test]` functions.
 ///
 /// The argument is the path of an `async fn() -> Option<Arc<dyn Store>>`.
+/// Reached as `idem_runtime::store::testing::store_conformance_tests!`.
+#[doc(hidden)]
 #[macro_export]
-macro_rules! store_conformance_tests {
+macro_rules! __store_conformance_tests {
     ($make:path) => {
-        $crate::store_conformance_tests!(@cases $make;
+        $crate::__store_conformance_tests!(@cases $make;
             claim_acquires_a_free_key,
             completed_key_replays_byte_for_byte,
             completed_key_refuses_another_fingerprint,
@@ -86,8 +99,8 @@ macro_rules! store_conformance_tests {
         $(
             #[test]
             fn $case() {
-                $crate::testing::run($make, |store| async move {
-                    $crate::testing::$case(store).await
+                $crate::store::testing::run($make, |store| async move {
+                    $crate::store::testing::$case(store).await
                 });
             }
         )*

@@ -10,7 +10,7 @@ use crate::store::{Claim, Fence, Store};
 /// How many tasks race for one key.
 pub const CLAIMERS: usize = 64;
 
-async fn race(store: &Arc<dyn Store>, key: &crate::scope::StorageKey) -> Vec<Claim> {
+async fn race(store: &Arc<dyn Store>, key: &crate::store::StorageKey) -> Vec<Claim> {
     let barrier = Arc::new(Barrier::new(CLAIMERS));
     let tasks: Vec<_> = (0..CLAIMERS)
         .map(|_| {

@@ -5,11 +5,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::fingerprint::{Fingerprint, RequestParts};
-use crate::key::IdempotencyKey;
-use crate::record::{RecordState, StoredResponse};
-use crate::scope::{Scope, StorageKey};
-use crate::store::{Claim, Fence, FencingToken, Store};
+use crate::store::{
+    Claim, Fence, FencingToken, Fingerprint, IdempotencyKey, RecordState, RequestParts, Scope, StorageKey, Store,
+    StoredResponse,
+};
 
 /// A lease long enough never to run out during a case.
 pub(crate) const LONG: Duration = Duration::from_secs(60);
