@@ -38,6 +38,7 @@ pub use self::cases::{
 pub use self::race::{CLAIMERS, concurrent_claims_after_completion_all_replay, sixty_four_claimers_one_winner};
 /// Instantiates the whole conformance suite as `#[test]` functions; see the
 /// [module documentation](self).
+#[doc(inline)]
 pub use crate::__store_conformance_tests as store_conformance_tests;
 
 use crate::store::Store;
