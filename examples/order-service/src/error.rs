@@ -1,9 +1,8 @@
 //! The service's own errors, as RFC 9457 problem+json.
 
 use actix_web::http::StatusCode;
-use actix_web::http::header::CONTENT_TYPE;
 use actix_web::{HttpResponse, ResponseError};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::repo::RepoError;
 
@@ -51,12 +50,40 @@ impl ResponseError for ApiError {
         }
         let (slug, title) = self.slug();
         let status = self.status_code();
-        let body = json!({
-            "type": format!("urn:order-service:problem:{slug}"),
-            "title": title,
-            "status": status.as_u16(),
-            "detail": self.to_string(),
-        });
-        HttpResponse::build(status).insert_header((CONTENT_TYPE, "application/problem+json")).body(body.to_string())
+        let problem = Problem {
+            detail: self.to_string(),
+            status: status.as_u16(),
+            title,
+            kind: format!("urn:order-service:problem:{slug}"),
+        };
+        HttpResponse::build(status).content_type("application/problem+json").json(problem)
+    }
+}
+
+/// An RFC 9457 problem body. Fields in alphabetical order, the order the
+/// service has always sent them in, so the bytes stay the same.
+#[derive(Debug, Serialize)]
+struct Problem {
+    detail: String,
+    status: u16,
+    title: &'static str,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[actix_web::test]
+    async fn problems_keep_their_wire_format() {
+        let response = ApiError::NotFound("o1".into()).error_response();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        assert_eq!(response.headers().get("content-type").unwrap(), "application/problem+json");
+        let body = actix_web::body::to_bytes(response.into_body()).await.unwrap();
+        assert_eq!(
+            body,
+            r#"{"detail":"no order o1 for this user","status":404,"title":"Order not found","type":"urn:order-service:problem:not-found"}"#
+        );
     }
 }

@@ -68,7 +68,7 @@ async fn create_order(
     new.validate().map_err(ApiError::Invalid)?;
     let order = Order::new(&user.0, new);
     state.repo.insert_order(&order).await?;
-    Ok(HttpResponse::Created().insert_header((LOCATION, format!("/orders/{}", order.id))).json(order.to_json()))
+    Ok(HttpResponse::Created().insert_header((LOCATION, format!("/orders/{}", order.id))).json(order.body()))
 }
 
 /// Pays an order through the simulated provider.
@@ -91,7 +91,7 @@ async fn create_payment(
         status: "captured".into(),
     };
     state.repo.insert_charge(&charge).await?;
-    Ok(HttpResponse::Created().json(charge.to_json()))
+    Ok(HttpResponse::Created().json(charge.body()))
 }
 
 async fn owned_order(state: &AppState, user: &User, id: &str) -> Result<Order, ApiError> {
@@ -105,14 +105,14 @@ async fn owned_order(state: &AppState, user: &User, id: &str) -> Result<Order, A
 #[get("/orders/{id}")]
 async fn get_order(user: User, id: web::Path<String>, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let order = owned_order(&state, &user, &id).await?;
-    Ok(HttpResponse::Ok().json(order.to_json()))
+    Ok(HttpResponse::Ok().json(order.body()))
 }
 
 /// Every order of the caller.
 #[get("/orders")]
 async fn list_orders(user: User, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let orders: Vec<_> = state.repo.orders_of(&user.0).await?.iter().map(Order::to_json).collect();
-    Ok(HttpResponse::Ok().json(orders))
+    let orders = state.repo.orders_of(&user.0).await?;
+    Ok(HttpResponse::Ok().json(orders.iter().map(Order::body).collect::<Vec<_>>()))
 }
 
 /// Side-effect counts across every process sharing the backend.

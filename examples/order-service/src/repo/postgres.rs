@@ -6,7 +6,7 @@ use sqlx::{PgPool, Row};
 use super::{Repo, RepoError};
 use crate::model::{Charge, Order, Stats};
 
-/// Creates the tables; safe to run from several processes at once.
+/// The tables, created if missing (run by [`PostgresRepo::migrate`] under its lock).
 const SCHEMA: &str = r"
 CREATE TABLE IF NOT EXISTS order_service_orders (
     seq          bigserial,
@@ -43,10 +43,21 @@ impl PostgresRepo {
         Self { pool }
     }
 
-    /// Creates the tables on `connection` (the caller serializes migrations).
-    pub async fn migrate(connection: &mut sqlx::PgConnection) -> Result<(), RepoError> {
-        sqlx::raw_sql(SCHEMA).execute(connection).await.map_err(fail)?;
-        Ok(())
+    /// Creates the tables if they are missing; safe to run at every start,
+    /// from many processes at once.
+    pub async fn migrate(&self) -> Result<(), RepoError> {
+        let mut tx = self.pool.begin().await.map_err(fail)?;
+        // `CREATE ... IF NOT EXISTS` alone is not enough: two sessions can
+        // both find the table missing, and the second then fails on a
+        // catalog unique index (`pg_type_typname_nsp_index`). Processes
+        // starting together therefore take turns on this lock, which the
+        // commit (or a rollback) releases.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('order-service migrate'))")
+            .execute(&mut *tx)
+            .await
+            .map_err(fail)?;
+        sqlx::raw_sql(SCHEMA).execute(&mut *tx).await.map_err(fail)?;
+        tx.commit().await.map_err(fail)
     }
 }
 

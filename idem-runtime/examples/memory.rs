@@ -1,0 +1,56 @@
+//! `POST /payments` made safe to retry, with the in-process [`MemoryStore`].
+//!
+//! ```sh
+//! cargo run -p idem-runtime --example memory        # ADDR=127.0.0.1:9000 to listen elsewhere
+//!
+//! # Run this twice: the first charges (the server prints "charged"), the
+//! # second gets the same 201 body back with `Idempotent-Replayed: true`.
+//! curl -i -X POST localhost:8080/payments -H 'X-User-ID: alice' -H 'Idempotency-Key: pay-1' \
+//!      -H 'Content-Type: application/json' -d '{"amount_cents":1500}'
+//! ```
+
+use std::net::TcpListener;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use actix_web::dev::Server;
+use actix_web::{App, HttpResponse, HttpServer, post, web};
+use idem_runtime::{Idem, MemoryStore, idempotent};
+use serde::{Deserialize, Serialize};
+
+#[derive(Deserialize)]
+struct NewPayment {
+    amount_cents: u64,
+}
+
+#[derive(Serialize)]
+struct Payment {
+    id: String,
+    amount_cents: u64,
+    status: &'static str,
+}
+
+/// Runs once per `Idempotency-Key` and user; retries get its response back.
+#[idempotent(ttl = "24h", scope = "user")]
+#[post("/payments")]
+async fn create_payment(body: web::Json<NewPayment>) -> HttpResponse {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos();
+    let payment = Payment { id: format!("pay_{nanos:x}"), amount_cents: body.amount_cents, status: "captured" };
+    println!("charged {} cents: {}", payment.amount_cents, payment.id);
+    HttpResponse::Created().json(payment)
+}
+
+#[actix_web::main]
+async fn main() -> std::io::Result<()> {
+    let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:8080".to_owned());
+    println!("listening on http://{addr}");
+    serve(TcpListener::bind(addr)?)?.await
+}
+
+/// The app on `listener` (apart from `main` so that `tests/examples.rs` can
+/// start it on a free port).
+pub fn serve(listener: TcpListener) -> std::io::Result<Server> {
+    // `subject` says who the caller is, for `scope = "user"`: here a header.
+    let idem =
+        Idem::new(MemoryStore::new()).subject(|req| req.headers().get("x-user-id")?.to_str().ok().map(str::to_owned));
+    Ok(HttpServer::new(move || App::new().app_data(idem.clone()).service(create_payment)).listen(listener)?.run())
+}
