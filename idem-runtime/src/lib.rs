@@ -113,10 +113,10 @@ pub use error::StoreError;
 pub use idem_macros::idempotent;
 #[cfg(feature = "memory")]
 pub use stores::MemoryStore;
-#[cfg(feature = "postgres")]
-pub use stores::{InvalidTableName, PostgresStore, SweeperHandle};
 #[cfg(feature = "redis")]
 pub use stores::{InvalidKeyPrefix, RedisStore};
+#[cfg(feature = "postgres")]
+pub use stores::{InvalidTableName, PostgresStore, SweeperHandle};
 
 /// The problem+json responses the runtime produces by itself (§5 of the
 /// behaviour contract): a `type` URI starting with [`TYPE_PREFIX`](problem::TYPE_PREFIX),

@@ -130,4 +130,3 @@ pub trait Store: Send + Sync + 'static {
     /// Stores whose records expire by themselves (Redis) return 0.
     async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError>;
 }
-

@@ -50,7 +50,6 @@ impl StoreUrl {
             Self::Postgres(_) => "postgres",
         }
     }
-
 }
 
 /// Never print a store URL, even through `Debug`: it may hold a password.

@@ -1,4 +1,5 @@
-//! The one entry point the `#[idempotent]` expansion calls: SPEC section 4,
+//! The one entry point the `#[idempotent]` expansion calls: §4 of the
+//! behaviour contract (`docs/contract.md`),
 //! steps 1 to 9.
 
 use std::sync::Arc;

@@ -10,7 +10,7 @@ use serde::Serialize;
 /// Prefix of every problem `type` URI; the README lists them all.
 pub const TYPE_PREFIX: &str = "urn:idem:problem:";
 
-/// The situations in which the runtime answers by itself (SPEC section 5).
+/// The situations in which the runtime answers by itself (§5 of the behaviour contract, `docs/contract.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ProblemKind {

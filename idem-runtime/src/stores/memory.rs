@@ -11,7 +11,6 @@ use crate::record::{Record, RecordState, StoredResponse};
 use crate::scope::StorageKey;
 use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
 
-
 /// An in-process store: the embedded default, for one server process.
 ///
 /// Records live in this process only; use the Redis or Postgres store when

@@ -14,8 +14,8 @@ use async_trait::async_trait;
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-pub use self::sql::InvalidTableName;
 use self::sql::DEFAULT_TABLE;
+pub use self::sql::InvalidTableName;
 use self::sql::{Statements, TableName, sql};
 pub use self::sweeper::SweeperHandle;
 use crate::fingerprint::Fingerprint;

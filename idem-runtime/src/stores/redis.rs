@@ -16,8 +16,8 @@ pub use self::error::InvalidKeyPrefix;
 use self::error::{Endpoint, check_prefix};
 use self::scripts::{Scripts, millis};
 use crate::fingerprint::Fingerprint;
-use crate::redact::Redacted;
 use crate::record::{Record, StoredResponse};
+use crate::redact::Redacted;
 use crate::scope::StorageKey;
 use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
 

@@ -51,7 +51,8 @@ pub(super) fn store_error(error: sqlx::Error, server: &str, table: &TableName) -
 pub(super) fn connect_error(error: sqlx::Error, url: &str) -> StoreError {
     let redacted = Redacted::new(url);
     let message = redacted.scrub(&format!("{}: {error}", redacted.as_str()));
-    let source: Option<crate::store::BoxError> = (!redacted.leaks_into(&error.to_string())).then(|| Box::new(error) as _);
+    let source: Option<crate::store::BoxError> =
+        (!redacted.leaks_into(&error.to_string())).then(|| Box::new(error) as _);
     StoreError::Unavailable { store: KIND, message, source }
 }
 
