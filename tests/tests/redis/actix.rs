@@ -2,7 +2,6 @@
 //! workers, real sockets): a burst of same-key requests runs the handler
 //! once, and a Redis outage is answered 503 without running the handler,
 //! then recovers without restarting the app.
-#![cfg(feature = "redis")]
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,6 @@
 //! many claimers taking over one *expired* record at once (the `DO UPDATE`
 //! path of the claim statement, not the insert), and the sweeper deleting
 //! expired rows while claimers take them over.
-#![cfg(feature = "postgres")]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,6 @@
 //! A lease that runs out while its owner is paused (no renewals): a new
 //! claimer takes over, the old owner is fenced off, and the new owner's
 //! response is the one replayed.
-#![cfg(feature = "redis")]
 
 use std::time::Duration;
 

@@ -1,6 +1,5 @@
 //! The store conformance suite, run against [`PostgresStore`] on the shared
 //! PostgreSQL server of `scripts/test` (`IDEM_POSTGRES_URL`).
-#![cfg(feature = "postgres")]
 
 use std::sync::Arc;
 

@@ -2,7 +2,6 @@
 //! workers, real sockets): 200 concurrent same-key requests run the handler
 //! once, and a PostgreSQL outage is answered 503 problem+json without
 //! running the handler, then recovers without restarting the app.
-#![cfg(feature = "postgres")]
 
 use actix_web::http::StatusCode;
 use idem_runtime::{FencingToken, Idem, PostgresStore};

@@ -1,5 +1,4 @@
 //! The store conformance suite, run against a real Redis (`IDEM_REDIS_URL`).
-#![cfg(feature = "redis")]
 
 use std::sync::Arc;
 
