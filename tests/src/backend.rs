@@ -1,6 +1,12 @@
-//! Where the backend test servers are, and what to do when one is missing.
+//! Where the backend test servers are, what to do when one is missing, and
+//! stores connected to them.
 
 use std::io::Write;
+
+#[cfg(feature = "postgres")]
+use idem_runtime::PostgresStore;
+#[cfg(feature = "redis")]
+use idem_runtime::RedisStore;
 
 /// Whether `scripts/test` asked that no backend test skip.
 pub fn required() -> bool {
@@ -25,4 +31,23 @@ pub fn url(variable: &str, test: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// A store on the shared Redis server (`IDEM_REDIS_URL`), or `None` after
+/// [`url`] said why there is none.
+#[cfg(feature = "redis")]
+pub async fn redis_store(test: &str) -> Option<RedisStore> {
+    let url = url("IDEM_REDIS_URL", test)?;
+    Some(RedisStore::connect(&url).await.unwrap_or_else(|e| panic!("{test}: connecting to Redis: {e}")))
+}
+
+/// A store on the PostgreSQL server at `url`, with at most `max_connections`
+/// pooled connections and its table migrated.
+#[cfg(feature = "postgres")]
+pub async fn postgres_store(url: &str, max_connections: u32) -> PostgresStore {
+    let options = PostgresStore::pool_options().max_connections(max_connections);
+    let store =
+        PostgresStore::connect_with(url, options).await.unwrap_or_else(|e| panic!("connecting to PostgreSQL: {e}"));
+    store.migrate().await.unwrap_or_else(|e| panic!("migrating the idem table: {e}"));
+    store
 }

@@ -11,12 +11,12 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::backend;
+use crate::port::free_port;
 
 /// The superuser `initdb` creates; it logs in without a password.
 pub const USER: &str = "idem";
@@ -57,11 +57,6 @@ fn bin_dir() -> Option<PathBuf> {
 
 fn running_as_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free loopback port");
-    listener.local_addr().expect("local address of a bound socket").port()
 }
 
 impl PostgresServer {

@@ -7,12 +7,13 @@
 //! `PATH`.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::backend;
+use crate::port::free_port;
 
 /// How long a starting server may take to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -32,11 +33,6 @@ fn binary() -> Option<PathBuf> {
         return Some(PathBuf::from(path));
     }
     std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join("redis-server")).find(|path| path.is_file())
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free loopback port");
-    listener.local_addr().expect("local address of a bound socket").port()
 }
 
 impl RedisServer {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use idem_runtime::testing::{fingerprint, fresh_key, response};
 use idem_runtime::{Claim, Fence, PostgresStore, StorageKey, Store};
+use idem_tests::backend::postgres_store;
 use tokio::sync::Barrier;
 
 const CLAIMERS: usize = 64;
@@ -17,10 +18,7 @@ const PAST_SHORT: Duration = Duration::from_millis(600);
 
 async fn store(test: &str) -> Option<Arc<PostgresStore>> {
     let url = idem_tests::backend::url("IDEM_POSTGRES_URL", test)?;
-    let options = PostgresStore::pool_options().max_connections(CLAIMERS as u32 + 6);
-    let store = PostgresStore::connect_with(&url, options).await.expect("connecting");
-    store.migrate().await.expect("migrating");
-    Some(Arc::new(store))
+    Some(Arc::new(postgres_store(&url, CLAIMERS as u32 + 6).await))
 }
 
 /// `CLAIMERS` tasks claim `key` at once with fingerprint `body`.

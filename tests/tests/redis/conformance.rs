@@ -2,12 +2,11 @@
 
 use std::sync::Arc;
 
-use idem_runtime::{RedisStore, Store};
+use idem_runtime::Store;
+use idem_tests::backend::redis_store;
 
-async fn redis_store() -> Option<Arc<dyn Store>> {
-    let url = idem_tests::backend::url("IDEM_REDIS_URL", "redis_conformance")?;
-    let store = RedisStore::connect(&url).await.unwrap_or_else(|e| panic!("connecting to Redis: {e}"));
-    Some(Arc::new(store))
+async fn shared_store() -> Option<Arc<dyn Store>> {
+    Some(Arc::new(redis_store("redis_conformance").await?))
 }
 
-idem_runtime::store_conformance_tests!(redis_store);
+idem_runtime::store_conformance_tests!(shared_store);
