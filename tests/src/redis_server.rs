@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::backend;
 use crate::port::free_port;
@@ -41,19 +41,11 @@ impl RedisServer {
     /// `scripts/test`).
     pub fn start(test: &str) -> Option<Self> {
         let Some(binary) = binary() else {
-            assert!(
-                !backend::required(),
-                "{test}: no redis-server found (IDEM_REDIS_SERVER unset and none on PATH), \
-                 but IDEM_REQUIRE_BACKENDS=1 forbids skipping"
-            );
-            let line =
-                format!("SKIP backend test {test}: no redis-server binary (scripts/test sets IDEM_REDIS_SERVER)\n");
-            let _ = std::io::stderr().write_all(line.as_bytes());
+            let missing = "no redis-server binary (IDEM_REDIS_SERVER unset and none on PATH)";
+            backend::skip(test, missing, "scripts/test sets IDEM_REDIS_SERVER");
             return None;
         };
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let dir = std::env::temp_dir().join(format!("idem-redis-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("creating the redis-server directory");
+        let dir = backend::scratch_dir("idem-redis");
         // Another process may take the free port between our probe and the
         // server's bind: try a few ports.
         let mut server = Self { binary, port: 0, dir, child: None };
