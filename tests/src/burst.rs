@@ -1,32 +1,26 @@
 //! Same-key bursts through `#[idempotent]` on a real actix-web server (four
 //! workers, real sockets), shared by the Redis and Postgres suites.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use actix_web::dev::ServerHandle;
 use actix_web::http::StatusCode;
-use actix_web::{App, HttpResponse, HttpServer, post, web};
+use actix_web::{HttpResponse, post, web};
 use bytes::Bytes;
 use futures_util::future::join_all;
-use idem_runtime::{FencingToken, Idem, idempotent};
+use idem_runtime::{Idem, idempotent};
+
+use crate::counter::Counter;
+use crate::http::{client, fresh_key};
+use crate::server::TestServer;
 
 /// How many clients send the same request at once.
 pub const BURST: usize = 200;
 
-/// How many times the handlers below ran.
-#[derive(Debug, Default)]
-pub struct Hits(AtomicUsize);
+/// How long a client waits for a response.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
 
-impl Hits {
-    /// Executions so far.
-    pub fn get(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-async fn create(hits: &Hits, body: &str) -> HttpResponse {
-    let n = hits.0.fetch_add(1, Ordering::SeqCst) + 1;
+async fn create(hits: &Counter, body: &str) -> HttpResponse {
+    let n = hits.next();
     tokio::time::sleep(Duration::from_millis(300)).await;
     HttpResponse::Created()
         .insert_header(("x-order", n.to_string()))
@@ -38,33 +32,26 @@ async fn create(hits: &Hits, body: &str) -> HttpResponse {
 /// A slow order creation, so that a burst finds it in flight (409 mode).
 #[idempotent]
 #[post("/orders")]
-pub async fn create_order(hits: web::Data<Hits>, body: String) -> HttpResponse {
+pub async fn create_order(hits: web::Data<Counter>, body: String) -> HttpResponse {
     create(&hits, &body).await
 }
 
 /// The same, where duplicates wait for the first response.
 #[idempotent(in_flight = "wait", wait = "10s")]
 #[post("/orders/waiting")]
-pub async fn create_order_waiting(hits: web::Data<Hits>, body: String) -> HttpResponse {
+pub async fn create_order_waiting(hits: web::Data<Counter>, body: String) -> HttpResponse {
     create(&hits, &body).await
 }
 
-/// Serves both routes with `idem` on a free loopback port; returns the base
-/// URL, the server's handle and the execution counter.
-pub fn serve(idem: Idem) -> (String, ServerHandle, web::Data<Hits>) {
-    let hits = web::Data::new(Hits::default());
+/// Serves both routes with `idem` on a free loopback port (four workers);
+/// returns the server and the execution counter.
+pub fn serve(idem: Idem) -> (TestServer, web::Data<Counter>) {
+    let hits = web::Data::new(Counter::default());
     let shared = hits.clone();
-    let server = HttpServer::new(move || {
-        App::new().app_data(idem.clone()).app_data(shared.clone()).service(create_order_waiting).service(create_order)
-    })
-    .workers(4)
-    .bind(("127.0.0.1", 0))
-    .expect("binding a loopback port");
-    let address = server.addrs()[0];
-    let server = server.run();
-    let handle = server.handle();
-    actix_web::rt::spawn(server);
-    (format!("http://{address}"), handle, hits)
+    let server = TestServer::with_workers(4, idem, move |config| {
+        config.app_data(shared.clone()).service(create_order_waiting).service(create_order);
+    });
+    (server, hits)
 }
 
 /// What a test looks at in one response.
@@ -84,11 +71,6 @@ pub struct Reply {
     pub retry_after: bool,
     /// Body bytes.
     pub body: Bytes,
-}
-
-/// An HTTP client without a connection limit.
-pub fn client() -> awc::Client {
-    awc::Client::builder().timeout(Duration::from_secs(30)).connector(awc::Connector::new().limit(0)).finish()
 }
 
 /// POSTs `body` with idempotency key `key`.
@@ -116,7 +98,7 @@ pub async fn post(client: &awc::Client, url: &str, key: &str, body: &'static str
 }
 
 async fn burst(url: &str, key: &str) -> Vec<Reply> {
-    let client = client();
+    let client = client(CLIENT_TIMEOUT);
     join_all((0..BURST).map(|_| post(&client, url, key, "2 coffees"))).await
 }
 
@@ -139,8 +121,8 @@ fn same_response(reply: &Reply, first: &Reply) {
 
 /// A burst in 409 mode at `base`: one execution; every other reply is an
 /// identical replay or a 409 problem with `Retry-After`; then all replays.
-pub async fn assert_burst_runs_once(base: &str, hits: &Hits) {
-    let (url, key) = (format!("{base}/orders"), FencingToken::generate().to_hex());
+pub async fn assert_burst_runs_once(base: &str, hits: &Counter) {
+    let (url, key) = (format!("{base}/orders"), fresh_key());
     let replies = burst(&url, &key).await;
     assert_eq!(hits.get(), 1, "the handler ran more than once");
     let first = the_execution(&replies);
@@ -166,8 +148,8 @@ pub async fn assert_burst_runs_once(base: &str, hits: &Hits) {
 }
 
 /// A burst in wait mode at `base`: one execution, one response for all.
-pub async fn assert_burst_waits(base: &str, hits: &Hits) {
-    let (url, key) = (format!("{base}/orders/waiting"), FencingToken::generate().to_hex());
+pub async fn assert_burst_waits(base: &str, hits: &Counter) {
+    let (url, key) = (format!("{base}/orders/waiting"), fresh_key());
     let replies = burst(&url, &key).await;
     assert_eq!(hits.get(), 1, "the handler ran more than once");
     let first = the_execution(&replies);
@@ -178,11 +160,11 @@ pub async fn assert_burst_waits(base: &str, hits: &Hits) {
 
 /// While the store is down: fresh keys get a fast 503 problem with
 /// `Retry-After`, and the handler does not run.
-pub async fn assert_outage_is_503(base: &str, hits: &Hits) {
-    let (url, client, ran) = (format!("{base}/orders"), client(), hits.get());
+pub async fn assert_outage_is_503(base: &str, hits: &Counter) {
+    let (url, client, ran) = (format!("{base}/orders"), client(CLIENT_TIMEOUT), hits.get());
     for _ in 0..3 {
         let started = Instant::now();
-        let reply = post(&client, &url, &FencingToken::generate().to_hex(), "during the outage").await;
+        let reply = post(&client, &url, &fresh_key(), "during the outage").await;
         assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
         assert_eq!(reply.content_type.as_deref(), Some("application/problem+json"));
         assert!(reply.retry_after, "503 without Retry-After");

@@ -1,11 +1,15 @@
-//! Shared helpers of the integration tests: finding the test servers, and
-//! starting private ones for tests that stop them.
+//! Shared helpers of the integration tests: finding the test servers,
+//! starting private ones for tests that stop them, and the one HTTP client,
+//! execution counter and free-port finder that every test binary uses.
 
 pub mod backend;
 pub mod burst;
+pub mod counter;
 pub mod faults;
+pub mod http;
 pub mod order_checks;
 pub mod orders;
+pub mod port;
 #[cfg(feature = "postgres")]
 pub mod postgres_server;
 #[cfg(feature = "redis")]

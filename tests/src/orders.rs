@@ -1,32 +1,21 @@
 //! A small annotated app shared by the actix integration tests: handlers
 //! that count their executions.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, post, web};
 use idem_runtime::{Idem, MemoryStore, idempotent};
 use serde_json::json;
 
+use crate::counter::Counter;
+
 /// How many times each handler body ran.
 #[derive(Debug, Default)]
 pub struct Calls {
     /// Executions of [`create_order`].
-    pub orders: AtomicUsize,
+    pub orders: Counter,
     /// Executions of [`pay`].
-    pub payments: AtomicUsize,
-}
-
-impl Calls {
-    /// Executions of `create_order` so far.
-    pub fn orders(&self) -> usize {
-        self.orders.load(Ordering::SeqCst)
-    }
-
-    /// Executions of `pay` so far.
-    pub fn payments(&self) -> usize {
-        self.payments.load(Ordering::SeqCst)
-    }
+    pub payments: Counter,
 }
 
 /// The subject resolver of these tests: the `X-User-ID` header.
@@ -48,7 +37,7 @@ pub async fn create_order(
     query: web::Query<Delay>,
     calls: web::Data<Calls>,
 ) -> HttpResponse {
-    let call = calls.orders.fetch_add(1, Ordering::SeqCst) + 1;
+    let call = calls.orders.next();
     if query.delay_ms > 0 {
         tokio::time::sleep(Duration::from_millis(query.delay_ms)).await;
     }
@@ -64,7 +53,7 @@ pub async fn create_order(
 #[post("/orders/{id}/payments")]
 #[idempotent(scope = "user")]
 pub async fn pay(path: web::Path<String>, calls: web::Data<Calls>) -> HttpResponse {
-    let call = calls.payments.fetch_add(1, Ordering::SeqCst) + 1;
+    let call = calls.payments.next();
     HttpResponse::Created().json(json!({ "call": call, "order": path.into_inner() }))
 }
 

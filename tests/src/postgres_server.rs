@@ -10,13 +10,11 @@
 //! does.
 
 use std::fs::File;
-use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::backend;
+use crate::port::free_port;
 
 /// The superuser `initdb` creates; it logs in without a password.
 pub const USER: &str = "idem";
@@ -59,32 +57,20 @@ fn running_as_root() -> bool {
     Command::new("id").arg("-u").output().is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
 }
 
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free loopback port");
-    listener.local_addr().expect("local address of a bound socket").port()
-}
-
 impl PostgresServer {
     /// Starts a private server for `test` with extra `postgres -c`
     /// `settings`, or returns `None` after printing a skip line when no
     /// PostgreSQL binaries are found (a failure under `scripts/test`).
     pub fn start(test: &str, settings: &[(&str, &str)]) -> Option<Self> {
         let Some(bin) = bin_dir() else {
-            assert!(
-                !backend::required(),
-                "{test}: no PostgreSQL binaries found (IDEM_PG_BIN unset, none in /usr/lib/postgresql or on PATH), \
-                 but IDEM_REQUIRE_BACKENDS=1 forbids skipping"
-            );
-            let line = format!("SKIP backend test {test}: no PostgreSQL binaries (scripts/test sets IDEM_PG_BIN)\n");
-            let _ = std::io::stderr().write_all(line.as_bytes());
+            let missing = "no PostgreSQL binaries (IDEM_PG_BIN unset, none in /usr/lib/postgresql or on PATH)";
+            backend::skip(test, missing, "scripts/test sets IDEM_PG_BIN");
             return None;
         };
         let run_as = running_as_root()
             .then(|| std::env::var("IDEM_PG_USER").ok().filter(|u| !u.is_empty()))
             .map(|user| user.unwrap_or_else(|| "postgres".to_owned()));
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let dir = std::env::temp_dir().join(format!("idem-pg-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("creating the PostgreSQL directory");
+        let dir = backend::scratch_dir("idem-pg");
         let mut server = Self {
             bin,
             run_as,

@@ -7,12 +7,13 @@
 //! `PATH`.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::backend;
+use crate::port::free_port;
 
 /// How long a starting server may take to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -34,30 +35,17 @@ fn binary() -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join("redis-server")).find(|path| path.is_file())
 }
 
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free loopback port");
-    listener.local_addr().expect("local address of a bound socket").port()
-}
-
 impl RedisServer {
     /// Starts a private server for `test`, or returns `None` after printing
     /// a skip line when no redis-server binary is found (a failure under
     /// `scripts/test`).
     pub fn start(test: &str) -> Option<Self> {
         let Some(binary) = binary() else {
-            assert!(
-                !backend::required(),
-                "{test}: no redis-server found (IDEM_REDIS_SERVER unset and none on PATH), \
-                 but IDEM_REQUIRE_BACKENDS=1 forbids skipping"
-            );
-            let line =
-                format!("SKIP backend test {test}: no redis-server binary (scripts/test sets IDEM_REDIS_SERVER)\n");
-            let _ = std::io::stderr().write_all(line.as_bytes());
+            let missing = "no redis-server binary (IDEM_REDIS_SERVER unset and none on PATH)";
+            backend::skip(test, missing, "scripts/test sets IDEM_REDIS_SERVER");
             return None;
         };
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let dir = std::env::temp_dir().join(format!("idem-redis-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("creating the redis-server directory");
+        let dir = backend::scratch_dir("idem-redis");
         // Another process may take the free port between our probe and the
         // server's bind: try a few ports.
         let mut server = Self { binary, port: 0, dir, child: None };

@@ -1,7 +1,4 @@
-//! A real actix-web server on a free loopback port, and a client for it.
-
-use std::net::TcpListener;
-use std::time::Duration;
+//! A real actix-web server on a free loopback port.
 
 use actix_web::dev::ServerHandle;
 use actix_web::web::ServiceConfig;
@@ -16,21 +13,31 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    /// Starts a server with `idem` registered and the routes `routes` adds.
+    /// Starts a server with two workers, `idem` registered and the routes
+    /// `routes` adds.
     ///
     /// Must be called inside an actix system (`#[actix_web::test]`).
     pub fn start<F>(idem: Idem, routes: F) -> Self
     where
         F: Fn(&mut ServiceConfig) + Clone + Send + 'static,
     {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
-        let url = format!("http://{}", listener.local_addr().expect("local address"));
+        Self::with_workers(2, idem, routes)
+    }
+
+    /// Like [`TestServer::start`], with `workers` worker threads.
+    pub fn with_workers<F>(workers: usize, idem: Idem, routes: F) -> Self
+    where
+        F: Fn(&mut ServiceConfig) + Clone + Send + 'static,
+    {
+        // Bound by actix, with its listen backlog (1024): a burst connects
+        // hundreds of clients at once.
         let server = HttpServer::new(move || App::new().app_data(idem.clone()).configure(routes.clone()))
-            .workers(2)
-            .listen(listener)
-            .expect("listening")
+            .workers(workers)
             .shutdown_timeout(1)
-            .run();
+            .bind(("127.0.0.1", 0))
+            .expect("binding a loopback port");
+        let url = format!("http://{}", server.addrs()[0]);
+        let server = server.run();
         let handle = server.handle();
         actix_web::rt::spawn(server);
         Self { url, handle }
@@ -40,6 +47,11 @@ impl TestServer {
     pub fn at(&self, path: &str) -> String {
         format!("{}{path}", self.url)
     }
+
+    /// Stops the server gracefully and waits until its workers are gone.
+    pub async fn stop(self) {
+        self.handle.stop(true).await;
+    }
 }
 
 impl Drop for TestServer {
@@ -47,14 +59,4 @@ impl Drop for TestServer {
         let handle = self.handle.clone();
         actix_web::rt::spawn(async move { handle.stop(false).await });
     }
-}
-
-/// An HTTP client with generous limits, for many concurrent requests.
-pub fn client() -> awc::Client {
-    awc::Client::builder().timeout(Duration::from_secs(30)).connector(awc::Connector::new().limit(0)).finish()
-}
-
-/// A fresh random idempotency key.
-pub fn fresh_key() -> String {
-    idem_runtime::FencingToken::generate().to_hex()
 }

@@ -5,11 +5,13 @@
 //! directory of its own (`target/tests/order-service`), since the running
 //! `cargo test` holds the lock of the main one.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use crate::http;
+use crate::port::free_port;
 
 /// A running order-service process; killed when dropped.
 pub struct OrderService {
@@ -19,11 +21,6 @@ pub struct OrderService {
     port: u16,
     store: String,
     charge_delay_ms: u64,
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a free loopback port");
-    listener.local_addr().expect("local address").port()
 }
 
 /// The order-service binary, built if need be.
@@ -71,7 +68,7 @@ impl OrderService {
 
     async fn wait_healthy(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        let client = awc::Client::builder().timeout(Duration::from_millis(500)).finish();
+        let client = http::client(Duration::from_millis(500));
         loop {
             let response = client.get(self.at("/healthz")).send().await;
             if response.is_ok_and(|r| r.status().is_success()) {

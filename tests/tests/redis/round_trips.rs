@@ -6,7 +6,6 @@
 //! counts the commands a script runs inside the server (`HMGET`, `PEXPIRE`,
 //! ...), which cost no round trip; `MONITOR` tags those `[.. lua]`, so the
 //! commands sent by the client can be told apart.
-#![cfg(feature = "redis")]
 
 use std::pin::Pin;
 use std::time::Duration;

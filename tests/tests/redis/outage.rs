@@ -1,7 +1,6 @@
 //! A Redis outage at the store level: while the server is down every
 //! operation fails fast with a store error (never hangs), and once it is
 //! back the same `RedisStore` works again, without a restart.
-#![cfg(feature = "redis")]
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -2,13 +2,13 @@
 //! many claimers taking over one *expired* record at once (the `DO UPDATE`
 //! path of the claim statement, not the insert), and the sweeper deleting
 //! expired rows while claimers take them over.
-#![cfg(feature = "postgres")]
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::testing::{fingerprint, fresh_key, response};
 use idem_runtime::{Claim, Fence, PostgresStore, StorageKey, Store};
+use idem_tests::backend::postgres_store;
 use tokio::sync::Barrier;
 
 const CLAIMERS: usize = 64;
@@ -18,10 +18,7 @@ const PAST_SHORT: Duration = Duration::from_millis(600);
 
 async fn store(test: &str) -> Option<Arc<PostgresStore>> {
     let url = idem_tests::backend::url("IDEM_POSTGRES_URL", test)?;
-    let options = PostgresStore::pool_options().max_connections(CLAIMERS as u32 + 6);
-    let store = PostgresStore::connect_with(&url, options).await.expect("connecting");
-    store.migrate().await.expect("migrating");
-    Some(Arc::new(store))
+    Some(Arc::new(postgres_store(&url, CLAIMERS as u32 + 6).await))
 }
 
 /// `CLAIMERS` tasks claim `key` at once with fingerprint `body`.

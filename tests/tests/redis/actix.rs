@@ -2,34 +2,32 @@
 //! workers, real sockets): a burst of same-key requests runs the handler
 //! once, and a Redis outage is answered 503 without running the handler,
 //! then recovers without restarting the app.
-#![cfg(feature = "redis")]
 
 use std::time::{Duration, Instant};
 
 use actix_web::http::StatusCode;
-use idem_runtime::{FencingToken, Idem, RedisStore};
-use idem_tests::burst::{assert_burst_runs_once, assert_burst_waits, assert_outage_is_503, client, post, serve};
+use idem_runtime::{Idem, RedisStore};
+use idem_tests::backend::redis_store;
+use idem_tests::burst::{
+    CLIENT_TIMEOUT, assert_burst_runs_once, assert_burst_waits, assert_outage_is_503, post, serve,
+};
+use idem_tests::http::{client, fresh_key};
 use idem_tests::redis_server::RedisServer;
-
-async fn shared_store(test: &str) -> Option<RedisStore> {
-    let url = idem_tests::backend::url("IDEM_REDIS_URL", test)?;
-    Some(RedisStore::connect(&url).await.expect("connecting to Redis"))
-}
 
 #[actix_web::test]
 async fn a_burst_of_same_key_requests_runs_the_handler_once() {
-    let Some(store) = shared_store("a_burst_of_same_key_requests_runs_the_handler_once").await else { return };
-    let (base, server, hits) = serve(Idem::new(store));
-    assert_burst_runs_once(&base, &hits).await;
-    server.stop(true).await;
+    let Some(store) = redis_store("a_burst_of_same_key_requests_runs_the_handler_once").await else { return };
+    let (server, hits) = serve(Idem::new(store));
+    assert_burst_runs_once(&server.url, &hits).await;
+    server.stop().await;
 }
 
 #[actix_web::test]
 async fn a_burst_in_wait_mode_gets_one_response_for_all() {
-    let Some(store) = shared_store("a_burst_in_wait_mode_gets_one_response_for_all").await else { return };
-    let (base, server, hits) = serve(Idem::new(store));
-    assert_burst_waits(&base, &hits).await;
-    server.stop(true).await;
+    let Some(store) = redis_store("a_burst_in_wait_mode_gets_one_response_for_all").await else { return };
+    let (server, hits) = serve(Idem::new(store));
+    assert_burst_waits(&server.url, &hits).await;
+    server.stop().await;
 }
 
 #[actix_web::test]
@@ -38,13 +36,13 @@ async fn a_redis_outage_is_503_without_running_the_handler_and_recovers() {
         return;
     };
     let store = RedisStore::connect(&redis.url()).await.expect("connecting to the private Redis");
-    let (base, server, hits) = serve(Idem::new(store));
+    let (server, hits) = serve(Idem::new(store));
     redis.stop();
-    assert_outage_is_503(&base, &hits).await;
+    assert_outage_is_503(&server.url, &hits).await;
 
     // Redis comes back (empty): the same app serves again, no restart.
     redis.restart();
-    let (url, client, key) = (format!("{base}/orders"), client(), FencingToken::generate().to_hex());
+    let (url, client, key) = (server.at("/orders"), client(CLIENT_TIMEOUT), fresh_key());
     let started = Instant::now();
     let created = loop {
         let reply = post(&client, &url, &key, "after the outage").await;
@@ -60,5 +58,5 @@ async fn a_redis_outage_is_503_without_running_the_handler_and_recovers() {
     let replay = post(&client, &url, &key, "after the outage").await;
     assert!(replay.replayed && replay.body == created.body, "{replay:?}");
     assert_eq!(hits.get(), 1);
-    server.stop(true).await;
+    server.stop().await;
 }

@@ -1,6 +1,5 @@
 //! The order service binary on Redis: the contract, storms across two
 //! processes, and a process killed in the middle of a payment.
-#![cfg(feature = "redis")]
 
 use idem_tests::order_checks::{contract, kill_during_payment, storms};
 use idem_tests::redis_server::RedisServer;

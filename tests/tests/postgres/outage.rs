@@ -2,7 +2,6 @@
 //! operation fails within a bounded time (no hang), and once the server is
 //! back on the same port and data directory the same store works again,
 //! records intact, without being rebuilt.
-#![cfg(feature = "postgres")]
 
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,6 @@
 //! a separate connection to another database, so it does not count itself.
 //! Expected: a replay is one statement, a first execution (claim, then
 //! complete) two.
-#![cfg(feature = "postgres")]
 
 use std::time::Duration;
 

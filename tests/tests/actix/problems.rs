@@ -55,7 +55,7 @@ async fn missing_key_is_400() {
     let (status, body) = problem(response).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["type"], "urn:idem:problem:missing-key");
-    assert_eq!(calls.orders(), 0);
+    assert_eq!(calls.orders.get(), 0);
 }
 
 #[actix_web::test]
@@ -72,7 +72,7 @@ async fn malformed_repeated_or_long_keys_are_400() {
     let repeated = order(Some("a"), Some("alice"), json!({})).append_header(("idempotency-key", "b"));
     let (status, _) = problem(test::call_service(&app, repeated.to_request()).await).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert_eq!(calls.orders(), 0);
+    assert_eq!(calls.orders.get(), 0);
 }
 
 #[actix_web::test]
@@ -83,7 +83,7 @@ async fn quoted_and_bare_keys_are_the_same_key() {
     assert_eq!(first.status(), StatusCode::CREATED);
     let retry = test::call_service(&app, order(Some("k-1"), Some("alice"), json!({"a": 1})).to_request()).await;
     assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
-    assert_eq!(calls.orders(), 1);
+    assert_eq!(calls.orders.get(), 1);
 }
 
 #[actix_web::test]
@@ -94,7 +94,7 @@ async fn missing_subject_is_401() {
     let (status, body) = problem(response).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(body["type"], "urn:idem:problem:missing-subject");
-    assert_eq!(calls.orders(), 0);
+    assert_eq!(calls.orders.get(), 0);
 }
 
 #[actix_web::test]
@@ -109,7 +109,7 @@ async fn body_over_the_limit_is_413_and_nothing_is_kept() {
     // The key is still free: a request within the limit runs.
     let small = test::call_service(&app, order(Some("k"), Some("alice"), json!({"a": 1})).to_request()).await;
     assert_eq!(small.status(), StatusCode::CREATED);
-    assert_eq!(calls.orders(), 1);
+    assert_eq!(calls.orders.get(), 1);
 }
 
 #[actix_web::test]
@@ -122,7 +122,7 @@ async fn key_reused_for_another_request_is_422() {
     let (status, body) = problem(other).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(body["type"], "urn:idem:problem:key-reused");
-    assert_eq!(calls.orders(), 1);
+    assert_eq!(calls.orders.get(), 1);
 }
 
 #[actix_web::test]
@@ -150,7 +150,7 @@ async fn same_request_in_flight_is_409_with_retry_after() {
     let (status, body) = problem(second).await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(body["type"], "urn:idem:problem:in-flight");
-    assert_eq!(calls.orders(), 1);
+    assert_eq!(calls.orders.get(), 1);
 }
 
 #[actix_web::test]
@@ -169,7 +169,7 @@ async fn store_failure_before_execution_is_503_and_the_handler_does_not_run() {
         let detail = body["detail"].as_str().unwrap();
         assert!(!detail.contains("refused") && !detail.contains("down"), "store internals stay in the logs: {detail}");
     }
-    assert_eq!(calls.orders(), 0);
+    assert_eq!(calls.orders.get(), 0);
 }
 
 #[actix_web::test]
@@ -181,7 +181,7 @@ async fn missing_configuration_is_500_naming_the_setup() {
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(body["type"], "urn:idem:problem:not-configured");
     assert!(body["detail"].as_str().unwrap().contains("Idem"), "{body}");
-    assert_eq!(calls.orders(), 0);
+    assert_eq!(calls.orders.get(), 0);
 }
 
 #[actix_web::test]
@@ -204,5 +204,5 @@ async fn replay_returns_the_stored_response_marked_replayed() {
         assert!(!retry.headers().contains_key("set-cookie"), "Set-Cookie is not replayed by default");
         assert_eq!(test::read_body(retry).await, first_body);
     }
-    assert_eq!(calls.orders(), 1);
+    assert_eq!(calls.orders.get(), 1);
 }

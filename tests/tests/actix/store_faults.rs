@@ -1,23 +1,20 @@
 //! Store faults while a handler runs: a blip in renewals must not let the
 //! lease lapse, and a failed completion is retried.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::test::{self, TestRequest};
 use actix_web::{App, HttpResponse, post, web};
 use idem_runtime::{Idem, idempotent};
+use idem_tests::counter::Counter;
 use idem_tests::faults::FaultyStore;
-
-#[derive(Default)]
-struct Started(AtomicUsize);
 
 /// Takes 5 s under a 3 s lease (renewed every second).
 #[idempotent(lock_ttl = "3s", ttl = "1h")]
 #[post("/slow")]
-async fn slow(started: web::Data<Started>) -> HttpResponse {
-    let call = started.0.fetch_add(1, Ordering::SeqCst) + 1;
+async fn slow(started: web::Data<Counter>) -> HttpResponse {
+    let call = started.next();
     tokio::time::sleep(Duration::from_secs(5)).await;
     HttpResponse::Created().body(format!("call {call}"))
 }
@@ -34,7 +31,7 @@ async fn a_renewal_outage_shorter_than_the_lease_does_not_lose_it() {
     let store = FaultyStore::default()
         .renewals_fail_between(Duration::from_millis(1_100), Duration::from_millis(3_400))
         .first_completions_fail(1);
-    let started = web::Data::new(Started::default());
+    let started = web::Data::new(Counter::default());
     let app = test::init_service(App::new().app_data(Idem::new(store)).app_data(started.clone()).service(slow)).await;
     let first = test::call_service(&app, request());
     let duplicate = async {
@@ -44,7 +41,7 @@ async fn a_renewal_outage_shorter_than_the_lease_does_not_lose_it() {
     let (first, duplicate) = tokio::join!(first, duplicate);
     assert_eq!(duplicate.status(), StatusCode::CONFLICT, "the lease outlived the renewal outage");
     assert_eq!(first.status(), StatusCode::CREATED);
-    assert_eq!(started.0.load(Ordering::SeqCst), 1, "one execution");
+    assert_eq!(started.get(), 1, "one execution");
     // The first completion failed and was retried: the retry replays.
     let replay = test::call_service(&app, request()).await;
     assert_eq!(replay.headers().get("idempotent-replayed").unwrap(), "true");

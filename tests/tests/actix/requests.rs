@@ -5,43 +5,39 @@ use actix_web::http::StatusCode;
 use actix_web::test::{self, TestRequest};
 use actix_web::{App, HttpResponse, post, put, web};
 use idem_runtime::idempotent;
+use idem_tests::counter::Counter;
 use idem_tests::orders::{Calls, memory_idem, routes};
 use serde_json::json;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 type Request = actix_http::Request;
 
-/// A counter shared by the scope test handlers.
-#[derive(Default)]
-struct Hits(AtomicUsize);
-
 #[idempotent(scope = "route")]
 #[post("/route-a")]
-async fn route_a(hits: web::Data<Hits>) -> HttpResponse {
-    HttpResponse::Ok().body(format!("a{}", hits.0.fetch_add(1, Ordering::SeqCst) + 1))
+async fn route_a(hits: web::Data<Counter>) -> HttpResponse {
+    HttpResponse::Ok().body(format!("a{}", hits.next()))
 }
 
 #[idempotent(scope = "route")]
 #[post("/route-b")]
-async fn route_b(hits: web::Data<Hits>) -> HttpResponse {
-    HttpResponse::Ok().body(format!("b{}", hits.0.fetch_add(1, Ordering::SeqCst) + 1))
+async fn route_b(hits: web::Data<Counter>) -> HttpResponse {
+    HttpResponse::Ok().body(format!("b{}", hits.next()))
 }
 
 #[idempotent(scope = "global")]
 #[post("/global-a")]
-async fn global_a(hits: web::Data<Hits>) -> HttpResponse {
-    HttpResponse::Ok().body(format!("ga{}", hits.0.fetch_add(1, Ordering::SeqCst) + 1))
+async fn global_a(hits: web::Data<Counter>) -> HttpResponse {
+    HttpResponse::Ok().body(format!("ga{}", hits.next()))
 }
 
 #[idempotent(scope = "global")]
 #[put("/global-a")]
-async fn global_a_put(hits: web::Data<Hits>) -> HttpResponse {
-    HttpResponse::Ok().body(format!("gp{}", hits.0.fetch_add(1, Ordering::SeqCst) + 1))
+async fn global_a_put(hits: web::Data<Counter>) -> HttpResponse {
+    HttpResponse::Ok().body(format!("gp{}", hits.next()))
 }
 
 async fn app(
     calls: &web::Data<Calls>,
-    hits: &web::Data<Hits>,
+    hits: &web::Data<Counter>,
 ) -> impl Service<Request, Response = ServiceResponse, Error = actix_web::Error> {
     let app = App::new()
         .app_data(memory_idem())
@@ -66,7 +62,7 @@ fn post_raw(uri: &str, key: &str, user: &str, body: &'static str) -> Request {
 
 #[actix_web::test]
 async fn reserialized_json_is_the_same_request() {
-    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Hits::default()));
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Counter::default()));
     let app = app(&calls, &hits).await;
     let first = test::call_service(
         &app,
@@ -86,12 +82,12 @@ async fn reserialized_json_is_the_same_request() {
         let response = test::call_service(&app, post_raw("/orders", "k", "alice", other)).await;
         assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{other}");
     }
-    assert_eq!(calls.orders(), 1);
+    assert_eq!(calls.orders.get(), 1);
 }
 
 #[actix_web::test]
 async fn query_string_is_part_of_the_request() {
-    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Hits::default()));
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Counter::default()));
     let app = app(&calls, &hits).await;
     let first = test::call_service(&app, post_raw("/orders?delay_ms=0", "k", "alice", "{}")).await;
     assert_eq!(first.status(), StatusCode::CREATED);
@@ -101,29 +97,29 @@ async fn query_string_is_part_of_the_request() {
 
 #[actix_web::test]
 async fn same_key_on_another_path_parameter_is_refused_not_replayed() {
-    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Hits::default()));
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Counter::default()));
     let app = app(&calls, &hits).await;
     let pay_a = test::call_service(&app, post_raw("/orders/A/payments", "pay-1", "alice", "{}")).await;
     assert_eq!(pay_a.status(), StatusCode::CREATED);
     let pay_b = test::call_service(&app, post_raw("/orders/B/payments", "pay-1", "alice", "{}")).await;
     assert_eq!(pay_b.status(), StatusCode::UNPROCESSABLE_ENTITY, "B must never get A's payment");
-    assert_eq!(calls.payments(), 1);
+    assert_eq!(calls.payments.get(), 1);
 }
 
 #[actix_web::test]
 async fn user_scope_separates_subjects() {
-    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Hits::default()));
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Counter::default()));
     let app = app(&calls, &hits).await;
     for user in ["alice", "bob", "alice:x", "alice"] {
         let response = test::call_service(&app, post_raw("/orders", "shared", user, "{}")).await;
         assert!(response.status().is_success(), "{user}");
     }
-    assert_eq!(calls.orders(), 3, "alice, bob and alice:x each ran once; alice's retry replayed");
+    assert_eq!(calls.orders.get(), 3, "alice, bob and alice:x each ran once; alice's retry replayed");
 }
 
 #[actix_web::test]
 async fn route_scope_separates_routes_but_not_users() {
-    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Hits::default()));
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Counter::default()));
     let app = app(&calls, &hits).await;
     let a = test::call_service(&app, post_raw("/route-a", "k", "alice", "{}")).await;
     assert_eq!(test::read_body(a).await, "a1");
@@ -132,12 +128,12 @@ async fn route_scope_separates_routes_but_not_users() {
     let a_bob = test::call_service(&app, post_raw("/route-a", "k", "bob", "{}")).await;
     assert_eq!(a_bob.headers().get("idempotent-replayed").unwrap(), "true");
     assert_eq!(test::read_body(a_bob).await, "a1", "route scope ignores the subject");
-    assert_eq!(hits.0.load(Ordering::SeqCst), 2);
+    assert_eq!(hits.get(), 2);
 }
 
 #[actix_web::test]
 async fn global_scope_shares_the_key_across_routes() {
-    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Hits::default()));
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Counter::default()));
     let app = app(&calls, &hits).await;
     let first = test::call_service(&app, post_raw("/global-a", "g", "alice", "{}")).await;
     assert_eq!(test::read_body(first).await, "ga1");
@@ -149,19 +145,19 @@ async fn global_scope_shares_the_key_across_routes() {
         .set_payload("{}")
         .to_request();
     assert_eq!(test::call_service(&app, put).await.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    assert_eq!(hits.0.load(Ordering::SeqCst), 1);
+    assert_eq!(hits.get(), 1);
 }
 
 #[actix_web::test]
 async fn extractor_failure_stores_nothing() {
-    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Hits::default()));
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Counter::default()));
     let app = app(&calls, &hits).await;
     let bad = test::call_service(&app, post_raw("/orders", "k", "alice", "{not json")).await;
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST, "actix's own Json error");
     let good = test::call_service(&app, post_raw("/orders", "k", "alice", r#"{"a":1}"#)).await;
     assert_eq!(good.status(), StatusCode::CREATED, "the key was never claimed");
     assert!(good.headers().get("idempotent-replayed").is_none());
-    assert_eq!(calls.orders(), 1);
+    assert_eq!(calls.orders.get(), 1);
 }
 
 #[actix_web::test]
@@ -172,5 +168,5 @@ async fn set_cookie_can_be_replayed_when_configured() {
     let _ = test::call_service(&app, post_raw("/orders", "k", "alice", "{}")).await;
     let retry = test::call_service(&app, post_raw("/orders", "k", "alice", "{}")).await;
     assert_eq!(retry.headers().get("set-cookie").unwrap(), "session=abc");
-    assert_eq!(json!(calls.orders()), json!(1));
+    assert_eq!(json!(calls.orders.get()), json!(1));
 }

@@ -1,19 +1,14 @@
 //! A lease that runs out while its owner is paused (no renewals): a new
 //! claimer takes over, the old owner is fenced off, and the new owner's
 //! response is the one replayed.
-#![cfg(feature = "redis")]
 
 use std::time::Duration;
 
 use idem_runtime::testing::{fingerprint, fresh_key, response};
-use idem_runtime::{Claim, Fence, RecordState, RedisStore, Store};
+use idem_runtime::{Claim, Fence, RecordState, Store};
+use idem_tests::backend::redis_store;
 
 const LEASE: Duration = Duration::from_millis(400);
-
-async fn store(test: &str) -> Option<RedisStore> {
-    let url = idem_tests::backend::url("IDEM_REDIS_URL", test)?;
-    Some(RedisStore::connect(&url).await.expect("connecting to Redis"))
-}
 
 fn acquired(claim: Claim) -> idem_runtime::FencingToken {
     match claim {
@@ -24,7 +19,7 @@ fn acquired(claim: Claim) -> idem_runtime::FencingToken {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn paused_owner_loses_its_lease_to_a_new_claimer() {
-    let Some(store) = store("paused_owner_loses_its_lease_to_a_new_claimer").await else {
+    let Some(store) = redis_store("paused_owner_loses_its_lease_to_a_new_claimer").await else {
         return;
     };
     let key = fresh_key();
@@ -63,7 +58,7 @@ async fn paused_owner_loses_its_lease_to_a_new_claimer() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_in_flight_record_stripped_of_its_expiry_cannot_hold_its_key_forever() {
     let test = "an_in_flight_record_stripped_of_its_expiry_cannot_hold_its_key_forever";
-    let (Some(store), Some(url)) = (store(test).await, idem_tests::backend::url("IDEM_REDIS_URL", test)) else {
+    let (Some(store), Some(url)) = (redis_store(test).await, idem_tests::backend::url("IDEM_REDIS_URL", test)) else {
         return;
     };
     let key = fresh_key();

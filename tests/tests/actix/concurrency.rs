@@ -1,30 +1,31 @@
 //! Races, waits, disconnects and slow handlers, over real HTTP.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, post, web};
 use bytes::Bytes;
 use idem_runtime::idempotent;
+use idem_tests::counter::Counter;
+use idem_tests::http::{client, fresh_key, send};
 use idem_tests::orders::{Calls, memory_idem, routes};
-use idem_tests::server::{TestServer, client, fresh_key};
+use idem_tests::server::TestServer;
 
 /// Counts handler starts and finishes.
 #[derive(Default)]
 struct Progress {
-    started: AtomicUsize,
-    finished: AtomicUsize,
+    started: Counter,
+    finished: Counter,
 }
 
 /// Waits (rather than refusing) for a concurrent duplicate to finish.
 #[idempotent(in_flight = "wait", wait = "10s")]
 #[post("/waiting")]
 async fn waiting(progress: web::Data<Progress>) -> HttpResponse {
-    let call = progress.started.fetch_add(1, Ordering::SeqCst) + 1;
+    let call = progress.started.next();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    progress.finished.fetch_add(1, Ordering::SeqCst);
+    progress.finished.next();
     HttpResponse::Created().body(format!("call {call}"))
 }
 
@@ -32,9 +33,9 @@ async fn waiting(progress: web::Data<Progress>) -> HttpResponse {
 #[idempotent(lock_ttl = "1s", ttl = "1h")]
 #[post("/slow")]
 async fn slow(progress: web::Data<Progress>, query: web::Query<Millis>) -> HttpResponse {
-    let call = progress.started.fetch_add(1, Ordering::SeqCst) + 1;
+    let call = progress.started.next();
     tokio::time::sleep(Duration::from_millis(query.ms)).await;
-    progress.finished.fetch_add(1, Ordering::SeqCst);
+    progress.finished.next();
     HttpResponse::Created().body(format!("call {call}"))
 }
 
@@ -51,19 +52,11 @@ fn start(progress: &web::Data<Progress>, calls: &web::Data<Calls>) -> TestServer
     })
 }
 
-async fn post(url: &str, key: &str, body: &'static str) -> (StatusCode, Option<String>, Option<String>, Bytes) {
-    let mut response = client()
-        .post(url)
-        .insert_header(("idempotency-key", key))
-        .insert_header(("x-user-id", "alice"))
-        .insert_header(("content-type", "application/json"))
-        .send_body(body)
-        .await
-        .expect("request");
-    let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap().to_owned());
-    let (replayed, retry_after) = (header("idempotent-replayed"), header("retry-after"));
-    let body = response.body().await.expect("body");
-    (response.status(), replayed, retry_after, body)
+/// POSTs `body` as JSON with idempotency key `key`, as user alice: the
+/// status, `Idempotent-Replayed`, `Retry-After` and the body.
+async fn post(url: &str, key: &str, body: &str) -> (StatusCode, Option<String>, Option<String>, Bytes) {
+    let reply = send(url, Some("alice"), Some(key), Some(body)).await;
+    (reply.status, reply.replayed, reply.retry_after, reply.body)
 }
 
 #[actix_web::test]
@@ -77,7 +70,7 @@ async fn a_hundred_concurrent_duplicates_run_the_handler_once() {
         actix_web::rt::spawn(async move { post(&url, &key, r#"{"amount":1}"#).await })
     });
     let responses: Vec<_> = futures_util::future::join_all(requests).await.into_iter().map(Result::unwrap).collect();
-    assert_eq!(calls.orders(), 1, "the handler body ran exactly once");
+    assert_eq!(calls.orders.get(), 1, "the handler body ran exactly once");
     let created: Vec<_> = responses.iter().filter(|r| r.0 == StatusCode::CREATED).collect();
     let conflicts = responses.iter().filter(|r| r.0 == StatusCode::CONFLICT && r.2.is_some()).count();
     assert_eq!(created.len() + conflicts, 100, "every response is a 201 or a 409 with Retry-After");
@@ -99,7 +92,7 @@ async fn waiting_duplicates_get_the_first_response() {
         actix_web::rt::spawn(async move { post(&url, &key, "{}").await })
     });
     let responses: Vec<_> = futures_util::future::join_all(requests).await.into_iter().map(Result::unwrap).collect();
-    assert_eq!(progress.started.load(Ordering::SeqCst), 1);
+    assert_eq!(progress.started.get(), 1);
     assert!(responses.iter().all(|r| r.0 == StatusCode::CREATED && r.3 == "call 1"), "{responses:?}");
     let replays = responses.iter().filter(|r| r.1.as_deref() == Some("true")).count();
     assert_eq!(replays, 19, "all but the first were replays");
@@ -111,7 +104,7 @@ async fn a_client_that_hangs_up_does_not_cancel_the_handler() {
     let server = start(&progress, &calls);
     let url = server.at("/slow?ms=600");
     let key = fresh_key();
-    let impatient = awc::Client::builder().timeout(Duration::from_millis(100)).finish();
+    let impatient = client(Duration::from_millis(100));
     let hung_up = impatient
         .post(&url)
         .insert_header(("idempotency-key", key.as_str()))
@@ -120,11 +113,11 @@ async fn a_client_that_hangs_up_does_not_cancel_the_handler() {
         .await;
     assert!(hung_up.is_err(), "the client gave up before the handler finished");
     tokio::time::sleep(Duration::from_millis(900)).await;
-    assert_eq!(progress.finished.load(Ordering::SeqCst), 1, "the handler ran to its end");
+    assert_eq!(progress.finished.get(), 1, "the handler ran to its end");
     let (status, replayed, _, body) = post(&url, &key, "").await;
     assert_eq!((status, replayed.as_deref()), (StatusCode::CREATED, Some("true")), "{body:?}");
     assert_eq!(body, "call 1");
-    assert_eq!(progress.started.load(Ordering::SeqCst), 1);
+    assert_eq!(progress.started.get(), 1);
 }
 
 #[actix_web::test]
@@ -146,7 +139,7 @@ async fn a_handler_slower_than_its_lease_keeps_it() {
     }
     let (status, _, _, body) = first.await.unwrap();
     assert_eq!((status, body.as_ref()), (StatusCode::CREATED, b"call 1".as_ref()));
-    assert_eq!(progress.started.load(Ordering::SeqCst), 1, "no second execution");
+    assert_eq!(progress.started.get(), 1, "no second execution");
     let (_, replayed, _, body) = post(&url, &key, "").await;
     assert_eq!((replayed.as_deref(), body.as_ref()), (Some("true"), b"call 1".as_ref()));
 }
@@ -165,7 +158,7 @@ async fn a_dropped_request_future_does_not_cancel_the_handler() {
     let dropped = tokio::time::timeout(Duration::from_millis(100), test::call_service(&app, request())).await;
     assert!(dropped.is_err(), "the request future was dropped mid-handler");
     tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(progress.finished.load(Ordering::SeqCst), 1, "the handler ran to its end");
+    assert_eq!(progress.finished.get(), 1, "the handler ran to its end");
     let retry = test::call_service(&app, request()).await;
     assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
     assert_eq!(test::read_body(retry).await, "call 1");

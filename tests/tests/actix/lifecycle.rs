@@ -1,28 +1,15 @@
 //! Server errors, panics, optional keys and the registration forms.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use actix_web::http::StatusCode;
 use actix_web::test::{self, TestRequest};
 use actix_web::{App, HttpResponse, Responder, post, web};
 use idem_runtime::{Idem, MemoryStore, ServerErrorPolicy, idempotent};
-
-#[derive(Default)]
-struct Hits(AtomicUsize);
-
-impl Hits {
-    fn next(&self) -> usize {
-        self.0.fetch_add(1, Ordering::SeqCst) + 1
-    }
-    fn get(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
-    }
-}
+use idem_tests::counter::Counter;
 
 /// Fails with 503 on its first call, then succeeds.
 #[idempotent]
 #[post("/flaky")]
-async fn flaky(hits: web::Data<Hits>) -> HttpResponse {
+async fn flaky(hits: web::Data<Counter>) -> HttpResponse {
     match hits.next() {
         1 => HttpResponse::ServiceUnavailable().body("try again"),
         n => HttpResponse::Created().body(format!("created on call {n}")),
@@ -32,7 +19,7 @@ async fn flaky(hits: web::Data<Hits>) -> HttpResponse {
 /// Panics on its first call, then succeeds.
 #[idempotent]
 #[post("/panicky")]
-async fn panicky(hits: web::Data<Hits>) -> &'static str {
+async fn panicky(hits: web::Data<Counter>) -> &'static str {
     if hits.next() == 1 {
         panic!("the first call fails");
     }
@@ -42,13 +29,13 @@ async fn panicky(hits: web::Data<Hits>) -> &'static str {
 /// Runs without idempotency when the key is absent.
 #[idempotent(required = false)]
 #[post("/optional")]
-async fn optional(hits: web::Data<Hits>, body: String) -> impl Responder {
+async fn optional(hits: web::Data<Counter>, body: String) -> impl Responder {
     format!("{}:{body}", hits.next())
 }
 
 /// Registered with `.to()`, no route attribute; a custom header.
 #[idempotent(header = "X-Request-Key")]
-async fn by_resource(hits: web::Data<Hits>) -> Result<HttpResponse, actix_web::Error> {
+async fn by_resource(hits: web::Data<Counter>) -> Result<HttpResponse, actix_web::Error> {
     Ok(HttpResponse::Ok().body(format!("call {}", hits.next())))
 }
 
@@ -77,7 +64,7 @@ macro_rules! app {
 
 #[actix_web::test]
 async fn server_errors_release_the_key_by_default() {
-    let hits = web::Data::new(Hits::default());
+    let hits = web::Data::new(Counter::default());
     let app = app!(Idem::new(MemoryStore::new()), hits);
     let first = test::call_service(&app, req("/flaky", Some("k"))).await;
     assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -91,7 +78,7 @@ async fn server_errors_release_the_key_by_default() {
 
 #[actix_web::test]
 async fn server_errors_can_be_stored_instead() {
-    let hits = web::Data::new(Hits::default());
+    let hits = web::Data::new(Counter::default());
     let app = app!(Idem::new(MemoryStore::new()).server_errors(ServerErrorPolicy::Store), hits);
     let first = test::call_service(&app, req("/flaky", Some("k"))).await;
     assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -104,7 +91,7 @@ async fn server_errors_can_be_stored_instead() {
 
 #[actix_web::test]
 async fn a_panic_releases_the_key_and_answers_500() {
-    let hits = web::Data::new(Hits::default());
+    let hits = web::Data::new(Counter::default());
     let app = app!(Idem::new(MemoryStore::new()), hits);
     let first = test::call_service(&app, req("/panicky", Some("k"))).await;
     assert_eq!(first.status(), StatusCode::INTERNAL_SERVER_ERROR);
@@ -117,7 +104,7 @@ async fn a_panic_releases_the_key_and_answers_500() {
 
 #[actix_web::test]
 async fn optional_key_runs_plainly_without_one() {
-    let hits = web::Data::new(Hits::default());
+    let hits = web::Data::new(Counter::default());
     let app = app!(Idem::new(MemoryStore::new()), hits);
     for expected in ["1:payload", "2:payload"] {
         let response = test::call_service(&app, req("/optional", None)).await;
@@ -132,7 +119,7 @@ async fn optional_key_runs_plainly_without_one() {
 
 #[actix_web::test]
 async fn resource_registration_and_custom_header_work() {
-    let hits = web::Data::new(Hits::default());
+    let hits = web::Data::new(Counter::default());
     let app = app!(Idem::new(MemoryStore::new()), hits);
     let missing = test::call_service(&app, req("/resource", Some("k"))).await;
     assert_eq!(missing.status(), StatusCode::BAD_REQUEST, "the key must come in X-Request-Key");
@@ -147,7 +134,7 @@ async fn resource_registration_and_custom_header_work() {
 
 #[actix_web::test]
 async fn oversized_responses_are_not_replayed_nor_run_twice() {
-    let hits = web::Data::new(Hits::default());
+    let hits = web::Data::new(Counter::default());
     let app = app!(Idem::new(MemoryStore::new()).response_limit(8), hits);
     let first = test::call_service(&app, req("/flaky", Some("k"))).await;
     assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE, "released, as a 5xx");

@@ -1,8 +1,14 @@
 //! SPEC 7: outcome counters, store latency, and a span that never shows
 //! the raw key.
+//!
+//! This module shares its test binary with the other actix tests, which
+//! reach the same metrics and tracing callsites on other threads at the same
+//! time. The metrics recorder is local to the test's thread (an actix test
+//! system runs every task of the test on it), so other tests' counts never
+//! reach it. Tracing needs more care: see [`Quiet`].
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Once};
 
 use actix_web::test::{self, TestRequest};
 use actix_web::{App, web};
@@ -24,6 +30,46 @@ impl Write for Logs {
     }
 }
 
+/// A process-wide subscriber that records nothing but keeps every callsite
+/// asking whether it is enabled.
+///
+/// tracing caches each callsite's interest for the whole process, computed
+/// on the thread that reaches the callsite first, from the dispatchers
+/// registered then. With this test's scoped subscriber as the only one, a
+/// sibling test reaching a runtime callsite on a thread without a subscriber
+/// would cache "never" and silence that callsite for this test too. With
+/// `Quiet` registered as well, every callsite is cached "sometimes", and each
+/// event asks the subscriber of the thread it is on.
+struct Quiet;
+
+impl tracing::Subscriber for Quiet {
+    fn register_callsite(&self, _: &'static tracing::Metadata<'static>) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::OFF)
+    }
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        false
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Installs [`Quiet`] as the global default, once per process.
+fn install_quiet_global_default() {
+    static QUIET: Once = Once::new();
+    QUIET.call_once(|| {
+        tracing::subscriber::set_global_default(Quiet).expect("no other global subscriber in this test binary");
+    });
+}
+
 fn order(key: &str, amount: u32) -> actix_http::Request {
     TestRequest::post()
         .uri("/orders")
@@ -38,6 +84,7 @@ async fn outcomes_are_counted_and_the_key_never_logged() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _metrics = metrics::set_default_local_recorder(&recorder);
+    install_quiet_global_default();
     let logs = Logs::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()

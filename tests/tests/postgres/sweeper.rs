@@ -3,7 +3,6 @@
 //!
 //! Each test works in a table of its own on the shared server, so rows of
 //! other tests cannot change the counts.
-#![cfg(feature = "postgres")]
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,5 @@
 //! The order service binary on Postgres: the contract, storms across two
 //! processes, and a process killed in the middle of a payment.
-#![cfg(feature = "postgres")]
 
 use idem_tests::order_checks::{contract, kill_during_payment, storms};
 use idem_tests::postgres_server::PostgresServer;

@@ -1,0 +1,9 @@
+//! The actix-web glue on the memory store: requests, problems, lifecycle,
+//! concurrency, store faults and observability, in one test binary.
+
+mod concurrency;
+mod lifecycle;
+mod observability;
+mod problems;
+mod requests;
+mod store_faults;
