@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use idem_runtime::{
-    Claim, Fence, FencingToken, Fingerprint, MemoryStore, Record, StorageKey, Store, StoreError, StoredResponse,
-};
+use idem_runtime::store::{Claim, Fence, FencingToken, Fingerprint, Record, StorageKey, Store, StoredResponse};
+use idem_runtime::{MemoryStore, StoreError};
 
 /// What claims do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

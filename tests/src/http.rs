@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use awc::http::StatusCode;
 use bytes::Bytes;
-use idem_runtime::FencingToken;
+use idem_runtime::store::FencingToken;
 use serde_json::Value;
 
 /// An HTTP client that gives up after `timeout`, without a connection limit

@@ -1,4 +1,4 @@
-//! SPEC 7: outcome counters, store latency, and a span that never shows
+//! §7 of the behaviour contract: outcome counters, store latency, and a span that never shows
 //! the raw key.
 //!
 //! This module shares its test binary with the other actix tests, which
@@ -131,6 +131,6 @@ async fn outcomes_are_counted_and_the_key_never_logged() {
         assert!(text.contains(&format!("outcome=\"{outcome}\"")), "span outcome {outcome}: {text}");
     }
     assert!(!text.contains(secret), "the raw key leaked into the logs: {text}");
-    let short = idem_runtime::IdempotencyKey::parse(secret.as_bytes()).unwrap().short_hash();
+    let short = idem_runtime::store::IdempotencyKey::parse(secret.as_bytes()).unwrap().short_hash();
     assert!(text.contains(&short), "the key's short hash identifies it: {text}");
 }

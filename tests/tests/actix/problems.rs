@@ -1,4 +1,4 @@
-//! Every row of SPEC section 5: the responses the runtime produces itself.
+//! Every row of §5 of the behaviour contract (`docs/contract.md`): the responses the runtime produces itself.
 
 use std::time::Duration;
 

@@ -6,8 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::testing::{fingerprint, fresh_key, response};
-use idem_runtime::{Claim, Fence, PostgresStore, StorageKey, Store};
+use idem_runtime::PostgresStore;
+use idem_runtime::store::testing::{fingerprint, fresh_key, response};
+use idem_runtime::store::{Claim, Fence, StorageKey, Store};
 use idem_tests::backend::postgres_store;
 use tokio::sync::Barrier;
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use idem_runtime::Store;
+use idem_runtime::store::Store;
 use idem_tests::backend::postgres_store;
 
 /// Connections per case: the 64-claimer race holds one per claimer.
@@ -14,4 +14,4 @@ async fn pg_store() -> Option<Arc<dyn Store>> {
     Some(Arc::new(postgres_store(&url, POOL_SIZE).await))
 }
 
-idem_runtime::store_conformance_tests!(pg_store);
+idem_runtime::store::testing::store_conformance_tests!(pg_store);

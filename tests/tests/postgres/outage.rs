@@ -5,8 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use idem_runtime::testing::{fingerprint, fresh_key, response};
-use idem_runtime::{Claim, Fence, PostgresStore, Store, StoreError};
+use idem_runtime::store::testing::{fingerprint, fresh_key, response};
+use idem_runtime::store::{Claim, Fence, Store};
+use idem_runtime::{PostgresStore, StoreError};
 use idem_tests::postgres_server::PostgresServer;
 
 const LEASE: Duration = Duration::from_secs(60);

@@ -10,8 +10,9 @@
 
 use std::time::Duration;
 
-use idem_runtime::testing::{fingerprint, fresh_key, response};
-use idem_runtime::{Claim, Fence, PostgresStore, Store};
+use idem_runtime::PostgresStore;
+use idem_runtime::store::testing::{fingerprint, fresh_key, response};
+use idem_runtime::store::{Claim, Fence, Store};
 use idem_tests::postgres_server::PostgresServer;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;

@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
-use idem_runtime::Store;
+use idem_runtime::store::Store;
 use idem_tests::backend::redis_store;
 
 async fn shared_store() -> Option<Arc<dyn Store>> {
     Some(Arc::new(redis_store("redis_conformance").await?))
 }
 
-idem_runtime::store_conformance_tests!(shared_store);
+idem_runtime::store::testing::store_conformance_tests!(shared_store);

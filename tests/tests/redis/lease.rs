@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use idem_runtime::testing::{fingerprint, fresh_key, response};
-use idem_runtime::{Claim, Fence, RecordState, Store};
+use idem_runtime::store::testing::{fingerprint, fresh_key, response};
+use idem_runtime::store::{Claim, Fence, RecordState, Store};
 use idem_tests::backend::redis_store;
 
 const LEASE: Duration = Duration::from_millis(400);
 
-fn acquired(claim: Claim) -> idem_runtime::FencingToken {
+fn acquired(claim: Claim) -> idem_runtime::store::FencingToken {
     match claim {
         Claim::Acquired { token } => token,
         other => panic!("expected the key to be acquired, got {other:?}"),

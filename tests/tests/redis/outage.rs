@@ -5,8 +5,9 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use idem_runtime::testing::{fingerprint, fresh_key, response};
-use idem_runtime::{Claim, Fence, RedisStore, Store, StoreError};
+use idem_runtime::store::testing::{fingerprint, fresh_key, response};
+use idem_runtime::store::{Claim, Fence, Store};
+use idem_runtime::{RedisStore, StoreError};
 use idem_tests::redis_server::RedisServer;
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -102,7 +103,7 @@ async fn a_hung_server_times_out_and_the_connection_survives() {
     server.thaw();
     match outcome {
         Ok(Err(StoreError::Timeout { after, .. })) => {
-            assert_eq!(after, idem_runtime::stores::redis::DEFAULT_RESPONSE_TIMEOUT);
+            assert_eq!(after, idem_runtime::RedisStore::DEFAULT_RESPONSE_TIMEOUT);
             assert!(elapsed < FAIL_WITHIN, "{elapsed:?}");
         }
         other => {

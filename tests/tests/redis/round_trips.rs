@@ -11,8 +11,9 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
-use idem_runtime::testing::{fingerprint, fresh_key, response};
-use idem_runtime::{Claim, Fence, RedisStore, Store};
+use idem_runtime::RedisStore;
+use idem_runtime::store::testing::{fingerprint, fresh_key, response};
+use idem_runtime::store::{Claim, Fence, Store};
 use idem_tests::redis_server::RedisServer;
 use redis::aio::MultiplexedConnection;
 
