@@ -49,7 +49,10 @@ async fn main() -> std::io::Result<()> {
 /// The app on `listener` (apart from `main` so that `tests/examples.rs` can
 /// start it on a free port).
 pub fn serve(listener: TcpListener) -> std::io::Result<Server> {
-    // `subject` says who the caller is, for `scope = "user"`: here a header.
+    // `subject` says who the caller is, for `scope = "user"`. A header keeps the
+    // example short: in a real service return your authenticated user's id
+    // (from the session or token your auth middleware checked), never a value
+    // the client may set freely.
     let idem =
         Idem::new(MemoryStore::new()).subject(|req| req.headers().get("x-user-id")?.to_str().ok().map(str::to_owned));
     Ok(HttpServer::new(move || App::new().app_data(idem.clone()).service(create_payment)).listen(listener)?.run())

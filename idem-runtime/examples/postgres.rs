@@ -52,7 +52,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     store.migrate().await?;
     // Deletes expired records every minute, until dropped.
     let _sweeper = store.spawn_sweeper(Duration::from_secs(60), 1_000);
-    // `subject` says who the caller is, for `scope = "user"`: here a header.
+    // `subject` says who the caller is, for `scope = "user"`. A header keeps the
+    // example short: in a real service return your authenticated user's id
+    // (from the session or token your auth middleware checked), never a value
+    // the client may set freely.
     let idem = Idem::new(store).subject(|req| req.headers().get("x-user-id")?.to_str().ok().map(str::to_owned));
     println!("listening on http://{addr}");
     HttpServer::new(move || App::new().app_data(idem.clone()).service(create_payment)).bind(addr)?.run().await?;

@@ -47,7 +47,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:8080".to_owned());
     // Connects and loads the scripts; errors never show the URL's password.
     let store = RedisStore::connect(&url).await?;
-    // `subject` says who the caller is, for `scope = "user"`: here a header.
+    // `subject` says who the caller is, for `scope = "user"`. A header keeps the
+    // example short: in a real service return your authenticated user's id
+    // (from the session or token your auth middleware checked), never a value
+    // the client may set freely.
     let idem = Idem::new(store).subject(|req| req.headers().get("x-user-id")?.to_str().ok().map(str::to_owned));
     println!("listening on http://{addr}");
     HttpServer::new(move || App::new().app_data(idem.clone()).service(create_payment)).bind(addr)?.run().await?;

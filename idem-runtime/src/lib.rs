@@ -91,6 +91,7 @@ mod error;
 mod fingerprint;
 mod key;
 mod record;
+#[cfg(any(feature = "redis", feature = "postgres"))]
 mod redact;
 mod scope;
 pub mod store;

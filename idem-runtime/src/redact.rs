@@ -19,24 +19,38 @@ impl Redacted {
     ///
     /// Handles URLs (`postgres://user:secret@host/db`, `redis://:secret@h`,
     /// `?password=secret`, `?pass=secret`) and key/value connection strings
-    /// (`host=db password='se cret'`). Text that is neither (no `://` and no
-    /// `=`) is not echoed at all, since it might be a password in a shape
-    /// this does not recognise. When in doubt it masks more, never less.
+    /// (`host=db password='se cret'`). Text that is neither (no `://`, and
+    /// no `=` or an `@` as in `:secret@host`) is not echoed at all, since it
+    /// might hold a password in a shape this does not recognise. When in
+    /// doubt it masks more, never less.
     pub(crate) fn new(url: &str) -> Self {
-        if !url.contains("://") && !url.contains('=') {
-            return Self { display: "<not a URL>".to_owned(), secrets: vec![url.to_owned()] };
+        let is_url = url.contains("://");
+        if !is_url && (!url.contains('=') || url.contains('@')) {
+            return Self::hidden(url);
         }
-        let mut display = String::with_capacity(url.len());
         let mut secrets = Vec::new();
+        let ranges = password_ranges(url, is_url, &mut secrets);
+        let mut display = String::with_capacity(url.len());
         let mut done = 0;
-        for range in password_ranges(url) {
+        for range in ranges {
             display.push_str(&url[done..range.start]);
             display.push_str(MASK);
-            secrets.push(url[range.clone()].to_owned());
             done = range.end;
         }
         display.push_str(&url[done..]);
+        Self::with_secrets(display, secrets)
+    }
+
+    fn hidden(text: &str) -> Self {
+        Self::with_secrets("<not a URL>".to_owned(), vec![text.to_owned()])
+    }
+
+    /// Keeps the non-empty secrets, longest first, so that scrubbing a
+    /// secret never leaves the tail of a longer one that starts with it.
+    fn with_secrets(display: String, mut secrets: Vec<String>) -> Self {
         secrets.retain(|secret| !secret.is_empty());
+        secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+        secrets.dedup();
         Self { display, secrets }
     }
 
@@ -57,8 +71,13 @@ impl Redacted {
     }
 }
 
-/// The byte ranges of the passwords in `url`, in order, not overlapping.
-fn password_ranges(url: &str) -> Vec<Range<usize>> {
+/// The byte ranges of the passwords in `url`, in order, not overlapping;
+/// each password, as written, is added to `secrets`.
+///
+/// In a URL (`is_url`) a parameter's value ends at `&` or `#`, as the Redis
+/// and Postgres clients read it; in a key/value string at white space, with
+/// libpq's quoting.
+fn password_ranges(url: &str, is_url: bool, secrets: &mut Vec<String>) -> Vec<Range<usize>> {
     let mut ranges = Vec::new();
     // URL user info: everything between the first `:` after `scheme://` and
     // the last `@` (a password holding `@`, `/`, `?` or `#` is still covered;
@@ -87,12 +106,14 @@ fn password_ranges(url: &str) -> Vec<Range<usize>> {
         let trimmed = value.trim_start();
         let start = url.len() - trimmed.len();
         let len = match trimmed.strip_prefix('\'') {
-            Some(quoted) => 1 + quoted_len(quoted),
-            None => trimmed.find(['&', '#', ' ', '\t', '\n', ';']).unwrap_or(trimmed.len()),
+            Some(quoted) if !is_url => 1 + quoted_len(quoted),
+            _ if is_url => trimmed.find(['&', '#']).unwrap_or(trimmed.len()),
+            _ => trimmed.find(char::is_whitespace).unwrap_or(trimmed.len()),
         };
         ranges.push(start..start + len);
         scan_from = start + len;
     }
+    secrets.extend(ranges.iter().map(|range| url[range.clone()].to_owned()));
     ranges.sort_by_key(|range| range.start);
     let mut merged: Vec<Range<usize>> = Vec::with_capacity(ranges.len());
     for range in ranges {
@@ -123,7 +144,7 @@ fn quoted_len(quoted: &str) -> usize {
 /// Whether a parameter name may start at `at`: the start of the text, or
 /// after a separator (so `bypass=` is not a password).
 fn starts_a_name(text: &str, at: usize) -> bool {
-    text[..at].chars().next_back().is_none_or(|c| matches!(c, '?' | '&' | ';' | ' ' | '\t' | '\n'))
+    text[..at].chars().next_back().is_none_or(|c| matches!(c, '?' | '&' | ';') || c.is_whitespace())
 }
 
 fn find_ignore_case(haystack: &str, needle: &str) -> Option<usize> {
@@ -186,6 +207,35 @@ mod tests {
     }
 
     #[test]
+    fn a_url_parameter_ends_only_at_ampersand_or_fragment() {
+        // The clients split URL queries on `&` alone: `;`, spaces and quotes
+        // are part of the password.
+        for (url, expected) in [
+            ("redis+unix:///run/redis.sock?db=2&pass=abc;def", "redis+unix:///run/redis.sock?db=2&pass=***"),
+            ("postgres://app@db/app?password=abc;def&x=1", "postgres://app@db/app?password=***&x=1"),
+            ("redis://h/?pass=hun ter2", "redis://h/?pass=***"),
+            ("redis://h/?pass='ab'cd#f", "redis://h/?pass=***#f"),
+        ] {
+            assert_eq!(shown(url), expected, "{url}");
+        }
+        // In a key/value string, white space of any kind ends a value.
+        assert_eq!(shown("host=db user=idem\rpassword=hunter2"), "host=db user=idem\rpassword=***");
+    }
+
+    #[test]
+    fn scrubs_overlapping_and_prefix_secrets_whole() {
+        let redacted = Redacted::new("redis://u:abc@h/?password=abcdef");
+        assert_eq!(redacted.scrub("auth abcdef then abc"), "auth *** then ***");
+    }
+
+    #[test]
+    fn an_empty_url_masks_nothing_else() {
+        let redacted = Redacted::new("");
+        assert_eq!(redacted.scrub("connection refused"), "connection refused");
+        assert!(!redacted.leaks_into("connection refused"));
+    }
+
+    #[test]
     fn leaves_urls_without_secrets_alone() {
         for url in ["redis://127.0.0.1:6379/", "redis://user@host", "redis://host?db=1", "rediss://h:1/2#x"] {
             assert_eq!(shown(url), url);
@@ -196,6 +246,9 @@ mod tests {
     #[test]
     fn never_echoes_what_is_not_a_url() {
         assert_eq!(shown("hunter2@localhost"), "<not a URL>");
+        // No scheme but a query: still not a key/value string.
+        assert_eq!(shown(":hunter2@cache:6379/0?protocol=resp3"), "<not a URL>");
+        assert_eq!(shown("redis:/u:hunter2@h/?db=1"), "<not a URL>");
         assert_eq!(Redacted::new("hunter2@localhost").scrub("bad: hunter2@localhost"), "bad: ***");
     }
 

@@ -15,7 +15,7 @@
 //! on its token can neither renew, complete nor release, even if nobody has
 //! claimed the key yet.
 //!
-//! Every store must pass the conformance suite in [`testing`] (feature
+//! Every store must pass the conformance suite in `store::testing` (feature
 //! `testing`) against its real server.
 //!
 //! ```
@@ -96,7 +96,7 @@ pub enum Fence {
 ///
 /// Implementations must make each method a single atomic step on the store
 /// (one round trip for networked stores) and must pass the conformance suite
-/// in [`testing`] (feature `testing`). Stores are used as
+/// in `store::testing` (feature `testing`). Stores are used as
 /// `Arc<dyn Store>`.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {

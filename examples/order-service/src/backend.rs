@@ -29,10 +29,17 @@ pub async fn connect(url: &StoreUrl) -> Result<Backend, String> {
             shown: "memory".to_owned(),
         }),
         StoreUrl::Redis(raw) => {
+            // The store first: its errors mask the password. The repository
+            // gets a connection of its own, so business commands never delay
+            // lease renewals (nor change the store's database).
             let store = RedisStore::connect(raw).await.map_err(|e| e.to_string())?;
-            let repo = RedisRepo::new(store.connection().clone());
+            let repo = RedisRepo::connect(raw).await.map_err(|e| format!("the order repository on redis: {e}"))?;
             Ok(Backend { shown: format!("{store:?}"), store: Arc::new(store), repo: Arc::new(repo) })
         }
+        StoreUrl::Unknown { scheme } => Err(format!(
+            "--store / IDEM_STORE must be `memory`, a redis:// URL or a postgres:// URL; got {}",
+            scheme.as_deref().map_or_else(|| "no URL scheme".to_owned(), |s| format!("scheme `{s}`"))
+        )),
         StoreUrl::Postgres(raw) => {
             let fail = |e: &dyn std::fmt::Display| format!("postgres migration failed: {e}");
             let store = PostgresStore::connect(raw).await.map_err(|e| e.to_string())?;

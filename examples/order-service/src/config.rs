@@ -11,8 +11,10 @@ pub struct Config {
     pub addr: String,
 
     /// Where idempotency records, orders and charges live: `memory`, a
-    /// `redis://` URL or a `postgres://` URL.
-    #[arg(long, env = "IDEM_STORE", default_value = "memory", value_parser = StoreUrl::parse)]
+    /// `redis://` URL or a `postgres://` URL. Prefer the environment
+    /// variable for a URL with a password: the value is never printed, not
+    /// even by `--help` or a parse error.
+    #[arg(long, env = "IDEM_STORE", hide_env_values = true, default_value = "memory", value_parser = StoreUrl::read)]
     pub store: StoreUrl,
 
     /// Latency of the simulated payment provider, in milliseconds.
@@ -29,16 +31,29 @@ pub enum StoreUrl {
     Redis(String),
     /// A PostgreSQL database.
     Postgres(String),
+    /// Anything else, refused when the service connects (not while parsing
+    /// flags, whose errors would quote the value and its password).
+    Unknown {
+        /// The URL scheme, if there is one.
+        scheme: Option<String>,
+    },
 }
 
 impl StoreUrl {
-    fn parse(text: &str) -> Result<Self, String> {
+    /// Reads `--store`; never fails, see [`StoreUrl::Unknown`].
+    fn read(text: &str) -> Result<Self, std::convert::Infallible> {
+        Ok(Self::parse(text))
+    }
+
+    fn parse(text: &str) -> Self {
         let scheme = text.split_once("://").map(|(scheme, _)| scheme.to_ascii_lowercase());
         match (text, scheme.as_deref()) {
-            ("memory", _) => Ok(Self::Memory),
-            (_, Some("redis" | "rediss" | "valkey" | "valkeys")) => Ok(Self::Redis(text.to_owned())),
-            (_, Some("postgres" | "postgresql")) => Ok(Self::Postgres(text.to_owned())),
-            _ => Err("expected `memory`, a redis:// URL or a postgres:// URL".to_owned()),
+            ("memory", _) => Self::Memory,
+            (_, Some("redis" | "rediss" | "valkey" | "valkeys")) => Self::Redis(text.to_owned()),
+            (_, Some("postgres" | "postgresql")) => Self::Postgres(text.to_owned()),
+            _ => Self::Unknown {
+                scheme: scheme.filter(|s| s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))),
+            },
         }
     }
 
@@ -48,6 +63,7 @@ impl StoreUrl {
             Self::Memory => "memory",
             Self::Redis(_) => "redis",
             Self::Postgres(_) => "postgres",
+            Self::Unknown { .. } => "unknown",
         }
     }
 }
@@ -59,6 +75,7 @@ impl std::fmt::Debug for StoreUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Memory => f.write_str("memory"),
+            Self::Unknown { scheme } => write!(f, "{}://<hidden>", scheme.as_deref().unwrap_or("?")),
             _ => write!(f, "{}://<hidden>", self.kind()),
         }
     }
@@ -66,22 +83,34 @@ impl std::fmt::Debug for StoreUrl {
 
 #[cfg(test)]
 mod tests {
+    use clap::CommandFactory;
+
     use super::*;
 
     #[test]
     fn store_urls_are_recognized() {
-        assert_eq!(StoreUrl::parse("memory"), Ok(StoreUrl::Memory));
-        assert_eq!(StoreUrl::parse("redis://h/1").map(|s| s.kind()), Ok("redis"));
-        assert_eq!(StoreUrl::parse("postgresql://h/db").map(|s| s.kind()), Ok("postgres"));
-        assert!(StoreUrl::parse("mysql://h").is_err());
-        assert!(StoreUrl::parse("").is_err());
+        assert_eq!(StoreUrl::parse("memory"), StoreUrl::Memory);
+        assert_eq!(StoreUrl::parse("redis://h/1").kind(), "redis");
+        assert_eq!(StoreUrl::parse("postgresql://h/db").kind(), "postgres");
+        assert_eq!(StoreUrl::parse("mysql://u:pw@h"), StoreUrl::Unknown { scheme: Some("mysql".into()) });
+        assert_eq!(StoreUrl::parse(""), StoreUrl::Unknown { scheme: None });
     }
 
     #[test]
     fn passwords_never_show() {
-        let url = StoreUrl::parse("postgres://app:s3cret@db:5432/orders?sslmode=require&password=other").unwrap();
+        let url = StoreUrl::parse("postgres://app:s3cret@db:5432/orders?sslmode=require&password=other");
         assert_eq!(format!("{url:?}"), "postgres://<hidden>");
-        let url = StoreUrl::parse("redis://:pw@127.0.0.1:6379/0").unwrap();
+        let url = StoreUrl::parse("redis://:pw@127.0.0.1:6379/0");
         assert_eq!(format!("{url:?}"), "redis://<hidden>");
+        assert_eq!(format!("{:?}", StoreUrl::parse("pw@h")), "?://<hidden>");
+    }
+
+    #[test]
+    fn a_bad_store_value_is_never_echoed() {
+        // Neither by a parse error nor by `--help` showing the environment.
+        let config = Config::try_parse_from(["order-service", "--store", "mysql://u:s3cret@h"]).unwrap();
+        assert!(!format!("{config:?}").contains("s3cret"));
+        let help = Config::command().render_help().to_string();
+        assert!(help.contains("IDEM_STORE") && !help.contains("IDEM_STORE="), "{help}");
     }
 }

@@ -157,12 +157,6 @@ impl RedisStore {
         Self::build(connection, Endpoint::new(None, None))
     }
 
-    /// The store's connection, to share with the application's own Redis
-    /// commands (it reconnects by itself; clones share it).
-    pub fn connection(&self) -> &ConnectionManager {
-        &self.connection
-    }
-
     fn build(connection: ConnectionManager, endpoint: Endpoint) -> Self {
         Self { connection, scripts: Arc::new(Scripts::new()), prefix: String::new(), endpoint }
     }

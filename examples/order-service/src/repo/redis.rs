@@ -30,9 +30,12 @@ fn fail(error: impl std::fmt::Display) -> RepoError {
 }
 
 impl RedisRepo {
-    /// Uses an existing (auto-reconnecting) connection.
-    pub fn new(connection: ConnectionManager) -> Self {
-        Self { connection }
+    /// Opens a connection of its own (auto-reconnecting, with the store's
+    /// fail-fast timeouts) to `url`.
+    pub async fn connect(url: &str) -> Result<Self, redis::RedisError> {
+        let client = redis::Client::open(url)?;
+        let connection = ConnectionManager::new_with_config(client, idem_runtime::RedisStore::default_config()).await?;
+        Ok(Self { connection })
     }
 }
 
