@@ -65,16 +65,26 @@ pub struct Record {
     pub state: RecordState,
 }
 
-/// The two lives of a record.
+/// The lives of a record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RecordState {
-    /// A handler is running under a lease.
+    /// A handler is running under a lease, or ran under one that lapsed.
     InFlight {
         /// The owner's fencing token.
         token: FencingToken,
-        /// Time left on the lease, by the store's clock.
+        /// Time left on the lease, by the store's clock; zero once it lapsed
+        /// (the owner crashed or stalled), when the same request may take
+        /// the key over.
         lease_left: Duration,
+        /// Time left before the record expires, by the store's clock.
+        ttl_left: Duration,
+    },
+    /// The handler reported that nothing happened: a tombstone keeping the
+    /// fingerprint, so that only the same request may claim the key again.
+    Released {
+        /// Time left before the record expires, by the store's clock.
+        ttl_left: Duration,
     },
     /// The response is stored.
     Completed {

@@ -5,15 +5,20 @@
 //! `PostgresStore`) and hands it to [`Idem`](crate::Idem). This module is
 //! for writing a store of your own, or calling one directly.
 //!
-//! A store keeps one record per [`StorageKey`]. A record is either *in
-//! flight* (a handler runs under a lease owned by a [`FencingToken`]) or
-//! *completed* (the response is kept until its TTL runs out). Every
-//! operation is one atomic step on the store, so many server processes can
-//! share one store. All expiry decisions use the store's own clock.
+//! A store keeps one record per [`StorageKey`], for the TTL given at claim
+//! (and again at completion). A record is *in flight* (a handler runs under
+//! a lease owned by a [`FencingToken`]), *completed* (the response is kept
+//! until its TTL runs out) or *released* (a tombstone: the handler reported
+//! that nothing happened). Every operation is one atomic step on the store,
+//! so many server processes can share one store. All expiry decisions use
+//! the store's own clock.
 //!
 //! Ownership of an in-flight record ends when its lease runs out: from then
 //! on its token can neither renew, complete nor release, even if nobody has
-//! claimed the key yet.
+//! claimed the key yet. The record itself stays, with its fingerprint, until
+//! its TTL: a released key and a key whose lease ran out (a crash) can be
+//! claimed again by the *same* request only; a different request gets
+//! [`Claim::Mismatch`] (§4.8 of the behaviour contract).
 //!
 //! Every store must pass the conformance suite in `store::testing` (feature
 //! `testing`) against its real server.
@@ -34,7 +39,8 @@
 //!     content_type: Some("application/json"),
 //!     body: br#"{"amount_cents": 500}"#,
 //! });
-//! match store.claim(&storage_key, &fingerprint, Duration::from_secs(30)).await? {
+//! let (lease, ttl) = (Duration::from_secs(30), Duration::from_secs(86_400));
+//! match store.claim(&storage_key, &fingerprint, lease, ttl).await? {
 //!     Claim::Acquired { token } => { /* run the handler, then complete or release with `token` */ }
 //!     Claim::Replay(response) => { /* send `response` back with Idempotent-Replayed: true */ }
 //!     Claim::InFlight { retry_after } => { /* 409 with Retry-After */ }
@@ -63,8 +69,9 @@ pub use crate::token::FencingToken;
 #[must_use]
 #[non_exhaustive]
 pub enum Claim {
-    /// The key was free (or its previous lease or record had expired): the
-    /// caller owns it now and must complete or release it.
+    /// The key was free, its record had expired, or it holds a tombstone or
+    /// a lapsed lease of the same request: the caller owns it now and must
+    /// complete or release it.
     Acquired {
         /// Proof of ownership for renew / complete / release.
         token: FencingToken,
@@ -76,8 +83,20 @@ pub enum Claim {
         /// Time left on that lease, by the store's clock.
         retry_after: Duration,
     },
-    /// The key is held (in flight or completed) by a different request.
+    /// The key's record (in flight, completed, released or lapsed) belongs
+    /// to a different request.
     Mismatch,
+}
+
+/// One lease for [`Store::renew_many`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renewal {
+    /// The record.
+    pub key: StorageKey,
+    /// Its owner's token.
+    pub token: FencingToken,
+    /// The new lease, from now.
+    pub lease: Duration,
 }
 
 /// Whether a fenced operation was applied.
@@ -104,11 +123,41 @@ pub trait Store: Send + Sync + 'static {
     fn kind(&self) -> &'static str;
 
     /// Claims `key` for a request with `fingerprint`, or reports what holds
-    /// it. A new owner's lease lasts `lease`.
-    async fn claim(&self, key: &StorageKey, fingerprint: &Fingerprint, lease: Duration) -> Result<Claim, StoreError>;
+    /// it. A new owner's lease lasts `lease`; the record (and so its
+    /// fingerprint) lives `ttl` from now, and at least as long as its lease.
+    ///
+    /// | record of `key` | same fingerprint | other fingerprint |
+    /// |---|---|---|
+    /// | none, or past its TTL | acquired | acquired |
+    /// | in flight, lease live | [`Claim::InFlight`] | [`Claim::Mismatch`] |
+    /// | in flight, lease ran out | acquired (takeover) | [`Claim::Mismatch`] |
+    /// | released (tombstone) | acquired | [`Claim::Mismatch`] |
+    /// | completed | [`Claim::Replay`] | [`Claim::Mismatch`] |
+    async fn claim(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+        ttl: Duration,
+    ) -> Result<Claim, StoreError>;
 
-    /// Extends the owner's lease to `lease` from now.
+    /// Extends the owner's lease to `lease` from now (and the record's life
+    /// with it, if the lease would outlive it).
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError>;
+
+    /// Renews many leases at once, answering one [`Fence`] per renewal, in
+    /// order. The runtime's lease keeper calls this from a thread of its
+    /// own, outside the application's workers; a networked store should
+    /// make it one round trip on a connection of its own, so that renewals
+    /// never queue behind application traffic. The default renews one by
+    /// one.
+    async fn renew_many(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
+        let mut fences = Vec::with_capacity(renewals.len());
+        for renewal in renewals {
+            fences.push(self.renew(&renewal.key, renewal.token, renewal.lease).await?);
+        }
+        Ok(fences)
+    }
 
     /// Stores `response` for `ttl`, if `token` still owns the key.
     async fn complete(
@@ -119,11 +168,13 @@ pub trait Store: Send + Sync + 'static {
         ttl: Duration,
     ) -> Result<Fence, StoreError>;
 
-    /// Removes an in-flight record, if `token` still owns it, so that a
-    /// retry can run again.
+    /// Turns an in-flight record into a tombstone, if `token` still owns
+    /// it: the same request may claim the key again, another one is refused,
+    /// until the record's TTL runs out.
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError>;
 
-    /// The live record of `key`, if any (expired records are absent).
+    /// The live record of `key`, if any (records past their TTL are absent;
+    /// tombstones and lapsed leases are present).
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError>;
 
     /// Deletes up to `batch` expired records; returns how many went.

@@ -137,7 +137,7 @@ where
     };
     let mut pause = Duration::from_millis(20);
     loop {
-        let claim = config.store.claim(&key, &fingerprint, options.lock_ttl);
+        let claim = config.store.claim(&key, &fingerprint, options.lock_ttl, options.ttl);
         // While waiting, no claim may run past the wait's deadline.
         let timeout = match deadline {
             Some(deadline) => config.store_timeout.min(deadline.saturating_duration_since(Instant::now())),

@@ -13,6 +13,10 @@ use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
 
 /// An in-process store: the embedded default, for one server process.
 ///
+/// A response that would take the stored bytes over `max_bytes` is refused
+/// at completion with [`StoreError::Full`] (the runtime then keeps a small
+/// "processed" record instead).
+///
 /// Records live in this process only; use the Redis or Postgres store when
 /// several processes serve the same routes. It is bounded: when it holds
 /// `max_entries` live records or `max_bytes` of stored responses, expired
@@ -38,27 +42,23 @@ struct Inner {
 #[derive(Debug)]
 struct Entry {
     fingerprint: Fingerprint,
+    /// End of the record (its TTL), whatever its state.
+    expires_at: Instant,
     state: State,
 }
 
 #[derive(Debug)]
 enum State {
     InFlight { token: FencingToken, lease_until: Instant },
-    Completed { response: StoredResponse, expires_at: Instant },
+    Completed { response: StoredResponse },
+    Released,
 }
 
 impl Entry {
-    fn expires_at(&self) -> Instant {
-        match &self.state {
-            State::InFlight { lease_until, .. } => *lease_until,
-            State::Completed { expires_at, .. } => *expires_at,
-        }
-    }
-
     fn size(&self) -> usize {
         match &self.state {
-            State::InFlight { .. } => 0,
-            State::Completed { response, .. } => response.size(),
+            State::Completed { response } => response.size(),
+            State::InFlight { .. } | State::Released => 0,
         }
     }
 
@@ -125,7 +125,7 @@ impl Inner {
         let expired: Vec<String> = self
             .records
             .iter()
-            .filter(|(_, entry)| entry.expires_at() <= now)
+            .filter(|(_, entry)| entry.expires_at <= now)
             .map(|(key, _)| key.clone())
             .take(batch)
             .collect();
@@ -142,18 +142,34 @@ impl Store for MemoryStore {
         "memory"
     }
 
-    async fn claim(&self, key: &StorageKey, fingerprint: &Fingerprint, lease: Duration) -> Result<Claim, StoreError> {
+    async fn claim(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+        ttl: Duration,
+    ) -> Result<Claim, StoreError> {
         let now = Instant::now();
         let mut inner = self.inner.lock();
-        if let Some(entry) = inner.records.get(key.as_str()) {
-            if entry.expires_at() > now {
+        let token = FencingToken::generate();
+        let lease_until = deadline(now, lease);
+        let expires_at = deadline(now, ttl).max(lease_until);
+        if let Some(entry) = inner.records.get_mut(key.as_str()) {
+            if entry.expires_at > now {
                 if entry.fingerprint != *fingerprint {
                     return Ok(Claim::Mismatch);
                 }
-                return Ok(match &entry.state {
-                    State::Completed { response, .. } => Claim::Replay(response.clone()),
-                    State::InFlight { lease_until, .. } => Claim::InFlight { retry_after: *lease_until - now },
-                });
+                match &entry.state {
+                    State::Completed { response } => return Ok(Claim::Replay(response.clone())),
+                    State::InFlight { lease_until, .. } if *lease_until > now => {
+                        return Ok(Claim::InFlight { retry_after: *lease_until - now });
+                    }
+                    // A tombstone or a lapsed lease of this same request: take it over.
+                    State::InFlight { .. } | State::Released => {
+                        *entry = Entry { fingerprint: *fingerprint, expires_at, state: State::InFlight { token, lease_until } };
+                        return Ok(Claim::Acquired { token });
+                    }
+                }
             }
             inner.remove(key.as_str());
         }
@@ -175,9 +191,7 @@ impl Store for MemoryStore {
                 });
             }
         }
-        let token = FencingToken::generate();
-        let entry =
-            Entry { fingerprint: *fingerprint, state: State::InFlight { token, lease_until: deadline(now, lease) } };
+        let entry = Entry { fingerprint: *fingerprint, expires_at, state: State::InFlight { token, lease_until } };
         inner.records.insert(key.as_str().to_owned(), entry);
         Ok(Claim::Acquired { token })
     }
@@ -187,7 +201,9 @@ impl Store for MemoryStore {
         let mut inner = self.inner.lock();
         match inner.records.get_mut(key.as_str()) {
             Some(entry) if entry.owned_by(token, now) => {
-                entry.state = State::InFlight { token, lease_until: deadline(now, lease) };
+                let lease_until = deadline(now, lease);
+                entry.state = State::InFlight { token, lease_until };
+                entry.expires_at = entry.expires_at.max(lease_until);
                 Ok(Fence::Held)
             }
             _ => Ok(Fence::Lost),
@@ -203,10 +219,22 @@ impl Store for MemoryStore {
     ) -> Result<Fence, StoreError> {
         let now = Instant::now();
         let mut inner = self.inner.lock();
+        let size = response.size();
+        let bytes = inner.bytes;
         match inner.records.get_mut(key.as_str()) {
             Some(entry) if entry.owned_by(token, now) => {
-                entry.state = State::Completed { response: response.clone(), expires_at: deadline(now, ttl) };
-                inner.bytes += response.size();
+                if bytes.saturating_add(size) > self.max_bytes {
+                    return Err(StoreError::Full {
+                        store: "memory",
+                        detail: format!(
+                            "a stored response of {size} bytes does not fit: {bytes} bytes of at most {} in use",
+                            self.max_bytes
+                        ),
+                    });
+                }
+                entry.state = State::Completed { response: response.clone() };
+                entry.expires_at = deadline(now, ttl);
+                inner.bytes += size;
                 Ok(Fence::Held)
             }
             _ => Ok(Fence::Lost),
@@ -216,9 +244,9 @@ impl Store for MemoryStore {
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
         let now = Instant::now();
         let mut inner = self.inner.lock();
-        match inner.records.get(key.as_str()) {
+        match inner.records.get_mut(key.as_str()) {
             Some(entry) if entry.owned_by(token, now) => {
-                inner.remove(key.as_str());
+                entry.state = State::Released;
                 Ok(Fence::Held)
             }
             _ => Ok(Fence::Lost),
@@ -228,16 +256,18 @@ impl Store for MemoryStore {
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         let now = Instant::now();
         let inner = self.inner.lock();
-        let Some(entry) = inner.records.get(key.as_str()).filter(|e| e.expires_at() > now) else {
+        let Some(entry) = inner.records.get(key.as_str()).filter(|e| e.expires_at > now) else {
             return Ok(None);
         };
+        let ttl_left = entry.expires_at - now;
         let state = match &entry.state {
-            State::InFlight { token, lease_until } => {
-                RecordState::InFlight { token: *token, lease_left: *lease_until - now }
-            }
-            State::Completed { response, expires_at } => {
-                RecordState::Completed { response: response.clone(), ttl_left: *expires_at - now }
-            }
+            State::InFlight { token, lease_until } => RecordState::InFlight {
+                token: *token,
+                lease_left: lease_until.saturating_duration_since(now),
+                ttl_left,
+            },
+            State::Completed { response } => RecordState::Completed { response: response.clone(), ttl_left },
+            State::Released => RecordState::Released { ttl_left },
         };
         Ok(Some(Record { fingerprint: entry.fingerprint, state }))
     }
