@@ -87,9 +87,11 @@
 
 mod actix;
 mod canonical_json;
+mod engine;
 mod error;
 mod fingerprint;
 mod key;
+mod observe;
 mod record;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod redact;
@@ -98,7 +100,8 @@ pub mod store;
 mod stores;
 mod token;
 
-pub use actix::{Idem, REPLAYED_HEADER, ServerErrorPolicy};
+pub use actix::{Idem, MarkRetryable, REPLAYED_HEADER, Retryable, ServerErrorPolicy};
+pub use engine::Drained;
 pub use error::StoreError;
 /// Makes an actix-web handler idempotent.
 ///
@@ -132,7 +135,7 @@ pub mod problem {
 /// `method`, `route`, `scope`, `key` (a short hash, never the key) and
 /// `outcome`, and is counted once, where it ends, in [`REQUESTS_METRIC`](observability::REQUESTS_METRIC).
 pub mod observability {
-    pub use crate::actix::observe::{Outcome, REQUESTS_METRIC, STORE_LATENCY_METRIC};
+    pub use crate::observe::{Outcome, REQUESTS_METRIC, STORE_LATENCY_METRIC};
 }
 
 /// What the `#[idempotent]` expansion uses. Not a public API.

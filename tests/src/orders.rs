@@ -25,8 +25,12 @@ pub fn user_header(req: &HttpRequest) -> Option<String> {
 
 /// An [`Idem`] over a fresh memory store, subjects from `X-User-ID`.
 pub fn memory_idem() -> Idem {
-    Idem::new(MemoryStore::new()).subject(user_header)
+    Idem::new(MemoryStore::new()).subject(user_header).store_timeout(TEST_STORE_TIMEOUT)
 }
+
+/// A store timeout within a third of the shortest `lock_ttl` the tests use
+/// (1 s): `Idem` refuses routes whose lease one slow call could outlast.
+pub const TEST_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Creates an order; sleeps `?delay_ms=` first. Answers 201 with the call
 /// number, a multi-valued header and a cookie.

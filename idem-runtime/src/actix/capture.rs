@@ -1,63 +1,94 @@
 //! Turning handler responses into stored ones, and stored ones back into
 //! HTTP responses.
 
+use std::future::poll_fn;
+use std::pin::Pin;
+
 use actix_web::HttpResponse;
-use actix_web::body::{self, BoxBody};
+use actix_web::body::{BodySize, BodyStream, BoxBody, MessageBody};
 use actix_web::http::StatusCode;
 use actix_web::http::header::{HeaderName, HeaderValue};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use futures_util::{StreamExt, stream};
 
 use super::config::Config;
 use super::problem::{self, ProblemKind};
+use super::retryable::is_marked;
 use crate::record::StoredResponse;
 
-/// Header added to every replayed response.
+/// Header added to every replayed response. It belongs to the runtime: a
+/// handler that sets it has it removed from its response and its record.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 
-/// A handler response with its body collected.
+/// A handler response, its body collected up to the stored-response limit.
 pub(crate) struct Captured {
-    pub(crate) status: StatusCode,
-    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
-    pub(crate) body: Bytes,
-    /// The handler finished but its body stream failed: whatever it did is
-    /// done, so the 500 is kept whatever the 5xx policy says.
-    pub(crate) body_failed: bool,
+    status: StatusCode,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    body: Body,
+    /// The handler marked it retryable: nothing happened.
+    pub(crate) retryable: bool,
+}
+
+enum Body {
+    /// The whole body, within the limit.
+    Whole(Bytes),
+    /// Over the limit: what was read, and the rest, still to be streamed to
+    /// the client. Nothing more is buffered.
+    Overflow { head: Bytes, rest: BoxBody },
+    /// The body stream failed: the handler ran, its answer is a 500.
+    Failed,
 }
 
 impl Captured {
-    /// Collects the body of `response`. A body stream that fails becomes a
-    /// plain 500, as actix itself would end such a response.
-    pub(crate) async fn collect(response: HttpResponse<BoxBody>) -> Self {
+    /// Reads the body of `response`, at most `limit` bytes of it.
+    pub(crate) async fn collect(mut response: HttpResponse<BoxBody>, limit: usize) -> Self {
+        let retryable = is_marked(&response);
+        response.headers_mut().remove(REPLAYED_HEADER);
         let status = response.status();
         let headers = response.headers().iter().map(|(n, v)| (n.clone(), v.clone())).collect();
-        match body::to_bytes(response.into_body()).await {
-            Ok(body) => Self { status, headers, body, body_failed: false },
-            Err(error) => {
-                tracing::error!(error = %error, "the handler's response body failed");
-                Self {
-                    status: StatusCode::INTERNAL_SERVER_ERROR,
-                    headers: Vec::new(),
-                    body: Bytes::new(),
-                    body_failed: true,
+        let mut body = response.into_body();
+        let mut read = BytesMut::new();
+        if matches!(body.size(), BodySize::Sized(size) if size > limit as u64) {
+            return Self { status, headers, body: Body::Overflow { head: Bytes::new(), rest: body }, retryable };
+        }
+        let body = loop {
+            match poll_fn(|cx| Pin::new(&mut body).poll_next(cx)).await {
+                None => break Body::Whole(read.freeze()),
+                Some(Ok(chunk)) if read.len() + chunk.len() > limit => {
+                    read.extend_from_slice(&chunk);
+                    break Body::Overflow { head: read.freeze(), rest: body };
+                }
+                Some(Ok(chunk)) => read.extend_from_slice(&chunk),
+                Some(Err(error)) => {
+                    tracing::error!(error = %error, "the handler's response body failed");
+                    break Body::Failed;
                 }
             }
-        }
+        };
+        Self { status, headers, body, retryable }
     }
 
-    /// The response as the first client gets it: every header, as produced.
-    pub(crate) fn to_response(&self) -> HttpResponse {
-        let mut response = HttpResponse::build(self.status).body(self.body.clone());
-        let headers = response.headers_mut();
-        for (name, value) in &self.headers {
-            headers.append(name.clone(), value.clone());
-        }
-        response
+    /// A 5xx the handler answered by itself (its body did not fail).
+    pub(crate) fn is_plain_server_error(&self) -> bool {
+        self.status.is_server_error() && !matches!(self.body, Body::Failed)
     }
 
     /// What is kept for replay: replayable headers only, in order; or, when
-    /// the response is over the configured limit, a 500 problem saying so,
-    /// so that a retry never runs the handler a second time.
+    /// the response is over the configured limit, a problem saying the
+    /// request was processed, so that a retry never runs the handler again.
     pub(crate) fn to_stored(&self, config: &Config) -> StoredResponse {
+        let body = match &self.body {
+            Body::Whole(body) => body.clone(),
+            Body::Failed => return failed_body(),
+            Body::Overflow { .. } => {
+                let detail = format!(
+                    "the request was processed, but its response was larger than the stored response limit of \
+                     {} bytes and was not kept; it will not run again for this key",
+                    config.response_limit
+                );
+                return not_kept(&detail);
+            }
+        };
         let stored = StoredResponse {
             status: self.status.as_u16(),
             headers: self
@@ -66,22 +97,64 @@ impl Captured {
                 .filter(|(name, _)| config.replays(name))
                 .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
                 .collect(),
-            body: self.body.clone(),
+            body,
         };
         if stored.size() <= config.response_limit {
             return stored;
         }
         let detail = format!(
-            "the original response ({} bytes) exceeded the stored response limit of {} bytes; \
-             the request was processed once and will not run again for this key",
+            "the request was processed, but its response ({} bytes with headers) was larger than the stored \
+             response limit of {} bytes and was not kept; it will not run again for this key",
             stored.size(),
             config.response_limit
         );
-        StoredResponse {
-            status: 500,
-            headers: vec![("content-type".into(), b"application/problem+json".to_vec())],
-            body: problem::body(ProblemKind::ResponseNotStored, &detail).into(),
+        not_kept(&detail)
+    }
+
+    /// The response as the first client gets it: every header the handler
+    /// set (but the runtime's own), its body whole or streamed on.
+    pub(crate) fn into_response(self) -> HttpResponse {
+        let (status, body) = match self.body {
+            Body::Whole(body) => (self.status, BoxBody::new(body)),
+            Body::Overflow { head, mut rest } => {
+                let head = stream::once(std::future::ready(Ok::<_, Box<dyn std::error::Error>>(head)));
+                let rest = stream::poll_fn(move |cx| Pin::new(&mut rest).poll_next(cx));
+                (self.status, BoxBody::new(BodyStream::new(head.chain(rest))))
+            }
+            Body::Failed => return failed().0,
+        };
+        let mut response = HttpResponse::build(status).body(body);
+        let headers = response.headers_mut();
+        for (name, value) in self.headers {
+            headers.append(name, value);
         }
+        response
+    }
+}
+
+/// The record kept when the response could not be: a 500 problem whose
+/// detail says that the request was processed.
+pub(crate) fn not_kept(detail: &str) -> StoredResponse {
+    problem_record(ProblemKind::ResponseNotStored, detail)
+}
+
+/// The answer to a handler whose body stream failed, as sent and as kept.
+fn failed() -> (HttpResponse, StoredResponse) {
+    let detail = "the request handler failed while sending its response; it may have had effects, \
+                  so it will not run again for this key";
+    (problem::response(ProblemKind::HandlerPanicked, detail), problem_record(ProblemKind::HandlerPanicked, detail))
+}
+
+fn failed_body() -> StoredResponse {
+    failed().1
+}
+
+/// A problem as a stored response.
+pub(crate) fn problem_record(kind: ProblemKind, detail: &str) -> StoredResponse {
+    StoredResponse {
+        status: kind.status().as_u16(),
+        headers: vec![("content-type".into(), b"application/problem+json".to_vec())],
+        body: problem::body(kind, detail).into(),
     }
 }
 

@@ -7,20 +7,24 @@ use std::time::Duration;
 use actix_web::HttpRequest;
 use actix_web::http::header::HeaderName;
 
+use crate::engine::{Drained, Running};
 use crate::store::Store;
 
 /// Resolves the authenticated subject of a request for `scope = "user"`.
 pub(crate) type SubjectResolver = dyn Fn(&HttpRequest) -> Option<String> + Send + Sync;
 
-/// What to do with a 5xx response from the handler.
+/// What to do with a 5xx response from the handler that is not marked
+/// [retryable](crate::MarkRetryable).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum ServerErrorPolicy {
-    /// Release the claim, so the client may retry and run the handler again.
+    /// Store the 5xx response and replay it, as Stripe does: a handler that
+    /// failed half way may already have charged. The default.
     #[default]
-    Release,
-    /// Store the 5xx response and replay it, as Stripe does.
     Store,
+    /// Release every 5xx, so the same request may run again: for handlers
+    /// whose 5xx answers always mean that nothing happened.
+    Release,
 }
 
 /// The idempotency runtime configuration: register one on the `App`.
@@ -55,6 +59,9 @@ pub(crate) struct Config {
     pub(crate) store_timeout: Duration,
     pub(crate) server_errors: ServerErrorPolicy,
     pub(crate) skipped_headers: Vec<HeaderName>,
+    pub(crate) drain_timeout: Duration,
+    /// Shared by every clone of the configuration.
+    pub(crate) running: Arc<Running>,
 }
 
 /// Headers never replayed by default: hop-by-hop ones, `Date`, `Set-Cookie`,
@@ -79,8 +86,12 @@ impl Idem {
     pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
     /// Default limit on a stored response (1 MiB of headers and body).
     pub const DEFAULT_RESPONSE_LIMIT: usize = 1 << 20;
-    /// Default time a single store call may take before the runtime gives up.
+    /// Default time a single store call may take before the runtime gives
+    /// up. It must stay within a third of every route's `lock_ttl` (default
+    /// 30 s), so that a lease can be renewed twice before it runs out.
     pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
+    /// Default longest wait of [`Idem::drain`] for running executions.
+    pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
     /// A configuration using `store`, with every other setting at its default.
     pub fn new(store: impl Store) -> Self {
@@ -98,6 +109,8 @@ impl Idem {
                 store_timeout: Self::DEFAULT_STORE_TIMEOUT,
                 server_errors: ServerErrorPolicy::default(),
                 skipped_headers: DEFAULT_SKIPPED.iter().map(|h| HeaderName::from_static(h)).collect(),
+                drain_timeout: Self::DEFAULT_DRAIN_TIMEOUT,
+                running: Arc::default(),
             }),
         }
     }
@@ -131,11 +144,21 @@ impl Idem {
 
     /// Longest a single store call may take (default 2 s); a slower call
     /// counts as a store failure (503 before the handler runs).
+    ///
+    /// A route whose `lock_ttl` is less than three times this timeout
+    /// cannot keep its lease through one slow renewal: its requests are
+    /// refused with a 500 problem naming both values (and logged).
     pub fn store_timeout(self, timeout: Duration) -> Self {
         self.with(|c| c.store_timeout = timeout)
     }
 
-    /// What to do with 5xx responses (default: release the claim).
+    /// Longest wait of [`Idem::drain`] (default 30 s).
+    pub fn drain_timeout(self, timeout: Duration) -> Self {
+        self.with(|c| c.drain_timeout = timeout)
+    }
+
+    /// What to do with 5xx responses not marked retryable (default: store
+    /// and replay them).
     pub fn server_errors(self, policy: ServerErrorPolicy) -> Self {
         self.with(|c| c.server_errors = policy)
     }
@@ -159,6 +182,34 @@ impl Idem {
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
     }
+
+    /// Executions running now under this configuration (claimed, not yet
+    /// completed or released), including those whose client left.
+    pub fn running(&self) -> usize {
+        self.inner.running.count()
+    }
+
+    /// Graceful shutdown: refuses new executions from now on (their
+    /// requests get 503 with `Retry-After`, and nothing runs), then waits up
+    /// to the [drain timeout](Idem::drain_timeout) for the running ones to
+    /// finish and complete, including those whose client already left.
+    ///
+    /// Call it after the server stopped accepting connections and before
+    /// its workers stop: actix drops a worker's tasks when it stops, and a
+    /// detached execution is one of them. [`Idem::shutdown_on_signal`] does
+    /// the whole sequence.
+    pub async fn drain(&self) -> Drained {
+        let drained = self.inner.running.drain(self.inner.drain_timeout).await;
+        if drained.is_complete() {
+            tracing::info!(waited = ?drained.waited, "idempotent executions drained");
+        } else {
+            tracing::error!(
+                still_running = drained.still_running,
+                "drain timeout reached with idempotent executions still running; their leases will run out"
+            );
+        }
+        drained
+    }
 }
 
 fn is_hop_by_hop(header: &HeaderName) -> bool {
@@ -168,6 +219,18 @@ fn is_hop_by_hop(header: &HeaderName) -> bool {
 impl Config {
     pub(crate) fn replays(&self, header: &HeaderName) -> bool {
         !self.skipped_headers.contains(header)
+    }
+
+    /// Refuses a lease that one slow store call could let run out.
+    pub(crate) fn check_lease(&self, lock_ttl: Duration) -> Result<(), String> {
+        if self.store_timeout.saturating_mul(3) <= lock_ttl {
+            return Ok(());
+        }
+        Err(format!(
+            "the store timeout ({:?}) is above a third of this route's lock_ttl ({:?}): a lease could run out \
+             during one slow renewal; lower Idem::store_timeout or raise lock_ttl",
+            self.store_timeout, lock_ttl
+        ))
     }
 }
 
@@ -182,6 +245,7 @@ impl fmt::Debug for Idem {
             .field("store_timeout", &c.store_timeout)
             .field("server_errors", &c.server_errors)
             .field("skipped_headers", &c.skipped_headers)
-            .finish()
+            .field("drain_timeout", &c.drain_timeout)
+            .finish_non_exhaustive()
     }
 }

@@ -15,13 +15,14 @@ use super::body::buffer;
 use super::capture::replay;
 use super::config::{Config, Idem};
 use super::execute::{Claimed, execute};
-use super::observe::{Outcome, count, store_call};
 use super::options::{InFlight, RouteOptions};
 use super::problem::{self, ProblemKind};
+use crate::engine::{self, Terms};
 use crate::fingerprint::{Fingerprint, RequestParts};
 use crate::key::{IdempotencyKey, KeyError};
+use crate::observe::{Outcome, count};
 use crate::scope::{Scope, StorageKey};
-use crate::store::Claim;
+use crate::store::{Claim, StoreError};
 
 /// The route of a request that matched no pattern (a default service).
 const UNMATCHED_ROUTE: &str = "<unmatched>";
@@ -81,6 +82,10 @@ where
         );
         return problem::response(ProblemKind::NotConfigured, &detail);
     };
+    if let Err(detail) = config.check_lease(options.lock_ttl) {
+        tracing::error!(route = %route, "{detail}");
+        return reject(&route, ProblemKind::NotConfigured, &format!("the route {route} is misconfigured: {detail}"));
+    }
     // 1. The key.
     let key = match read_key(&req, options) {
         Ok(Some(key)) => key,
@@ -135,31 +140,53 @@ where
         InFlight::Reject => None,
         InFlight::Wait(wait) => Some(Instant::now() + wait),
     };
+    let terms = Terms { lease: options.lock_ttl, ttl: options.ttl, timeout: config.store_timeout };
     let mut pause = Duration::from_millis(20);
     loop {
-        let claim = config.store.claim(&key, &fingerprint, options.lock_ttl, options.ttl);
         // While waiting, no claim may run past the wait's deadline.
-        let timeout = match deadline {
-            Some(deadline) => config.store_timeout.min(deadline.saturating_duration_since(Instant::now())),
-            None => config.store_timeout,
+        let (timeout, cut) = match deadline {
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now()).max(MIN_CLAIM_TIMEOUT);
+                (config.store_timeout.min(left), left < config.store_timeout)
+            }
+            None => (config.store_timeout, false),
         };
-        let claim = store_call(config.store.kind(), "claim", timeout.max(MIN_CLAIM_TIMEOUT), claim).await;
-        match claim {
-            Ok(Claim::Acquired { token }) => {
-                let claimed = Claimed { config, options, route, key, token };
+        let claim = engine::claim(&config.store, &key, &fingerprint, &terms, timeout, &config.running).await;
+        let claim = match claim {
+            Ok(engine::Claimed::Acquired(execution)) => {
+                let claimed = Claimed { config, route, execution };
                 return execute(claimed, req, handler, args).await;
             }
-            Ok(Claim::Replay(stored)) => {
+            Ok(engine::Claimed::Other(claim)) => claim,
+            Ok(engine::Claimed::Draining) => {
+                count(&route, Outcome::Rejected);
+                let detail = "the server is shutting down; the request was not processed, retry";
+                return problem::retry_after(ProblemKind::ShuttingDown, detail, Duration::from_secs(1));
+            }
+            // A wait that ran into its own deadline is still a wait: the
+            // first request is in flight, as far as anyone knows.
+            Err(StoreError::Timeout { .. }) if cut => Claim::InFlight { retry_after: Duration::from_secs(1) },
+            Err(error) => {
+                count(&route, Outcome::StoreError);
+                // The error (already logged by store_call) names hosts and
+                // tables: it stays in the logs, not in the client's answer.
+                tracing::error!(%error, "refusing the request: the idempotency store is unavailable");
+                let detail = "the idempotency store is unavailable; the request was not processed, retry later";
+                return problem::retry_after(ProblemKind::StoreUnavailable, detail, Duration::from_secs(1));
+            }
+        };
+        match claim {
+            Claim::Replay(stored) => {
                 count(&route, Outcome::Replayed);
                 return replay(&stored);
             }
-            Ok(Claim::Mismatch) => {
+            Claim::Mismatch => {
                 count(&route, Outcome::Mismatch);
                 let detail = "this idempotency key was already used for a different request \
                               (method, path, query or body differ); use a new key for a new request";
                 return problem::response(ProblemKind::KeyReused, detail);
             }
-            Ok(Claim::InFlight { retry_after }) => {
+            Claim::InFlight { retry_after } => {
                 let now = Instant::now();
                 match deadline {
                     Some(deadline) if now < deadline => {
@@ -173,11 +200,9 @@ where
                     }
                 }
             }
-            Err(error) => {
+            _ => {
                 count(&route, Outcome::StoreError);
-                // The error (already logged by store_call) names hosts and
-                // tables: it stays in the logs, not in the client's answer.
-                tracing::error!(%error, "refusing the request: the idempotency store is unavailable");
+                tracing::error!("the store answered a claim in a way this version does not know");
                 let detail = "the idempotency store is unavailable; the request was not processed, retry later";
                 return problem::retry_after(ProblemKind::StoreUnavailable, detail, Duration::from_secs(1));
             }

@@ -23,11 +23,13 @@ mod capture;
 mod config;
 mod entry;
 mod execute;
-pub(crate) mod observe;
 mod options;
 pub(crate) mod problem;
+mod retryable;
+mod shutdown;
 
 pub use capture::REPLAYED_HEADER;
 pub use config::{Idem, ServerErrorPolicy};
 pub use entry::handle;
 pub use options::{InFlight, RouteOptions};
+pub use retryable::{MarkRetryable, Retryable};

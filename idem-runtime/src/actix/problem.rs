@@ -30,11 +30,16 @@ pub enum ProblemKind {
     InFlight,
     /// 503: the store failed before the handler ran.
     StoreUnavailable,
-    /// 500: no configuration registered on the app.
+    /// 503: the server is shutting down; nothing was run.
+    ShuttingDown,
+    /// 500: no configuration registered on the app, or a configuration
+    /// that cannot keep a route's lease.
     NotConfigured,
-    /// 500: the handler panicked.
+    /// 500 (stored, replayed): the handler panicked, or its response body
+    /// failed.
     HandlerPanicked,
-    /// 500 (replayed): the original response was too large to keep.
+    /// 500 (stored, replayed): the request was processed but its response
+    /// could not be kept (over the limit, or refused by the store).
     ResponseNotStored,
 }
 
@@ -73,6 +78,7 @@ impl ProblemKind {
             Self::StoreUnavailable => {
                 (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "Idempotency store unavailable")
             }
+            Self::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting-down", "Server shutting down"),
             Self::NotConfigured => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "not-configured", "Idempotency runtime not configured")
             }

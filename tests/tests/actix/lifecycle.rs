@@ -3,8 +3,9 @@
 use actix_web::http::StatusCode;
 use actix_web::test::{self, TestRequest};
 use actix_web::{App, HttpResponse, Responder, post, web};
-use idem_runtime::{Idem, MemoryStore, ServerErrorPolicy, idempotent};
+use idem_runtime::{Idem, MarkRetryable, MemoryStore, Retryable, ServerErrorPolicy, idempotent};
 use idem_tests::counter::Counter;
+use idem_tests::orders::TEST_STORE_TIMEOUT;
 
 /// Fails with 503 on its first call, then succeeds.
 #[idempotent]
@@ -13,6 +14,43 @@ async fn flaky(hits: web::Data<Counter>) -> HttpResponse {
     match hits.next() {
         1 => HttpResponse::ServiceUnavailable().body("try again"),
         n => HttpResponse::Created().body(format!("created on call {n}")),
+    }
+}
+
+/// Says "nothing happened" with a retryable 503 on its first call, then
+/// succeeds; the error form marks it through `MarkRetryable`.
+#[idempotent]
+#[post("/retryable")]
+async fn retryable(hits: web::Data<Counter>) -> Result<HttpResponse, ProviderDown> {
+    match hits.next() {
+        1 => Err(ProviderDown),
+        n => Ok(HttpResponse::Created().body(format!("created on call {n}"))),
+    }
+}
+
+/// The same through the `Retryable` responder.
+#[idempotent]
+#[post("/retryable-responder")]
+async fn retryable_responder(hits: web::Data<Counter>) -> impl Responder {
+    match hits.next() {
+        1 => actix_web::Either::Left(Retryable(HttpResponse::ServiceUnavailable().body("provider down"))),
+        n => actix_web::Either::Right(HttpResponse::Created().body(format!("created on call {n}"))),
+    }
+}
+
+/// An error type that knows nothing happened.
+#[derive(Debug)]
+struct ProviderDown;
+
+impl std::fmt::Display for ProviderDown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("payment provider unavailable, nothing was charged")
+    }
+}
+
+impl actix_web::ResponseError for ProviderDown {
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::ServiceUnavailable().body(self.to_string()).retryable()
     }
 }
 
@@ -54,6 +92,8 @@ macro_rules! app {
                 .app_data($idem)
                 .app_data($hits.clone())
                 .service(flaky)
+                .service(retryable)
+                .service(retryable_responder)
                 .service(panicky)
                 .service(optional)
                 .service(web::resource("/resource").route(web::post().to(by_resource))),
@@ -63,9 +103,24 @@ macro_rules! app {
 }
 
 #[actix_web::test]
-async fn server_errors_release_the_key_by_default() {
+async fn server_errors_are_stored_and_replayed_by_default() {
     let hits = web::Data::new(Counter::default());
-    let app = app!(Idem::new(MemoryStore::new()), hits);
+    let app = app!(Idem::new(MemoryStore::new()).store_timeout(TEST_STORE_TIMEOUT), hits);
+    let first = test::call_service(&app, req("/flaky", Some("k"))).await;
+    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let retry = test::call_service(&app, req("/flaky", Some("k"))).await;
+    assert_eq!(retry.status(), StatusCode::SERVICE_UNAVAILABLE, "a handler that failed half way may have charged");
+    assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(test::read_body(retry).await, "try again");
+    assert_eq!(hits.get(), 1);
+}
+
+#[actix_web::test]
+async fn every_server_error_is_released_under_the_release_policy() {
+    let hits = web::Data::new(Counter::default());
+    let idem =
+        Idem::new(MemoryStore::new()).store_timeout(TEST_STORE_TIMEOUT).server_errors(ServerErrorPolicy::Release);
+    let app = app!(idem, hits);
     let first = test::call_service(&app, req("/flaky", Some("k"))).await;
     assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
     let retry = test::call_service(&app, req("/flaky", Some("k"))).await;
@@ -77,35 +132,47 @@ async fn server_errors_release_the_key_by_default() {
 }
 
 #[actix_web::test]
-async fn server_errors_can_be_stored_instead() {
-    let hits = web::Data::new(Counter::default());
-    let app = app!(Idem::new(MemoryStore::new()).server_errors(ServerErrorPolicy::Store), hits);
-    let first = test::call_service(&app, req("/flaky", Some("k"))).await;
-    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let retry = test::call_service(&app, req("/flaky", Some("k"))).await;
-    assert_eq!(retry.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
-    assert_eq!(test::read_body(retry).await, "try again");
-    assert_eq!(hits.get(), 1);
+async fn a_retryable_response_releases_the_key_for_the_same_request_only() {
+    for route in ["/retryable", "/retryable-responder"] {
+        let hits = web::Data::new(Counter::default());
+        let app = app!(Idem::new(MemoryStore::new()).store_timeout(TEST_STORE_TIMEOUT), hits);
+        let first = test::call_service(&app, req(route, Some("k"))).await;
+        assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE, "{route}");
+        assert!(first.headers().get("idempotent-replayed").is_none());
+        // Another request with the released key is still refused.
+        let other = TestRequest::post().uri(route).insert_header(("idempotency-key", "k")).set_payload("other");
+        let other = test::call_service(&app, other.to_request()).await;
+        assert_eq!(other.status(), StatusCode::UNPROCESSABLE_ENTITY, "{route}: the tombstone keeps the fingerprint");
+        let retry = test::call_service(&app, req(route, Some("k"))).await;
+        assert_eq!(retry.status(), StatusCode::CREATED, "{route}: the same request runs again");
+        assert_eq!(test::read_body(retry).await, "created on call 2");
+        let replay = test::call_service(&app, req(route, Some("k"))).await;
+        assert_eq!(replay.headers().get("idempotent-replayed").unwrap(), "true");
+        assert_eq!(hits.get(), 2, "{route}");
+    }
 }
 
 #[actix_web::test]
-async fn a_panic_releases_the_key_and_answers_500() {
+async fn a_panic_is_stored_as_a_500_problem_and_replayed() {
     let hits = web::Data::new(Counter::default());
-    let app = app!(Idem::new(MemoryStore::new()), hits);
+    let app = app!(Idem::new(MemoryStore::new()).store_timeout(TEST_STORE_TIMEOUT), hits);
     let first = test::call_service(&app, req("/panicky", Some("k"))).await;
     assert_eq!(first.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(first.headers().get("content-type").unwrap(), "application/problem+json");
+    let first: serde_json::Value = test::read_body_json(first).await;
+    assert_eq!(first["type"], "urn:idem:problem:handler-panicked");
     let retry = test::call_service(&app, req("/panicky", Some("k"))).await;
-    assert_eq!(retry.status(), StatusCode::OK);
-    assert_eq!(test::read_body(retry).await, "fine");
-    assert_eq!(hits.get(), 2);
+    assert_eq!(retry.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
+    let retry: serde_json::Value = test::read_body_json(retry).await;
+    assert_eq!(retry, first);
+    assert_eq!(hits.get(), 1, "a panic half way may have had effects: never run again");
 }
 
 #[actix_web::test]
 async fn optional_key_runs_plainly_without_one() {
     let hits = web::Data::new(Counter::default());
-    let app = app!(Idem::new(MemoryStore::new()), hits);
+    let app = app!(Idem::new(MemoryStore::new()).store_timeout(TEST_STORE_TIMEOUT), hits);
     for expected in ["1:payload", "2:payload"] {
         let response = test::call_service(&app, req("/optional", None)).await;
         assert_eq!(test::read_body(response).await, expected);
@@ -120,7 +187,7 @@ async fn optional_key_runs_plainly_without_one() {
 #[actix_web::test]
 async fn resource_registration_and_custom_header_work() {
     let hits = web::Data::new(Counter::default());
-    let app = app!(Idem::new(MemoryStore::new()), hits);
+    let app = app!(Idem::new(MemoryStore::new()).store_timeout(TEST_STORE_TIMEOUT), hits);
     let missing = test::call_service(&app, req("/resource", Some("k"))).await;
     assert_eq!(missing.status(), StatusCode::BAD_REQUEST, "the key must come in X-Request-Key");
     let keyed = || TestRequest::post().uri("/resource").insert_header(("x-request-key", "\"abc\"")).to_request();
@@ -135,14 +202,15 @@ async fn resource_registration_and_custom_header_work() {
 #[actix_web::test]
 async fn oversized_responses_are_not_replayed_nor_run_twice() {
     let hits = web::Data::new(Counter::default());
-    let app = app!(Idem::new(MemoryStore::new()).response_limit(8), hits);
-    let first = test::call_service(&app, req("/flaky", Some("k"))).await;
-    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE, "released, as a 5xx");
-    let second = test::call_service(&app, req("/flaky", Some("k"))).await;
+    let app = app!(Idem::new(MemoryStore::new()).store_timeout(TEST_STORE_TIMEOUT).response_limit(8), hits);
+    let first = test::call_service(&app, req("/retryable", Some("k"))).await;
+    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE, "released, as retryable");
+    let second = test::call_service(&app, req("/retryable", Some("k"))).await;
     assert_eq!(test::read_body(second).await, "created on call 2", "the client gets it whole");
-    let retry = test::call_service(&app, req("/flaky", Some("k"))).await;
+    let retry = test::call_service(&app, req("/retryable", Some("k"))).await;
     assert_eq!(retry.status(), StatusCode::INTERNAL_SERVER_ERROR);
     let body: serde_json::Value = test::read_body_json(retry).await;
     assert_eq!(body["type"], "urn:idem:problem:response-not-stored");
+    assert!(body["detail"].as_str().unwrap().contains("was processed"), "{body}");
     assert_eq!(hits.get(), 2);
 }

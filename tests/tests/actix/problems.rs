@@ -8,7 +8,7 @@ use actix_web::test::{self, TestRequest};
 use actix_web::{App, web};
 use idem_runtime::Idem;
 use idem_tests::faults::FaultyStore;
-use idem_tests::orders::{Calls, memory_idem, routes, user_header};
+use idem_tests::orders::{Calls, TEST_STORE_TIMEOUT, memory_idem, routes, user_header};
 use serde_json::{Value, json};
 
 type Request = actix_http::Request;
@@ -157,7 +157,7 @@ async fn same_request_in_flight_is_409_with_retry_after() {
 async fn store_failure_before_execution_is_503_and_the_handler_does_not_run() {
     let calls = web::Data::new(Calls::default());
     for idem in [
-        Idem::new(FaultyStore::down()).subject(user_header),
+        Idem::new(FaultyStore::down()).subject(user_header).store_timeout(TEST_STORE_TIMEOUT),
         Idem::new(FaultyStore::hanging()).subject(user_header).store_timeout(Duration::from_millis(200)),
     ] {
         let app = app(Some(idem), &calls).await;

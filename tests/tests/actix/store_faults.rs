@@ -9,6 +9,7 @@ use actix_web::{App, HttpResponse, post, web};
 use idem_runtime::{Idem, idempotent};
 use idem_tests::counter::Counter;
 use idem_tests::faults::FaultyStore;
+use idem_tests::orders::TEST_STORE_TIMEOUT;
 
 /// Takes 5 s under a 3 s lease (renewed every second).
 #[idempotent(lock_ttl = "3s", ttl = "1h")]
@@ -32,7 +33,10 @@ async fn a_renewal_outage_shorter_than_the_lease_does_not_lose_it() {
         .renewals_fail_between(Duration::from_millis(1_100), Duration::from_millis(3_400))
         .first_completions_fail(1);
     let started = web::Data::new(Counter::default());
-    let app = test::init_service(App::new().app_data(Idem::new(store)).app_data(started.clone()).service(slow)).await;
+    let app = test::init_service(
+        App::new().app_data(Idem::new(store).store_timeout(TEST_STORE_TIMEOUT)).app_data(started.clone()).service(slow),
+    )
+    .await;
     let first = test::call_service(&app, request());
     let duplicate = async {
         tokio::time::sleep(Duration::from_millis(4_500)).await;

@@ -50,7 +50,7 @@ pub fn response(body: &'static [u8]) -> StoredResponse {
 }
 
 pub(crate) async fn acquire(store: &dyn Store, key: &StorageKey, fp: &Fingerprint, lease: Duration) -> FencingToken {
-    match store.claim(key, fp, lease).await.expect("claim") {
+    match store.claim(key, fp, lease, std::time::Duration::from_secs(3600)).await.expect("claim") {
         Claim::Acquired { token } => token,
         other => panic!("expected the key to be acquired, got {other:?}"),
     }
@@ -64,7 +64,7 @@ pub async fn claim_acquires_a_free_key(store: Arc<dyn Store>) {
     let record = store.get(&key).await.unwrap().expect("a record after claim");
     assert_eq!(record.fingerprint, fingerprint("a"));
     match record.state {
-        RecordState::InFlight { token: held, lease_left } => {
+        RecordState::InFlight { token: held, lease_left, .. } => {
             assert_eq!(held, token);
             assert!(lease_left <= LONG && lease_left > LONG - Duration::from_secs(5), "{lease_left:?}");
         }
@@ -79,7 +79,10 @@ pub async fn completed_key_replays_byte_for_byte(store: Arc<dyn Store>) {
     let stored = response(b"{\"id\":1}\n\x00\xff");
     assert_eq!(store.complete(&key, token, &stored, LONG).await.unwrap(), Fence::Held);
     for _ in 0..3 {
-        assert_eq!(store.claim(&key, &fingerprint("a"), LONG).await.unwrap(), Claim::Replay(stored.clone()));
+        assert_eq!(
+            store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
+            Claim::Replay(stored.clone())
+        );
     }
     match store.get(&key).await.unwrap().expect("record").state {
         RecordState::Completed { response, ttl_left } => {
@@ -95,16 +98,22 @@ pub async fn completed_key_refuses_another_fingerprint(store: Arc<dyn Store>) {
     let key = fresh_key();
     let token = acquire(&*store, &key, &fingerprint("a"), LONG).await;
     assert_eq!(store.complete(&key, token, &response(b"a"), LONG).await.unwrap(), Fence::Held);
-    assert_eq!(store.claim(&key, &fingerprint("b"), LONG).await.unwrap(), Claim::Mismatch);
+    assert_eq!(
+        store.claim(&key, &fingerprint("b"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
+        Claim::Mismatch
+    );
     // The refusal changed nothing.
-    assert_eq!(store.claim(&key, &fingerprint("a"), LONG).await.unwrap(), Claim::Replay(response(b"a")));
+    assert_eq!(
+        store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
+        Claim::Replay(response(b"a"))
+    );
 }
 
 /// The same request in flight is reported with the lease's time left.
 pub async fn in_flight_key_reports_time_left(store: Arc<dyn Store>) {
     let key = fresh_key();
     acquire(&*store, &key, &fingerprint("a"), LONG).await;
-    match store.claim(&key, &fingerprint("a"), LONG).await.unwrap() {
+    match store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap() {
         Claim::InFlight { retry_after } => {
             assert!(retry_after <= LONG && retry_after > LONG - Duration::from_secs(5), "{retry_after:?}");
         }
@@ -116,14 +125,20 @@ pub async fn in_flight_key_reports_time_left(store: Arc<dyn Store>) {
 pub async fn in_flight_key_refuses_another_fingerprint(store: Arc<dyn Store>) {
     let key = fresh_key();
     acquire(&*store, &key, &fingerprint("a"), LONG).await;
-    assert_eq!(store.claim(&key, &fingerprint("b"), LONG).await.unwrap(), Claim::Mismatch);
+    assert_eq!(
+        store.claim(&key, &fingerprint("b"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
+        Claim::Mismatch
+    );
 }
 
 /// Once a lease runs out, the next claimer takes over with a new token.
 pub async fn expired_lease_can_be_taken_over(store: Arc<dyn Store>) {
     let key = fresh_key();
     let first = acquire(&*store, &key, &fingerprint("a"), SHORT).await;
-    assert!(matches!(store.claim(&key, &fingerprint("a"), LONG).await.unwrap(), Claim::InFlight { .. }));
+    assert!(matches!(
+        store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
+        Claim::InFlight { .. }
+    ));
     tokio::time::sleep(PAST_SHORT).await;
     let second = acquire(&*store, &key, &fingerprint("a"), LONG).await;
     assert_ne!(first, second);
@@ -144,7 +159,10 @@ pub async fn stale_owner_can_neither_complete_nor_release(store: Arc<dyn Store>)
         other => panic!("the stale owner changed the record: {other:?}"),
     }
     assert_eq!(store.complete(&key, owner, &response(b"owner"), LONG).await.unwrap(), Fence::Held);
-    assert_eq!(store.claim(&key, &fingerprint("a"), LONG).await.unwrap(), Claim::Replay(response(b"owner")));
+    assert_eq!(
+        store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
+        Claim::Replay(response(b"owner"))
+    );
 }
 
 /// Ownership ends with the lease, even when nobody has claimed the key since.
@@ -164,7 +182,10 @@ pub async fn renew_keeps_the_lease_alive(store: Arc<dyn Store>) {
     for _ in 0..8 {
         tokio::time::sleep(SHORT / 3).await;
         assert_eq!(store.renew(&key, token, SHORT).await.unwrap(), Fence::Held);
-        assert!(matches!(store.claim(&key, &fingerprint("a"), LONG).await.unwrap(), Claim::InFlight { .. }));
+        assert!(matches!(
+            store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
+            Claim::InFlight { .. }
+        ));
     }
     assert_eq!(store.renew(&key, token, LONG).await.unwrap(), Fence::Held);
     match store.get(&key).await.unwrap().expect("record").state {
@@ -203,7 +224,10 @@ pub async fn forged_token_is_refused(store: Arc<dyn Store>) {
     assert_eq!(store.renew(&key, forged, LONG).await.unwrap(), Fence::Lost);
     assert_eq!(store.complete(&key, forged, &response(b"x"), LONG).await.unwrap(), Fence::Lost);
     assert_eq!(store.release(&key, forged).await.unwrap(), Fence::Lost);
-    assert!(matches!(store.claim(&key, &fingerprint("a"), LONG).await.unwrap(), Claim::InFlight { .. }));
+    assert!(matches!(
+        store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
+        Claim::InFlight { .. }
+    ));
     // Fenced operations on a key that does not exist are refused too.
     let missing = fresh_key();
     assert_eq!(store.complete(&missing, forged, &response(b"x"), LONG).await.unwrap(), Fence::Lost);
@@ -218,7 +242,10 @@ pub async fn completion_is_final(store: Arc<dyn Store>) {
     assert_eq!(store.complete(&key, token, &response(b"second"), LONG).await.unwrap(), Fence::Lost);
     assert_eq!(store.renew(&key, token, LONG).await.unwrap(), Fence::Lost);
     assert_eq!(store.release(&key, token).await.unwrap(), Fence::Lost);
-    assert_eq!(store.claim(&key, &fingerprint("a"), LONG).await.unwrap(), Claim::Replay(response(b"first")));
+    assert_eq!(
+        store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
+        Claim::Replay(response(b"first"))
+    );
 }
 
 /// A completed record lives for its TTL, then the key is free again.
@@ -226,7 +253,10 @@ pub async fn completed_record_expires_after_ttl(store: Arc<dyn Store>) {
     let key = fresh_key();
     let token = acquire(&*store, &key, &fingerprint("a"), LONG).await;
     assert_eq!(store.complete(&key, token, &response(b"a"), SHORT).await.unwrap(), Fence::Held);
-    assert_eq!(store.claim(&key, &fingerprint("a"), LONG).await.unwrap(), Claim::Replay(response(b"a")));
+    assert_eq!(
+        store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
+        Claim::Replay(response(b"a"))
+    );
     tokio::time::sleep(PAST_SHORT).await;
     assert_eq!(store.get(&key).await.unwrap(), None);
     acquire(&*store, &key, &fingerprint("b"), LONG).await;
@@ -240,7 +270,10 @@ pub async fn keys_are_independent(store: Arc<dyn Store>) {
     assert_eq!(store.complete(&two, token_one, &response(b"x"), LONG).await.unwrap(), Fence::Lost);
     assert_eq!(store.complete(&one, token_one, &response(b"one"), LONG).await.unwrap(), Fence::Held);
     assert_eq!(store.release(&two, token_two).await.unwrap(), Fence::Held);
-    assert_eq!(store.claim(&one, &fingerprint("a"), LONG).await.unwrap(), Claim::Replay(response(b"one")));
+    assert_eq!(
+        store.claim(&one, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
+        Claim::Replay(response(b"one"))
+    );
     assert_eq!(store.get(&two).await.unwrap(), None);
 }
 
@@ -255,7 +288,10 @@ pub async fn large_binary_bodies_round_trip(store: Arc<dyn Store>) {
     };
     let token = acquire(&*store, &key, &fingerprint("a"), LONG).await;
     assert_eq!(store.complete(&key, token, &stored, LONG).await.unwrap(), Fence::Held);
-    assert_eq!(store.claim(&key, &fingerprint("a"), LONG).await.unwrap(), Claim::Replay(stored));
+    assert_eq!(
+        store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
+        Claim::Replay(stored)
+    );
 }
 
 /// Purging removes nothing that is still alive.
@@ -268,7 +304,13 @@ pub async fn purge_keeps_live_records(store: Arc<dyn Store>) {
     assert_eq!(store.complete(&expired, token, &response(b"old"), SHORT).await.unwrap(), Fence::Held);
     tokio::time::sleep(PAST_SHORT).await;
     while store.purge_expired(1000).await.unwrap() > 0 {}
-    assert_eq!(store.claim(&live, &fingerprint("a"), LONG).await.unwrap(), Claim::Replay(response(b"live")));
-    assert!(matches!(store.claim(&in_flight, &fingerprint("a"), LONG).await.unwrap(), Claim::InFlight { .. }));
+    assert_eq!(
+        store.claim(&live, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
+        Claim::Replay(response(b"live"))
+    );
+    assert!(matches!(
+        store.claim(&in_flight, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
+        Claim::InFlight { .. }
+    ));
     assert_eq!(store.get(&expired).await.unwrap(), None);
 }

@@ -17,7 +17,10 @@ async fn race(store: &Arc<dyn Store>, key: &crate::store::StorageKey) -> Vec<Cla
             let (store, key, barrier) = (Arc::clone(store), key.clone(), Arc::clone(&barrier));
             tokio::spawn(async move {
                 barrier.wait().await;
-                store.claim(&key, &fingerprint("race"), LONG).await.expect("claim")
+                store
+                    .claim(&key, &fingerprint("race"), LONG, std::time::Duration::from_secs(3600))
+                    .await
+                    .expect("claim")
             })
         })
         .collect();

@@ -1,0 +1,193 @@
+//! The process-wide lease keeper: one thread of its own, with a Tokio
+//! runtime of its own, renews every live lease of the process.
+//!
+//! Handlers run on the application's workers (single-threaded actix
+//! workers); a handler that blocks its thread would starve a heartbeat
+//! living there, and so would every handler sharing that worker. The keeper
+//! runs elsewhere: a blocked worker keeps its leases. Renewals of one store
+//! go out together, one [`Store::renew_many`] call per batch (one round trip
+//! on Redis and Postgres), so the cost per request is one channel message,
+//! not a task and a timer.
+//!
+//! Schedule: a lease is renewed a third of the way through, counted from
+//! when its last confirmed claim or renewal was *sent*; a lease due soon is
+//! renewed with the batch that goes now. A failed renewal is tried again
+//! after a tenth of the lease (10 ms to 1 s). A lease whose deadline passes
+//! unconfirmed is lost (see `lease.rs`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+use super::lease::LeaseState;
+use crate::observe::store_call;
+use crate::store::{Fence, Renewal, StoreError};
+
+/// The keeper's inbox, started with the first lease.
+static KEEPER: OnceLock<UnboundedSender<Arc<LeaseState>>> = OnceLock::new();
+
+/// Hands a lease to the keeper, starting it on first use.
+pub(crate) fn keep(lease: Arc<LeaseState>) {
+    let inbox = KEEPER.get_or_init(start);
+    if inbox.send(lease).is_err() {
+        // Only if the keeper thread died: nothing renews, so the lease ends
+        // at its deadline and the completion is refused by its fence.
+        tracing::error!("the idempotency lease keeper is not running; this lease will not be renewed");
+    }
+}
+
+fn start() -> UnboundedSender<Arc<LeaseState>> {
+    let (inbox, leases) = unbounded_channel();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("idem-lease-keeper")
+        .build()
+        .expect("building the lease keeper's Tokio runtime");
+    std::thread::Builder::new()
+        .name("idem-lease-keeper".into())
+        .spawn(move || runtime.block_on(run(leases)))
+        .expect("starting the lease keeper thread");
+    inbox
+}
+
+/// A lease as the keeper tracks it.
+struct Kept {
+    state: Arc<LeaseState>,
+    /// When to renew next.
+    due: Instant,
+    /// A renewal is on its way.
+    renewing: bool,
+}
+
+impl Kept {
+    fn new(state: Arc<LeaseState>) -> Self {
+        let due = state.confirmed_sent() + state.lease / 3;
+        Self { state, due, renewing: false }
+    }
+
+    /// How early a lease may be renewed to join a batch.
+    fn slack(&self) -> Duration {
+        self.state.lease / 6
+    }
+
+    fn after_failure(&self) -> Duration {
+        (self.state.lease / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
+    }
+}
+
+/// The answer to one batch of renewals.
+struct Answer {
+    ids: Vec<u64>,
+    sent: Instant,
+    answered: Instant,
+    fences: Result<Vec<Fence>, StoreError>,
+}
+
+async fn run(mut inbox: UnboundedReceiver<Arc<LeaseState>>) {
+    let mut kept: HashMap<u64, Kept> = HashMap::new();
+    let mut next_id = 0u64;
+    let (answers_tx, mut answers) = unbounded_channel::<Answer>();
+    loop {
+        let wake = kept.values().filter(|k| !k.renewing).map(|k| k.due).min();
+        tokio::select! {
+            lease = inbox.recv() => match lease {
+                Some(lease) => {
+                    kept.insert(next_id, Kept::new(lease));
+                    next_id += 1;
+                }
+                None => return,
+            },
+            Some(answer) = answers.recv() => apply(&mut kept, answer),
+            () = sleep_until(wake) => {}
+        }
+        // Take every lease that arrived meanwhile before deciding.
+        while let Ok(lease) = inbox.try_recv() {
+            kept.insert(next_id, Kept::new(lease));
+            next_id += 1;
+        }
+        let now = Instant::now();
+        kept.retain(|_, k| {
+            if k.state.is_done() {
+                return false;
+            }
+            if !k.renewing && now >= k.state.deadline() {
+                k.state.lose();
+                tracing::warn!(key = %k.state.key.hash_tag(), "a lease ran out before a renewal could be confirmed");
+                return false;
+            }
+            true
+        });
+        renew_due(&mut kept, now, &answers_tx);
+    }
+}
+
+async fn sleep_until(wake: Option<Instant>) {
+    match wake {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sends one batch per store for every lease that is due (or nearly).
+fn renew_due(kept: &mut HashMap<u64, Kept>, now: Instant, answers: &UnboundedSender<Answer>) {
+    let mut batches: HashMap<*const (), Vec<u64>> = HashMap::new();
+    for (&id, k) in kept.iter() {
+        if !k.renewing && k.due <= now + k.slack() {
+            batches.entry(Arc::as_ptr(&k.state.store).cast::<()>()).or_default().push(id);
+        }
+    }
+    for ids in batches.into_values() {
+        let mut renewals = Vec::with_capacity(ids.len());
+        let mut timeout = Duration::MAX;
+        for id in &ids {
+            let k = kept.get_mut(id).expect("batched ids are kept");
+            k.renewing = true;
+            timeout = timeout.min(k.state.timeout);
+            renewals.push(Renewal { key: k.state.key.clone(), token: k.state.token, lease: k.state.lease });
+        }
+        let store = Arc::clone(&kept[&ids[0]].state.store);
+        let answers = answers.clone();
+        tokio::spawn(async move {
+            let sent = Instant::now();
+            let fences = store_call(store.kind(), "renew", timeout, store.renew_many(&renewals)).await;
+            let answered = Instant::now();
+            // The keeper outlives every batch; a send can only fail at exit.
+            let _ = answers.send(Answer { ids, sent, answered, fences });
+        });
+    }
+}
+
+fn apply(kept: &mut HashMap<u64, Kept>, answer: Answer) {
+    let Answer { ids, sent, answered, fences } = answer;
+    let fences = match fences {
+        Ok(fences) if fences.len() == ids.len() => Some(fences),
+        Ok(fences) => {
+            tracing::error!(asked = ids.len(), answered = fences.len(), "the store answered a renewal batch wrongly");
+            None
+        }
+        Err(_) => None, // logged by store_call
+    };
+    for (i, id) in ids.iter().enumerate() {
+        let Some(k) = kept.get_mut(id) else { continue };
+        k.renewing = false;
+        match fences.as_ref().map(|f| f[i]) {
+            Some(Fence::Held) => {
+                k.state.confirm(sent, answered);
+                k.due = k.state.confirmed_sent() + k.state.lease / 3;
+            }
+            Some(_) => {
+                if !k.state.is_done() {
+                    tracing::warn!(key = %k.state.key.hash_tag(), "the lease was lost while the handler ran");
+                }
+                k.state.lose();
+            }
+            None => k.due = answered + k.after_failure(),
+        }
+        if !k.state.is_held() {
+            k.state.lose();
+            kept.remove(id);
+        }
+    }
+}

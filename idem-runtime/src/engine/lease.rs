@@ -1,0 +1,199 @@
+//! A lease as the process sees it: held until its local deadline, which
+//! only a confirmed renewal moves.
+//!
+//! The deadline is counted from when the claim (or the renewal) was *sent*,
+//! never from when its answer arrived: the store started the lease somewhere
+//! in between, so the local deadline always ends no later than the store's.
+//! A renewal that is not confirmed before the deadline leaves the lease
+//! lost for good, even if a late answer says it was held.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::keeper;
+use crate::scope::StorageKey;
+use crate::store::{FencingToken, Store};
+
+/// One live lease, shared by its holder and the keeper.
+pub(crate) struct LeaseState {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) key: StorageKey,
+    pub(crate) token: FencingToken,
+    /// The lease length asked at every renewal.
+    pub(crate) lease: Duration,
+    /// Longest wait for one renewal round trip.
+    pub(crate) timeout: Duration,
+    times: Mutex<Times>,
+    lost: AtomicBool,
+    /// The holder is done with it (completed, released or gone): the keeper
+    /// forgets it.
+    done: AtomicBool,
+}
+
+#[derive(Clone, Copy)]
+struct Times {
+    /// When the last confirmed claim or renewal was sent.
+    confirmed_sent: Instant,
+    /// The lease ends here unless a renewal is confirmed first.
+    deadline: Instant,
+}
+
+impl LeaseState {
+    /// The local deadline.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.times.lock().deadline
+    }
+
+    /// When the last confirmed claim or renewal was sent.
+    pub(crate) fn confirmed_sent(&self) -> Instant {
+        self.times.lock().confirmed_sent
+    }
+
+    /// Whether the holder may still act as the owner.
+    pub(crate) fn is_held(&self) -> bool {
+        !self.lost.load(Ordering::Acquire) && Instant::now() < self.deadline()
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// A renewal sent at `sent` was confirmed when it came back at
+    /// `answered`: the lease now runs to `sent + lease`, unless the answer
+    /// came too late.
+    pub(crate) fn confirm(&self, sent: Instant, answered: Instant) {
+        let mut times = self.times.lock();
+        if answered >= times.deadline || self.lost.load(Ordering::Acquire) {
+            drop(times);
+            self.lose();
+            return;
+        }
+        if sent > times.confirmed_sent {
+            times.confirmed_sent = sent;
+            times.deadline = times.deadline.max(sent + self.lease);
+        }
+    }
+
+    /// The store said the token no longer owns the key, or the deadline
+    /// passed unconfirmed.
+    pub(crate) fn lose(&self) {
+        self.lost.store(true, Ordering::Release);
+    }
+}
+
+/// The holder's side of a lease: renewed by the process-wide keeper until
+/// dropped.
+pub(crate) struct Lease {
+    state: Arc<LeaseState>,
+}
+
+impl Lease {
+    /// Starts keeping the lease of a claim that was sent at `sent` and won.
+    pub(crate) fn hold(
+        store: Arc<dyn Store>,
+        key: StorageKey,
+        token: FencingToken,
+        lease: Duration,
+        timeout: Duration,
+        sent: Instant,
+    ) -> Self {
+        let state = Arc::new(LeaseState {
+            store,
+            key,
+            token,
+            lease,
+            timeout,
+            times: Mutex::new(Times { confirmed_sent: sent, deadline: sent + lease }),
+            lost: AtomicBool::new(false),
+            done: AtomicBool::new(false),
+        });
+        keeper::keep(Arc::clone(&state));
+        Self { state }
+    }
+
+    /// Whether this process may still act as the key's owner.
+    pub(crate) fn is_held(&self) -> bool {
+        self.state.is_held()
+    }
+
+    /// The moment the lease ends unless a renewal is confirmed first.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.state.deadline()
+    }
+
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+        &self.state.store
+    }
+
+    pub(crate) fn key(&self) -> &StorageKey {
+        &self.state.key
+    }
+
+    pub(crate) fn token(&self) -> FencingToken {
+        self.state.token
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.state.done.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, feature = "memory"))]
+mod tests {
+    use super::*;
+    use crate::key::IdempotencyKey;
+    use crate::scope::Scope;
+
+    fn state(lease: Duration, sent: Instant) -> LeaseState {
+        let key = StorageKey::new(Scope::Global, None, "POST", "/", &IdempotencyKey::parse(b"k").unwrap());
+        LeaseState {
+            store: Arc::new(crate::stores::MemoryStore::new()),
+            key,
+            token: FencingToken::generate(),
+            lease,
+            timeout: lease / 3,
+            times: Mutex::new(Times { confirmed_sent: sent, deadline: sent + lease }),
+            lost: AtomicBool::new(false),
+            done: AtomicBool::new(false),
+        }
+    }
+
+    #[test]
+    fn the_deadline_counts_from_when_the_claim_was_sent() {
+        let sent = Instant::now() - Duration::from_millis(400);
+        let lease = state(Duration::from_millis(500), sent);
+        assert_eq!(lease.deadline(), sent + Duration::from_millis(500));
+        assert!(lease.is_held());
+        let old = state(Duration::from_millis(300), sent);
+        assert!(!old.is_held(), "300 ms from a claim sent 400 ms ago is over, whenever it was answered");
+    }
+
+    #[test]
+    fn a_confirmed_renewal_moves_the_deadline_from_its_sending() {
+        let start = Instant::now();
+        let lease = state(Duration::from_secs(3), start);
+        let sent = start + Duration::from_secs(1);
+        lease.confirm(sent, sent + Duration::from_millis(10));
+        assert_eq!(lease.deadline(), sent + Duration::from_secs(3));
+        // An older renewal answered later never moves it back.
+        lease.confirm(start + Duration::from_millis(500), start + Duration::from_millis(1500));
+        assert_eq!(lease.deadline(), sent + Duration::from_secs(3));
+        assert!(lease.is_held());
+    }
+
+    #[test]
+    fn a_confirmation_after_the_deadline_loses_the_lease() {
+        let start = Instant::now();
+        let lease = state(Duration::from_secs(1), start);
+        lease.confirm(start + Duration::from_millis(300), start + Duration::from_millis(1001));
+        assert!(!lease.is_held());
+        // Lost for good.
+        lease.confirm(start + Duration::from_millis(400), start + Duration::from_millis(500));
+        assert!(!lease.is_held());
+    }
+}

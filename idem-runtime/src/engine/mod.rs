@@ -1,0 +1,198 @@
+//! Claim, lease, complete and release: the orchestration every adapter
+//! shares (the actix glue today), independent of any web framework.
+//!
+//! - `lease.rs`: a lease as this process sees it, with a deadline counted
+//!   from when the claim was sent;
+//! - `keeper.rs`: the process-wide keeper thread that renews every lease;
+//! - `drain.rs`: the count of running executions, for graceful shutdown.
+//!
+//! An [`Execution`] is a claim this process won. It ends in exactly one of
+//! two ways: [`Execution::complete`] (the response is kept, fenced) or
+//! [`Execution::release`] (a tombstone: nothing happened, the same request
+//! may run again). Both retry a failed store call for as long as the lease
+//! is held: the lease is what keeps a retry from running the handler again.
+
+mod drain;
+mod keeper;
+mod lease;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use self::drain::Drained;
+pub(crate) use self::drain::{Running, RunningGuard};
+use self::lease::Lease;
+use crate::fingerprint::Fingerprint;
+use crate::observe::{Outcome, store_call};
+use crate::record::{RecordState, StoredResponse};
+use crate::scope::StorageKey;
+use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
+
+/// The terms of one claim.
+pub(crate) struct Terms {
+    /// The lease of an execution, renewed by the keeper.
+    pub(crate) lease: Duration,
+    /// How long the record lives.
+    pub(crate) ttl: Duration,
+    /// Longest wait for one store call.
+    pub(crate) timeout: Duration,
+}
+
+/// What a claim came to.
+pub(crate) enum Claimed {
+    /// This process owns the key: run the work.
+    Acquired(Execution),
+    /// Another answer of the store: replay, in flight, mismatch.
+    Other(Claim),
+    /// A drain has begun: nothing was claimed.
+    Draining,
+}
+
+/// Claims `key`, counting the lease from the moment the claim is sent.
+pub(crate) async fn claim(
+    store: &Arc<dyn Store>,
+    key: &StorageKey,
+    fingerprint: &Fingerprint,
+    terms: &Terms,
+    timeout: Duration,
+    running: &Arc<Running>,
+) -> Result<Claimed, StoreError> {
+    let Some(running) = running.enter() else { return Ok(Claimed::Draining) };
+    let sent = Instant::now();
+    let call = store.claim(key, fingerprint, terms.lease, terms.ttl);
+    match store_call(store.kind(), "claim", timeout, call).await? {
+        Claim::Acquired { token } => {
+            let lease = Lease::hold(Arc::clone(store), key.clone(), token, terms.lease, terms.timeout, sent);
+            let execution =
+                Execution { lease, length: terms.lease, ttl: terms.ttl, timeout: terms.timeout, _running: running };
+            Ok(Claimed::Acquired(execution))
+        }
+        other => Ok(Claimed::Other(other)),
+    }
+}
+
+/// A claim this process won: its lease is kept until it completes or
+/// releases, or is dropped.
+pub(crate) struct Execution {
+    lease: Lease,
+    /// The lease's length.
+    length: Duration,
+    ttl: Duration,
+    timeout: Duration,
+    _running: RunningGuard,
+}
+
+/// The first pause after a failed completion; it doubles up to a tenth of
+/// the lease.
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+
+impl Execution {
+    /// The key's storage key.
+    pub(crate) fn key(&self) -> &StorageKey {
+        self.lease.key()
+    }
+
+    /// The fencing token of this execution.
+    pub(crate) fn token(&self) -> FencingToken {
+        self.lease.token()
+    }
+
+    /// Whether this process still owns the key.
+    pub(crate) fn is_held(&self) -> bool {
+        self.lease.is_held()
+    }
+
+    /// One attempt at storing `response`. `None` when it failed and may be
+    /// tried again (see [`Execution::complete`]).
+    pub(crate) async fn try_complete(&self, response: &StoredResponse) -> Option<Result<Outcome, StoreError>> {
+        let store = self.lease.store();
+        let call = store.complete(self.key(), self.token(), response, self.ttl);
+        match store_call(store.kind(), "complete", self.timeout, call).await {
+            Ok(Fence::Held) => Some(Ok(Outcome::Executed)),
+            Ok(_) => Some(Ok(Outcome::LeaseLost)),
+            Err(error @ StoreError::Full { .. }) => Some(Err(error)),
+            Err(_) => None,
+        }
+    }
+
+    /// Stores `response`, retrying failed calls for as long as the lease is
+    /// held. If the store refuses the record for good (too large, a limit),
+    /// `processed` is stored instead, so that a retry never runs again.
+    pub(crate) async fn complete(self, response: &StoredResponse, processed: &StoredResponse) -> Outcome {
+        let mut record = response;
+        let mut pause = FIRST_PAUSE;
+        let mut failed_before = false;
+        loop {
+            match self.try_complete(record).await {
+                Some(Ok(Outcome::LeaseLost)) if failed_before => return self.settle_unknown().await,
+                Some(Ok(outcome)) => return self.report(outcome),
+                Some(Err(error)) if !std::ptr::eq(record, processed) => {
+                    tracing::error!(%error, "the store refused the response for good; keeping a \"processed\" record instead");
+                    record = processed;
+                    continue;
+                }
+                Some(Err(_)) | None => failed_before = true,
+            }
+            let until_deadline = self.lease.deadline().saturating_duration_since(Instant::now());
+            if !self.is_held() || until_deadline.is_zero() {
+                tracing::error!("the response could not be stored before the lease ran out");
+                return Outcome::LeaseLost;
+            }
+            tokio::time::sleep(pause.min(until_deadline)).await;
+            pause = (pause * 2).min(self.lease_tenth());
+        }
+    }
+
+    /// One attempt at leaving a tombstone. `None` when it failed and may be
+    /// tried again (see [`Execution::release`]).
+    pub(crate) async fn try_release(&self) -> Option<Outcome> {
+        let store = self.lease.store();
+        let call = store.release(self.key(), self.token());
+        match store_call(store.kind(), "release", self.timeout, call).await {
+            Ok(Fence::Held) => Some(Outcome::Executed),
+            Ok(_) => Some(self.report(Outcome::LeaseLost)),
+            Err(_) => None,
+        }
+    }
+
+    /// Leaves a tombstone, so that the same request may run again; retried
+    /// like a completion while the lease holds.
+    pub(crate) async fn release(self) -> Outcome {
+        let mut pause = FIRST_PAUSE;
+        loop {
+            match self.try_release().await {
+                Some(outcome) => return outcome,
+                None if self.is_held() => {
+                    tokio::time::sleep(pause.min(self.lease.deadline().saturating_duration_since(Instant::now())))
+                        .await;
+                    pause = (pause * 2).min(self.lease_tenth());
+                }
+                // The lease runs out by itself; the same request may take
+                // it over then, exactly as after a release.
+                None => return Outcome::Executed,
+            }
+        }
+    }
+
+    /// The longest pause between two attempts.
+    fn lease_tenth(&self) -> Duration {
+        (self.length / 10).clamp(FIRST_PAUSE, Duration::from_secs(1))
+    }
+
+    fn report(&self, outcome: Outcome) -> Outcome {
+        if outcome == Outcome::LeaseLost {
+            tracing::warn!("the lease was lost before completion; the response was not stored");
+        }
+        outcome
+    }
+
+    /// A fence refused after an attempt that failed in transit: that
+    /// attempt may have been applied. The record tells.
+    async fn settle_unknown(&self) -> Outcome {
+        let store = self.lease.store();
+        match store_call(store.kind(), "get", self.timeout, store.get(self.key())).await {
+            Ok(Some(record)) if matches!(record.state, RecordState::Completed { .. }) => Outcome::Executed,
+            _ => self.report(Outcome::LeaseLost),
+        }
+    }
+}
