@@ -24,6 +24,8 @@ pub struct FaultyStore {
     claims: Claims,
     renew_outage: Option<(Duration, Duration)>,
     failing_completions: AtomicUsize,
+    completion_outage: Option<Duration>,
+    claim_delay: Option<Duration>,
     claimed_at: Mutex<Option<Instant>>,
 }
 
@@ -34,6 +36,8 @@ impl Default for FaultyStore {
             claims: Claims::Work,
             renew_outage: None,
             failing_completions: AtomicUsize::new(0),
+            completion_outage: None,
+            claim_delay: None,
             claimed_at: Mutex::new(None),
         }
     }
@@ -58,6 +62,22 @@ impl FaultyStore {
     pub fn renewals_fail_between(mut self, from: Duration, until: Duration) -> Self {
         self.renew_outage = Some((from, until));
         self
+    }
+
+    /// Completions fail until `until` after the first claim.
+    pub fn completions_fail_for(mut self, until: Duration) -> Self {
+        self.completion_outage = Some(until);
+        self
+    }
+
+    /// Every claim after the first takes `delay` (a slow network).
+    pub fn later_claims_take(mut self, delay: Duration) -> Self {
+        self.claim_delay = Some(delay);
+        self
+    }
+
+    fn since_first_claim(&self) -> Duration {
+        self.claimed_at.lock().unwrap().map(|at| at.elapsed()).unwrap_or_default()
     }
 
     /// The first `count` completions fail.
@@ -85,12 +105,20 @@ impl Store for FaultyStore {
             Claims::Hang => std::future::pending::<()>().await,
             Claims::Work => {}
         }
-        self.claimed_at.lock().unwrap().get_or_insert_with(Instant::now);
+        let later = {
+            let mut first = self.claimed_at.lock().unwrap();
+            let later = first.is_some();
+            first.get_or_insert_with(Instant::now);
+            later
+        };
+        if let Some(delay) = self.claim_delay.filter(|_| later) {
+            tokio::time::sleep(delay).await;
+        }
         self.inner.claim(key, fingerprint, lease, ttl).await
     }
 
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
-        let since = self.claimed_at.lock().unwrap().map(|at| at.elapsed()).unwrap_or_default();
+        let since = self.since_first_claim();
         if self.renew_outage.is_some_and(|(from, until)| since > from && since < until) {
             return Err(outage(std::io::ErrorKind::ConnectionReset));
         }
@@ -105,7 +133,7 @@ impl Store for FaultyStore {
         ttl: Duration,
     ) -> Result<Fence, StoreError> {
         let failing = self.failing_completions.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-        if failing.is_ok() {
+        if failing.is_ok() || self.completion_outage.is_some_and(|until| self.since_first_claim() < until) {
             return Err(outage(std::io::ErrorKind::ConnectionReset));
         }
         self.inner.complete(key, token, response, ttl).await

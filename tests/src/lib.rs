@@ -3,6 +3,7 @@
 //! execution counter and free-port finder that every test binary uses.
 
 pub mod backend;
+pub mod blocking;
 pub mod burst;
 pub mod counter;
 pub mod faults;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use awc::http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::http::{Reply, fresh_key, send, try_send};
+use crate::http::{Reply, client, fresh_key, send, try_send};
 use crate::service::OrderService;
 
 /// `GET /stats` as (orders_created, charges).
@@ -190,4 +190,83 @@ pub async fn kill_during_payment(service: &mut OrderService) {
     assert_eq!(stats(service).await, (1, 1), "one charge in all");
     let replay = send(&url, Some("alice"), Some(&key), Some(body)).await;
     assert_eq!((replay.replayed.as_deref(), &replay.body), (Some("true"), &executed.body));
+}
+
+/// The provider's test amounts (SPEC 13): 402 declined (no charge, stored),
+/// 503 unavailable before charging (no charge, retryable: the same request
+/// runs again, another one with the key gets 422), 504 timed out after
+/// charging (one charge, stored, never charged again).
+pub async fn failure_outcomes(service: &OrderService) {
+    let order = create_order(service, "erin").await;
+    let url = service.at(&format!("/orders/{}/payments", order["id"].as_str().unwrap()));
+    let pay = |key: String, amount: u32| {
+        let url = url.clone();
+        async move { send(&url, Some("erin"), Some(&key), Some(&format!(r#"{{"amount_cents":{amount}}}"#))).await }
+    };
+    let (_, charges) = stats(service).await;
+
+    let declined = fresh_key();
+    let first = pay(declined.clone(), 402).await;
+    let problem = first.assert_problem(402);
+    assert_eq!(problem["type"], "urn:order-service:problem:card-declined", "{problem}");
+    let replay = pay(declined.clone(), 402).await;
+    assert_eq!((replay.status, replay.replayed.as_deref(), &replay.body), (first.status, Some("true"), &first.body));
+    assert_eq!(stats(service).await.1, charges, "a declined card is never charged");
+
+    let unavailable = fresh_key();
+    for attempt in 1..=2 {
+        let reply = pay(unavailable.clone(), 503).await;
+        reply.assert_problem(503);
+        assert_eq!(reply.replayed, None, "attempt {attempt}: a retryable answer is released, so the retry runs");
+    }
+    pay(unavailable.clone(), 700).await.assert_problem(422);
+    assert_eq!(stats(service).await.1, charges, "the provider was unavailable before charging");
+
+    let timed_out = fresh_key();
+    let first = pay(timed_out.clone(), 504).await;
+    first.assert_problem(504);
+    assert_eq!(stats(service).await.1, charges + 1, "charged, then timed out");
+    for _ in 0..2 {
+        let replay = pay(timed_out.clone(), 504).await;
+        assert_eq!(
+            (replay.status, replay.replayed.as_deref(), &replay.body),
+            (first.status, Some("true"), &first.body)
+        );
+    }
+    assert_eq!(stats(service).await.1, charges + 1, "a stored 504 is never charged again");
+}
+
+/// SIGTERM while a payment whose client already hung up waits on the
+/// provider: the process exits only once the payment completed, and after a
+/// restart on the same backend the retry is a replay. Needs a charge delay
+/// of at least 2 s and a backend that outlives the process.
+pub async fn sigterm_drains_a_payment_whose_client_left(service: &mut OrderService, charge_delay: Duration) {
+    let order = create_order(service, "dora").await;
+    let (_, charges) = stats(service).await;
+    let url = service.at(&format!("/orders/{}/payments", order["id"].as_str().unwrap()));
+    let key = fresh_key();
+    let body = r#"{"amount_cents":900}"#;
+    let started = std::time::Instant::now();
+    // The client gives up after 300 ms: the payment goes on without it.
+    let hung_up = client(Duration::from_millis(300))
+        .post(&url)
+        .insert_header(("content-type", "application/json"))
+        .insert_header(("x-user-id", "dora"))
+        .insert_header(("idempotency-key", key.as_str()))
+        .send_body(body)
+        .await;
+    assert!(hung_up.is_err(), "the client hung up before the answer");
+    actix_web::rt::time::sleep(Duration::from_millis(200)).await;
+    let exited = service.terminate(charge_delay + Duration::from_secs(20)).expect("the service exited after SIGTERM");
+    let since_start = started.elapsed();
+    assert!(
+        since_start >= charge_delay,
+        "the process exited {since_start:?} after the payment began (SIGTERM {exited:?} before), \
+         before the provider's {charge_delay:?}: the payment was dropped"
+    );
+    service.restart().await;
+    let retry = send(&url, Some("dora"), Some(&key), Some(body)).await;
+    assert_eq!(retry.status, StatusCode::CREATED, "{retry:?}");
+    assert_eq!(retry.replayed.as_deref(), Some("true"), "the drained payment was completed and kept");
+    assert_eq!(stats(service).await.1, charges + 1, "one charge");
 }

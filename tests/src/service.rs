@@ -93,6 +93,23 @@ impl OrderService {
         let _ = self.child.wait();
     }
 
+    /// Sends SIGTERM (a graceful shutdown) and waits up to `limit` for the
+    /// process to exit; returns how long it took, or `None` if it was still
+    /// running at `limit` (it is killed then).
+    pub fn terminate(&mut self, limit: Duration) -> Option<Duration> {
+        let sent = Instant::now();
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -TERM failed");
+        while sent.elapsed() < limit {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return Some(sent.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill9();
+        None
+    }
+
     /// Starts the same service again, on the same port, after [`Self::kill9`].
     pub async fn restart(&mut self) {
         *self = Self::start_on(self.port, &self.store.clone(), self.charge_delay_ms).await;

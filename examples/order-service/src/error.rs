@@ -2,6 +2,7 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
+use idem_runtime::MarkRetryable;
 use serde::Serialize;
 
 use crate::repo::RepoError;
@@ -21,6 +22,17 @@ pub enum ApiError {
     /// The backend failed (503).
     #[error(transparent)]
     Backend(#[from] RepoError),
+    /// The provider declined the card; nothing was charged (402, stored).
+    #[error("the card was declined; nothing was charged")]
+    Declined,
+    /// The provider could not be reached before any charge (503, marked
+    /// retryable: the same request may run again).
+    #[error("the payment provider is unavailable; nothing was charged, retry later")]
+    ProviderUnavailable,
+    /// The provider charged, then its answer timed out (504, stored: a
+    /// retry must never charge again).
+    #[error("the payment provider timed out after charging; the charge stands")]
+    ProviderTimeout,
 }
 
 impl ApiError {
@@ -30,6 +42,9 @@ impl ApiError {
             Self::Unauthenticated => ("unauthenticated", "Authentication required"),
             Self::NotFound(_) => ("not-found", "Order not found"),
             Self::Backend(_) => ("backend-unavailable", "Backend unavailable"),
+            Self::Declined => ("card-declined", "Card declined"),
+            Self::ProviderUnavailable => ("provider-unavailable", "Payment provider unavailable"),
+            Self::ProviderTimeout => ("provider-timeout", "Payment provider timed out"),
         }
     }
 }
@@ -40,7 +55,9 @@ impl ResponseError for ApiError {
             Self::Invalid(_) => StatusCode::BAD_REQUEST,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::Backend(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Backend(_) | Self::ProviderUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Declined => StatusCode::PAYMENT_REQUIRED,
+            Self::ProviderTimeout => StatusCode::GATEWAY_TIMEOUT,
         }
     }
 
@@ -56,7 +73,9 @@ impl ResponseError for ApiError {
             title,
             kind: format!("urn:order-service:problem:{slug}"),
         };
-        HttpResponse::build(status).content_type("application/problem+json").json(problem)
+        let response = HttpResponse::build(status).content_type("application/problem+json").json(problem);
+        // Only an answer that certainly changed nothing may run again.
+        if matches!(self, Self::ProviderUnavailable) { response.retryable() } else { response }
     }
 }
 

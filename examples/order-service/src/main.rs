@@ -35,8 +35,11 @@ async fn main() -> std::io::Result<()> {
     let (repo, shown) = (backend.repo, backend.shown);
     let idem = Idem::from_arc(backend.store).subject(user_id);
     let state = web::Data::new(AppState { repo, charge_delay: Duration::from_millis(config.charge_delay_ms), metrics });
+    let app_idem = idem.clone();
     let server =
-        HttpServer::new(move || App::new().app_data(idem.clone()).app_data(state.clone()).configure(configure))
+        HttpServer::new(move || App::new().app_data(app_idem.clone()).app_data(state.clone()).configure(configure))
+            // SIGTERM and SIGINT are handled below: drain first, then stop.
+            .disable_signals()
             .bind(&config.addr)?;
     let addr = server.addrs().first().map_or(config.addr.clone(), ToString::to_string);
     tracing::info!(
@@ -45,5 +48,11 @@ async fn main() -> std::io::Result<()> {
         backend = %shown,
         "order-service listening on http://{addr}"
     );
-    server.run().await
+    let server = server.run();
+    let handle = server.handle();
+    actix_web::rt::spawn(async move {
+        let drained = idem.shutdown_on_signal(handle).await;
+        tracing::info!(still_running = drained.still_running, "order-service stopped");
+    });
+    server.await
 }

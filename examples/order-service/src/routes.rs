@@ -82,16 +82,44 @@ async fn create_payment(
 ) -> Result<HttpResponse, ApiError> {
     body.validate().map_err(ApiError::Invalid)?;
     let order = owned_order(&state, &user, &id).await?;
-    // The simulated provider: a network call that takes a while, then one charge.
-    tokio::time::sleep(state.charge_delay).await;
     let charge = Charge {
         id: uuid::Uuid::new_v4().to_string(),
         order_id: order.id,
         amount_cents: body.amount_cents,
         status: "captured".into(),
     };
-    state.repo.insert_charge(&charge).await?;
+    charge_through_provider(&state, &charge).await?;
     Ok(HttpResponse::Created().json(charge.body()))
+}
+
+/// The simulated payment provider: a network call that takes a while, then
+/// one charge. Special amounts behave like a provider's test cards.
+async fn charge_through_provider(state: &AppState, charge: &Charge) -> Result<(), ApiError> {
+    if charge.amount_cents == test_cards::UNAVAILABLE {
+        // Refused before any charge: nothing happened.
+        return Err(ApiError::ProviderUnavailable);
+    }
+    tokio::time::sleep(state.charge_delay).await;
+    if charge.amount_cents == test_cards::DECLINED {
+        return Err(ApiError::Declined);
+    }
+    state.repo.insert_charge(charge).await?;
+    if charge.amount_cents == test_cards::TIMEOUT_AFTER_CHARGE {
+        return Err(ApiError::ProviderTimeout);
+    }
+    Ok(())
+}
+
+/// Amounts that make the simulated provider fail, like test card numbers.
+mod test_cards {
+    /// The card is declined: no charge, 402 (stored and replayed).
+    pub const DECLINED: i64 = 402;
+    /// The provider is unreachable before charging: no charge, 503 marked
+    /// retryable (the same request may run again).
+    pub const UNAVAILABLE: i64 = 503;
+    /// The provider charges, then times out: one charge, 504 (stored and
+    /// replayed, never charged again).
+    pub const TIMEOUT_AFTER_CHARGE: i64 = 504;
 }
 
 async fn owned_order(state: &AppState, user: &User, id: &str) -> Result<Order, ApiError> {

@@ -6,7 +6,8 @@ use std::time::Duration;
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, post, web};
 use bytes::Bytes;
-use idem_runtime::idempotent;
+use idem_runtime::store::Store;
+use idem_runtime::{MemoryStore, idempotent};
 use idem_tests::counter::Counter;
 use idem_tests::http::{client, fresh_key, send};
 use idem_tests::orders::{Calls, memory_idem, routes};
@@ -162,4 +163,10 @@ async fn a_dropped_request_future_does_not_cancel_the_handler() {
     let retry = test::call_service(&app, request()).await;
     assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
     assert_eq!(test::read_body(retry).await, "call 1");
+}
+
+#[actix_web::test]
+async fn a_blocked_worker_keeps_every_lease_on_it() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    idem_tests::blocking::a_blocked_worker_keeps_every_lease_on_it(store).await;
 }

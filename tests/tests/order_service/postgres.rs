@@ -1,7 +1,11 @@
 //! The order service binary on Postgres: the contract, storms across two
 //! processes, and a process killed in the middle of a payment.
 
-use idem_tests::order_checks::{contract, kill_during_payment, storms};
+use std::time::Duration;
+
+use idem_tests::order_checks::{
+    contract, failure_outcomes, kill_during_payment, sigterm_drains_a_payment_whose_client_left, storms,
+};
 use idem_tests::postgres_server::PostgresServer;
 use idem_tests::service::OrderService;
 
@@ -14,6 +18,7 @@ async fn contract_on_postgres() {
     let Some(pg) = server("contract_on_postgres") else { return };
     let service = OrderService::start(&pg.url("postgres"), 400).await;
     contract(&service).await;
+    failure_outcomes(&service).await;
 }
 
 #[actix_web::test]
@@ -25,8 +30,9 @@ async fn storms_across_two_processes_on_one_postgres_run_once() {
 }
 
 #[actix_web::test]
-async fn kill_during_a_payment_on_postgres_charges_once() {
-    let Some(pg) = server("kill_during_a_payment_on_postgres_charges_once") else { return };
+async fn kill_during_a_payment_on_postgres_charges_once_and_sigterm_drains() {
+    let Some(pg) = server("kill_during_a_payment_on_postgres_charges_once_and_sigterm_drains") else { return };
     let mut service = OrderService::start(&pg.url("postgres"), 3000).await;
     kill_during_payment(&mut service).await;
+    sigterm_drains_a_payment_whose_client_left(&mut service, Duration::from_millis(3000)).await;
 }

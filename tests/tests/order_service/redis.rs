@@ -1,7 +1,11 @@
 //! The order service binary on Redis: the contract, storms across two
 //! processes, and a process killed in the middle of a payment.
 
-use idem_tests::order_checks::{contract, kill_during_payment, storms};
+use std::time::Duration;
+
+use idem_tests::order_checks::{
+    contract, failure_outcomes, kill_during_payment, sigterm_drains_a_payment_whose_client_left, storms,
+};
 use idem_tests::redis_server::RedisServer;
 use idem_tests::service::OrderService;
 
@@ -10,6 +14,7 @@ async fn contract_on_redis() {
     let Some(redis) = RedisServer::start("contract_on_redis") else { return };
     let service = OrderService::start(&redis.url(), 400).await;
     contract(&service).await;
+    failure_outcomes(&service).await;
 }
 
 #[actix_web::test]
@@ -21,8 +26,11 @@ async fn storms_across_two_processes_on_one_redis_run_once() {
 }
 
 #[actix_web::test]
-async fn kill_during_a_payment_on_redis_charges_once() {
-    let Some(redis) = RedisServer::start("kill_during_a_payment_on_redis_charges_once") else { return };
+async fn kill_during_a_payment_on_redis_charges_once_and_sigterm_drains() {
+    let Some(redis) = RedisServer::start("kill_during_a_payment_on_redis_charges_once_and_sigterm_drains") else {
+        return;
+    };
     let mut service = OrderService::start(&redis.url(), 3000).await;
     kill_during_payment(&mut service).await;
+    sigterm_drains_a_payment_whose_client_left(&mut service, Duration::from_millis(3000)).await;
 }
