@@ -7,7 +7,7 @@ use idem_runtime::{Idem, MemoryStore, ServerErrorPolicy, idempotent};
 use idem_tests::counter::Counter;
 
 /// Fails with 503 on its first call, then succeeds.
-#[idempotent]
+#[idempotent(scope = "route")]
 #[post("/flaky")]
 async fn flaky(hits: web::Data<Counter>) -> HttpResponse {
     match hits.next() {
@@ -17,7 +17,7 @@ async fn flaky(hits: web::Data<Counter>) -> HttpResponse {
 }
 
 /// Panics on its first call, then succeeds.
-#[idempotent]
+#[idempotent(scope = "route")]
 #[post("/panicky")]
 async fn panicky(hits: web::Data<Counter>) -> &'static str {
     if hits.next() == 1 {
@@ -27,14 +27,14 @@ async fn panicky(hits: web::Data<Counter>) -> &'static str {
 }
 
 /// Runs without idempotency when the key is absent.
-#[idempotent(required = false)]
+#[idempotent(scope = "route", required = false)]
 #[post("/optional")]
 async fn optional(hits: web::Data<Counter>, body: String) -> impl Responder {
     format!("{}:{body}", hits.next())
 }
 
 /// Registered with `.to()`, no route attribute; a custom header.
-#[idempotent(header = "X-Request-Key")]
+#[idempotent(scope = "route", header = "X-Request-Key")]
 async fn by_resource(hits: web::Data<Counter>) -> Result<HttpResponse, actix_web::Error> {
     Ok(HttpResponse::Ok().body(format!("call {}", hits.next())))
 }

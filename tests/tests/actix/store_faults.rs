@@ -11,7 +11,7 @@ use idem_tests::counter::Counter;
 use idem_tests::faults::FaultyStore;
 
 /// Takes 5 s under a 3 s lease (renewed every second).
-#[idempotent(lock_ttl = "3s", ttl = "1h")]
+#[idempotent(scope = "route", lock_ttl = "3s", ttl = "1h")]
 #[post("/slow")]
 async fn slow(started: web::Data<Counter>) -> HttpResponse {
     let call = started.next();
