@@ -6,7 +6,7 @@ use actix_web::test::{self, TestRequest};
 use actix_web::{App, HttpResponse, post, put, web};
 use idem_runtime::{Idem, MemoryStore, idempotent};
 use idem_tests::counter::Counter;
-use idem_tests::http::{fresh_key, send};
+use idem_tests::http::{fresh_key, post_with, send};
 use idem_tests::orders::{Calls, memory_idem, routes};
 use idem_tests::server::TestServer;
 use serde_json::json;
@@ -222,4 +222,23 @@ async fn the_default_scope_without_a_subject_resolver_is_500_naming_the_fix() {
     assert!(detail.contains("Idem::subject"), "the detail names the fix: {detail}");
     assert!(detail.contains("/default-scope"), "and the route: {detail}");
     assert_eq!(hits.get(), 0);
+}
+
+#[actix_web::test]
+async fn the_media_type_of_a_json_body_is_part_of_the_request() {
+    let hits = web::Data::new(Counter::default());
+    let server = default_scope_server(memory_idem(), &hits);
+    let url = server.at("/default-scope");
+    let key = fresh_key();
+    let as_type =
+        |content_type| [("x-user-id", "alice"), ("idempotency-key", key.as_str()), ("content-type", content_type)];
+    let first = post_with(&url, &as_type("application/json"), r#"{"op":"add","amount":5}"#).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    // Parameters and case do not count; the JSON is canonicalized.
+    let retry = post_with(&url, &as_type("Application/JSON; charset=utf-8"), r#"{ "amount": 5, "op": "add" }"#).await;
+    assert_eq!((retry.replayed.as_deref(), &retry.body), (Some("true"), &first.body));
+    // The same document as a merge patch is another request.
+    let patch = post_with(&url, &as_type("application/merge-patch+json"), r#"{"op":"add","amount":5}"#).await;
+    assert_eq!(patch.assert_problem(422)["type"], "urn:idem:problem:key-reused");
+    assert_eq!(hits.get(), 1);
 }
