@@ -5,10 +5,14 @@ use std::time::Duration;
 use actix_web::dev::{Service, ServiceResponse};
 use actix_web::http::StatusCode;
 use actix_web::test::{self, TestRequest};
-use actix_web::{App, web};
-use idem_runtime::Idem;
+use actix_web::{App, HttpResponse, post, web};
+use bytes::Bytes;
+use idem_runtime::{Idem, idempotent};
+use idem_tests::counter::Counter;
 use idem_tests::faults::FaultyStore;
+use idem_tests::http::{fresh_key, post_with};
 use idem_tests::orders::{Calls, memory_idem, routes, user_header};
+use idem_tests::server::TestServer;
 use serde_json::{Value, json};
 
 type Request = actix_http::Request;
@@ -205,4 +209,69 @@ async fn replay_returns_the_stored_response_marked_replayed() {
         assert_eq!(test::read_body(retry).await, first_body);
     }
     assert_eq!(calls.orders.get(), 1);
+}
+
+/// Takes the body as bytes, whatever they are: only the runtime refuses.
+#[idempotent]
+#[post("/notes")]
+async fn note(hits: web::Data<Counter>, body: Bytes) -> HttpResponse {
+    HttpResponse::Created().body(format!("note {}: {} bytes", hits.next(), body.len()))
+}
+
+/// CRC-32 (IEEE), as gzip's trailer needs it.
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0_u32;
+    for &byte in data {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+/// `data` gzip-encoded, as one stored deflate block: a body any gzip
+/// decoder reads back (`gzip -d` does).
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let len = u16::try_from(data.len()).expect("one stored block holds 64 KiB");
+    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff, 1];
+    out.extend(len.to_le_bytes());
+    out.extend((!len).to_le_bytes());
+    out.extend(data);
+    out.extend(crc32(data).to_le_bytes());
+    out.extend(u32::from(len).to_le_bytes());
+    out
+}
+
+#[actix_web::test]
+async fn a_compressed_body_is_415_before_any_claim() {
+    assert_eq!(crc32(b"123456789"), 0xcbf4_3926, "the CRC-32 check value");
+    let hits = web::Data::new(Counter::default());
+    let shared = hits.clone();
+    let server = TestServer::start(memory_idem(), move |config| {
+        config.app_data(shared.clone()).service(note);
+    });
+    let (url, key, body) = (server.at("/notes"), fresh_key(), br#"{"text":"hello"}"#);
+    let plain = [("x-user-id", "alice"), ("idempotency-key", key.as_str()), ("content-type", "application/json")];
+    let encoded = |coding| {
+        let mut headers = plain.to_vec();
+        headers.push(("content-encoding", coding));
+        headers
+    };
+    for coding in ["gzip", "GZip", "identity, gzip", "br"] {
+        let reply = post_with(&url, &encoded(coding), gzip(body)).await;
+        let problem = reply.assert_problem(415);
+        assert_eq!(problem["type"], "urn:idem:problem:unsupported-content-encoding", "{coding}");
+        let detail = problem["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("Content-Encoding"), "{coding}: {detail}");
+    }
+    assert_eq!(hits.get(), 0, "nothing executed");
+    // Nothing was claimed or stored: the same key without an encoding runs.
+    let first = post_with(&url, &plain, &body[..]).await;
+    assert_eq!((first.status, first.replayed.as_deref()), (StatusCode::CREATED, None), "{first:?}");
+    assert_eq!(hits.get(), 1);
+    // `identity` is no encoding at all: the same request, replayed.
+    let identity = post_with(&url, &encoded("identity"), &body[..]).await;
+    assert_eq!((identity.replayed.as_deref(), &identity.body), (Some("true"), &first.body));
+    assert_eq!(hits.get(), 1);
 }
