@@ -10,7 +10,7 @@ use bytes::Bytes;
 use idem_runtime::{Idem, idempotent};
 use idem_tests::counter::Counter;
 use idem_tests::faults::FaultyStore;
-use idem_tests::http::{fresh_key, post_with};
+use idem_tests::http::{fresh_key, post_with, send};
 use idem_tests::orders::{Calls, memory_idem, routes, user_header};
 use idem_tests::server::TestServer;
 use serde_json::{Value, json};
@@ -87,6 +87,26 @@ async fn quoted_and_bare_keys_are_the_same_key() {
     assert_eq!(first.status(), StatusCode::CREATED);
     let retry = test::call_service(&app, order(Some("k-1"), Some("alice"), json!({"a": 1})).to_request()).await;
     assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(calls.orders.get(), 1);
+}
+
+#[actix_web::test]
+async fn parameters_after_a_quoted_key_are_ignored_over_http() {
+    let calls = web::Data::new(Calls::default());
+    let server = TestServer::start(memory_idem(), routes(calls.clone()));
+    let (url, body) = (server.at("/orders"), Some(r#"{"a":1}"#));
+    let first = send(&url, Some("alice"), Some(r#""k-1";v=1"#), body).await;
+    assert_eq!((first.status, first.replayed.as_deref()), (StatusCode::CREATED, None), "{first:?}");
+    for same in ["k-1", r#""k-1""#, r#""k-1"; a; b=?0"#] {
+        let retry = send(&url, Some("alice"), Some(same), body).await;
+        assert_eq!((retry.replayed.as_deref(), &retry.body), (Some("true"), &first.body), "{same}");
+    }
+    for malformed in [r#""k-1";A=1"#, r#""k-1";"#, r#""k-1" ;a"#, "k-1;v=1"] {
+        let reply = send(&url, Some("alice"), Some(malformed), body).await;
+        assert_eq!(reply.assert_problem(400)["type"], "urn:idem:problem:invalid-key", "{malformed}");
+    }
+    let bare = send(&url, Some("alice"), Some("k-1;v=1"), body).await.assert_problem(400);
+    assert!(bare["detail"].as_str().unwrap_or_default().contains("quote the key"), "{bare}");
     assert_eq!(calls.orders.get(), 1);
 }
 
