@@ -72,7 +72,10 @@ impl IdempotencyKey {
 
     /// Parses a header value (as raw bytes) into a key.
     ///
-    /// Surrounding spaces and tabs are ignored, as HTTP allows.
+    /// Surrounding spaces and tabs are ignored, as HTTP allows. A quoted
+    /// key may be followed by RFC 9651 parameters, which are checked and
+    /// ignored. A bare key may not contain `;`: it could be one key or a key
+    /// with parameters, so the client must quote it.
     pub fn parse(value: &[u8]) -> Result<Self, KeyError> {
         let value = trim_ows(value);
         let key = match value.first() {
