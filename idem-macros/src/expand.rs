@@ -158,7 +158,7 @@ mod tests {
                     ::idem_runtime::__private::RouteOptions {
                         ttl: ::idem_runtime::__private::Duration::from_secs(86400),
                         lock_ttl: ::idem_runtime::__private::Duration::from_secs(30),
-                        scope: ::idem_runtime::__private::Scope::Route,
+                        scope: ::idem_runtime::__private::Scope::User,
                         header: "Idempotency-Key",
                         required: true,
                         in_flight: ::idem_runtime::__private::InFlight::Reject,
@@ -174,7 +174,7 @@ mod tests {
         let out = expand_str(
             quote!(
                 ttl = "1h30m",
-                scope = "user",
+                scope = "global",
                 lock_ttl = "1m",
                 header = "X-Key",
                 required = false,
@@ -189,7 +189,7 @@ mod tests {
         for part in [
             "my_idem :: __private :: Duration :: from_secs (5400)",
             "my_idem :: __private :: Duration :: from_secs (60)",
-            "my_idem :: __private :: Scope :: User",
+            "my_idem :: __private :: Scope :: Global",
             "header : \"X-Key\"",
             "required : false",
             "my_idem :: __private :: InFlight :: Wait (my_idem :: __private :: Duration :: from_secs (15))",

@@ -42,7 +42,7 @@ use syn::Item;
 /// | argument | meaning | default |
 /// |---|---|---|
 /// | `ttl = "24h"` | how long a completed response is kept and replayed | `"24h"` |
-/// | `scope = "route"` | namespace of the key: `"user"` (route and authenticated subject), `"route"` (method and route pattern) or `"global"` (the key alone) | `"route"` |
+/// | `scope = "user"` | namespace of the key: `"user"` (route and authenticated subject), `"route"` (method and route pattern, shared by every caller) or `"global"` (the key alone). The default keeps callers apart: under `"route"` or `"global"`, a caller who sends another caller's key and body gets that caller's response; `"user"` needs a subject resolver on `Idem` (without one the route answers 500) | `"user"` |
 /// | `lock_ttl = "30s"` | lease of an execution in flight, renewed while the handler runs; must be shorter than `ttl` | `"30s"` |
 /// | `header = "Idempotency-Key"` | the header that carries the key; a valid header name | `"Idempotency-Key"` |
 /// | `required = true` | `false`: a request without the key runs without idempotency | `true` |

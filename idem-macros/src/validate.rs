@@ -18,6 +18,10 @@ const LOCK_TTL: Duration = Duration::from_secs(30);
 const WAIT: Duration = Duration::from_secs(10);
 /// Default of `header`.
 const HEADER: &str = "Idempotency-Key";
+/// Default of `scope`: the safe one. Under `"route"` or `"global"` a caller
+/// who sends another caller's key and body receives that caller's response;
+/// under `"user"` each authenticated subject has its own keys.
+const SCOPE: Scope = Scope::User;
 
 /// The checked options of one route, every default applied.
 pub(crate) struct Options {
@@ -63,7 +67,7 @@ impl Args {
         Ok(Options {
             ttl,
             lock_ttl,
-            scope: self.scope.map_or(Scope::Route, |given| given.value),
+            scope: self.scope.map_or(SCOPE, |given| given.value),
             header: self.header.map_or_else(|| HEADER.to_owned(), |given| given.value),
             required: self.required.is_none_or(|given| given.value),
             in_flight: if waits {
@@ -195,7 +199,7 @@ mod tests {
         let Ok(options) = build(quote!()) else { panic!("defaults must build") };
         assert_eq!(options.ttl, Duration::from_secs(86_400));
         assert_eq!(options.lock_ttl, Duration::from_secs(30));
-        assert_eq!(options.scope, Scope::Route);
+        assert_eq!(options.scope, Scope::User, "the safe scope is the default");
         assert_eq!(options.header, "Idempotency-Key");
         assert!(options.required);
         assert!(matches!(options.in_flight, InFlight::Reject));

@@ -1,11 +1,17 @@
 //! Request fingerprints: what makes a retry "the same request".
 //!
 //! A fingerprint is SHA-256 over the method, the path as requested (path
-//! parameters included), the query string and the body. JSON bodies
-//! (`application/json` and any `*/*+json` type) are canonicalized first, so
-//! a client that re-serializes the same payload with other key order or
-//! whitespace is still recognized; every other body counts byte for byte,
-//! together with its media type (`text/plain` and a form are two requests).
+//! parameters included), the query string, the media type and the body.
+//! JSON bodies (`application/json` and any `*/*+json` type) are
+//! canonicalized first, so a client that re-serializes the same payload with
+//! other key order or whitespace is still recognized; every other body
+//! (and a JSON body that does not parse) counts byte for byte.
+//!
+//! The media type is the `Content-Type` without its parameters, lower-cased
+//! (`type/subtype`): `application/json; charset=utf-8` and
+//! `Application/JSON` are `application/json`, while
+//! `application/merge-patch+json` is another request, as `text/plain` and a
+//! form are. A missing `Content-Type` counts as an empty media type.
 //!
 //! Each part is length-prefixed before hashing, so no two different
 //! requests can feed the hash the same bytes (`/a` + `b=1` vs `/ab` + `=1`).
@@ -47,18 +53,21 @@ impl Fingerprint {
         field(parts.method.as_bytes());
         field(parts.path.as_bytes());
         field(parts.query.as_bytes());
-        let canonical =
-            parts.content_type.filter(|ct| is_json(ct)).and_then(|_| canonical_json::canonicalize(parts.body));
+        // The media type tells what the bytes mean, JSON or not: the same
+        // bytes as text and as a form, or the same document as
+        // `application/json` and as `application/merge-patch+json`, are two
+        // requests.
+        let media_type = media_type(parts.content_type.unwrap_or(""));
+        let canonical = if is_json(&media_type) { canonical_json::canonicalize(parts.body) } else { None };
         match canonical {
             Some(json) => {
                 field(b"json");
+                field(media_type.as_bytes());
                 field(&json);
             }
             None => {
-                // The media type tells what the bytes mean: the same bytes
-                // as text and as a form are two requests.
                 field(b"raw");
-                field(media_type(parts.content_type.unwrap_or("")).as_bytes());
+                field(media_type.as_bytes());
                 field(parts.body);
             }
         }
@@ -100,14 +109,13 @@ fn media_type(content_type: &str) -> String {
     content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase()
 }
 
-/// Whether a `Content-Type` is JSON: `application/json` or `*/*+json`.
-fn is_json(content_type: &str) -> bool {
-    let essence = media_type(content_type);
-    let Some((kind, subtype)) = essence.split_once('/') else {
+/// Whether a media type (as [`media_type`] gives it) is JSON:
+/// `application/json` or `*/*+json`.
+fn is_json(media_type: &str) -> bool {
+    let Some((kind, subtype)) = media_type.split_once('/') else {
         return false;
     };
-    let subtype = subtype.to_ascii_lowercase();
-    (kind.eq_ignore_ascii_case("application") && subtype == "json") || subtype.ends_with("+json")
+    (kind == "application" && subtype == "json") || subtype.ends_with("+json")
 }
 
 #[cfg(test)]
@@ -124,17 +132,32 @@ mod tests {
         let a = Fingerprint::of(&parts("/orders", "", ct, br#"{"a":1,"b":[1,2]}"#));
         let b = Fingerprint::of(&parts("/orders", "", ct, b"{ \"b\": [1, 2],\n \"a\": 1 }"));
         assert_eq!(a, b);
-        let problem = Fingerprint::of(&parts(
-            "/orders",
-            "",
-            Some("application/merge-patch+json"),
-            b"{ \"b\": [1, 2],\n \"a\": 1 }",
-        ));
-        assert_eq!(a, problem);
         let c = Fingerprint::of(&parts("/orders", "", ct, br#"{"a":2,"b":[1,2]}"#));
         assert_ne!(a, c);
         let d = Fingerprint::of(&parts("/orders", "", ct, br#"{"a":1.0,"b":[1,2]}"#));
         assert_ne!(a, d, "numbers count as written");
+    }
+
+    #[test]
+    fn the_media_type_of_json_counts() {
+        let body = br#"{"a":1}"#;
+        let json = Fingerprint::of(&parts("/orders", "", Some("application/json"), body));
+        let patch = Fingerprint::of(&parts("/orders", "", Some("application/merge-patch+json"), body));
+        assert_ne!(json, patch, "a merge patch is not the document it patches");
+        let problem = Fingerprint::of(&parts("/orders", "", Some("application/problem+json"), body));
+        assert_ne!(patch, problem);
+        // The media type without its parameters, lower-cased, is what counts.
+        for same in [
+            "application/json; charset=utf-8",
+            "Application/JSON",
+            "application/json;profile=\"x\"",
+            " application/json ",
+        ] {
+            assert_eq!(json, Fingerprint::of(&parts("/orders", "", Some(same), body)), "{same}");
+        }
+        // JSON bytes sent as text count byte for byte, apart from JSON.
+        let text = Fingerprint::of(&parts("/orders", "", Some("text/plain"), body));
+        assert_ne!(json, text);
     }
 
     #[test]

@@ -4,6 +4,20 @@
 //! with `\"` and `\\` escapes); Stripe's clients send a bare value (`abc`).
 //! Both are accepted and both mean the key `abc`. After unquoting, a key is
 //! 1 to [`IdempotencyKey::MAX_LEN`] (255) visible ASCII characters (`!` to `~`).
+//!
+//! RFC 9651 parameters may follow the closing quote and are ignored:
+//! `"abc";foo=1` and `"abc"; a; b=?0` are the key `abc`. They must be
+//! well-formed (`"abc";` or `"abc";A=1` is a 400).
+//!
+//! A bare value may not contain `;`. RFC 9651 would read `abc;x=1` as the
+//! token `abc` with a parameter, while a client that sends an opaque key
+//! (as Stripe's do) may mean `abc;x=1` whole. Either guess can go wrong
+//! silently (`user1;order1` and `user1;order2` merged into one key, or one
+//! operation split into two keys by a changing parameter), so such a value
+//! is refused with 400: the client quotes the key (`"abc";x=1`, or
+//! `"a;b"` for a key that holds `;`).
+
+mod params;
 
 use std::fmt;
 
@@ -58,11 +72,18 @@ impl IdempotencyKey {
 
     /// Parses a header value (as raw bytes) into a key.
     ///
-    /// Surrounding spaces and tabs are ignored, as HTTP allows.
+    /// Surrounding spaces and tabs are ignored, as HTTP allows. A quoted
+    /// key may be followed by RFC 9651 parameters, which are checked and
+    /// ignored. A bare key may not contain `;`: it could be one key or a key
+    /// with parameters, so the client must quote it.
     pub fn parse(value: &[u8]) -> Result<Self, KeyError> {
         let value = trim_ows(value);
         let key = match value.first() {
-            Some(b'"') => unquote(value)?,
+            Some(b'"') => {
+                let (key, parameters) = unquote(value)?;
+                params::check(parameters).map_err(|reason| KeyError::Malformed { reason })?;
+                key
+            }
             _ => bare(value)?,
         };
         if key.is_empty() {
@@ -111,8 +132,14 @@ fn is_visible(byte: u8) -> bool {
     (0x21..=0x7e).contains(&byte)
 }
 
-/// A bare value: visible ASCII only, as Stripe clients send.
+/// A bare value: visible ASCII only, as Stripe clients send, without `;`.
 fn bare(value: &[u8]) -> Result<String, KeyError> {
+    if value.contains(&b';') {
+        return Err(KeyError::Malformed {
+            reason: "a bare key may not contain `;`, which RFC 9651 reads as the start of parameters; \
+                     quote the key (`\"abc\";x=1`, or `\"a;b\"` for a key holding `;`)",
+        });
+    }
     if let Some(&byte) = value.iter().find(|&&b| !is_visible(b)) {
         return Err(KeyError::Malformed {
             reason: if byte.is_ascii() {
@@ -128,8 +155,9 @@ fn bare(value: &[u8]) -> Result<String, KeyError> {
     Ok(value.iter().map(|&b| char::from(b)).collect())
 }
 
-/// An RFC 9651 sf-string: `"` chars `"`, with `\"` and `\\` escapes.
-fn unquote(value: &[u8]) -> Result<String, KeyError> {
+/// An RFC 9651 sf-string: `"` chars `"`, with `\"` and `\\` escapes; the
+/// key and what follows the closing quote.
+fn unquote(value: &[u8]) -> Result<(String, &[u8]), KeyError> {
     let mut out = String::with_capacity(value.len());
     let mut bytes = value[1..].iter();
     loop {
@@ -156,10 +184,7 @@ fn unquote(value: &[u8]) -> Result<String, KeyError> {
             return Err(KeyError::TooLong { len: out.len() });
         }
     }
-    if bytes.next().is_some() {
-        return Err(KeyError::Malformed { reason: "there is text after the closing quote" });
-    }
-    Ok(out)
+    Ok((out, bytes.as_slice()))
 }
 
 #[cfg(test)]
@@ -196,6 +221,61 @@ mod tests {
         assert!(matches!(parse("\"a b\""), Err(KeyError::Malformed { .. })));
         assert!(matches!(parse("clé"), Err(KeyError::Malformed { .. })));
         assert!(matches!(parse("a\u{7f}"), Err(KeyError::Malformed { .. })));
+    }
+
+    #[test]
+    fn parameters_after_a_quoted_key_are_ignored() {
+        for value in [
+            r#""abc";foo=1"#,
+            r#""abc"; a; b=?0"#,
+            r#""abc";a;a=2"#,
+            r#""abc";n=-12;d=1.5;s="x \"y\" z";t=tok/en:1;b=:aGk=:;at=@1700000000;ds=%"caf%c3%a9";*w"#,
+            " \"abc\";x=1\t",
+        ] {
+            assert_eq!(parse(value), Ok("abc".into()), "{value}");
+        }
+    }
+
+    #[test]
+    fn malformed_parameters_are_refused() {
+        for value in [
+            r#""abc";"#,
+            r#""abc";;a"#,
+            r#""abc" ;a"#,
+            r#""abc";A=1"#,
+            r#""abc";1a"#,
+            r#""abc";a="#,
+            r#""abc";a=1.2345"#,
+            r#""abc";a=1."#,
+            r#""abc";a=-"#,
+            r#""abc";a=1234567890123456"#,
+            r#""abc";a=1234567890123.5"#,
+            r#""abc";a=?2"#,
+            r#""abc";a="open"#,
+            r#""abc";a="bad\escape""#,
+            r#""abc";a=@1.5"#,
+            r#""abc";a=%"%C3%A9""#,
+            r#""abc";a=%"%ff""#,
+            r#""abc";a=:not base64:"#,
+            r#""abc";a=:aGk"#,
+            r#""abc";a=b c"#,
+            r#""abc",b"#,
+            r#""abc"x"#,
+        ] {
+            assert!(matches!(parse(value), Err(KeyError::Malformed { .. })), "{value}: {:?}", parse(value));
+        }
+    }
+
+    #[test]
+    fn a_bare_key_with_a_semicolon_is_refused() {
+        // RFC 9651 would read `x=1` as a parameter of the token `abc`; a
+        // client sending an opaque key may mean `abc;x=1` whole. Guessing
+        // could merge two keys or split one: the client must quote it.
+        for value in ["abc;x=1", "abc;", "a;b", ";"] {
+            let error = parse(value).expect_err(value);
+            assert!(error.to_string().contains("quote"), "{value}: {error}");
+        }
+        assert_eq!(parse(r#""a;b""#), Ok("a;b".into()), "a quoted key may hold `;`");
     }
 
     #[test]

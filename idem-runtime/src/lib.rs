@@ -68,9 +68,12 @@
 //! The attribute keeps the handler whole and routes each request through
 //! one function of the actix glue, which runs the steps of §4 in order:
 //!
-//! 1. the **key** from the header (`key.rs`);
+//! 1. the **key** from the header (`key.rs`): an sf-string (its RFC 9651
+//!    parameters ignored) or a bare token;
 //! 2. the **subject** for `scope = "user"`, from [`Idem::subject`];
-//! 3. the **body**, buffered up to [`Idem::body_limit`];
+//! 3. the **body**, buffered up to [`Idem::body_limit`]; a
+//!    content-encoded one is refused (415), never fingerprinted by its wire
+//!    bytes;
 //! 4. the **fingerprint** of method, path, query, media type and body
 //!    (`fingerprint.rs`, with JSON canonicalised by `canonical_json.rs`);
 //! 5. the handler's own **extractors**, over the buffered body;

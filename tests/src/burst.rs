@@ -30,14 +30,15 @@ async fn create(hits: &Counter, body: &str) -> HttpResponse {
 }
 
 /// A slow order creation, so that a burst finds it in flight (409 mode).
-#[idempotent]
+/// Route scope: the bursts come from one anonymous caller.
+#[idempotent(scope = "route")]
 #[post("/orders")]
 pub async fn create_order(hits: web::Data<Counter>, body: String) -> HttpResponse {
     create(&hits, &body).await
 }
 
 /// The same, where duplicates wait for the first response.
-#[idempotent(in_flight = "wait", wait = "10s")]
+#[idempotent(scope = "route", in_flight = "wait", wait = "10s")]
 #[post("/orders/waiting")]
 pub async fn create_order_waiting(hits: web::Data<Counter>, body: String) -> HttpResponse {
     create(&hits, &body).await

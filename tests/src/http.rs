@@ -75,7 +75,25 @@ pub async fn try_send(url: &str, user: Option<&str>, key: Option<&str>, body: Op
         Some(body) => request.send_body(body.to_owned()).await,
         None => request.send().await,
     };
-    let mut response = sent.map_err(|e| e.to_string())?;
+    read(sent.map_err(|e| e.to_string())?).await
+}
+
+/// Sends `POST url` with exactly `headers` and `body`, as given (no content
+/// type added): for the tests of what the runtime makes of headers such as
+/// `Content-Type`, `Content-Encoding` or an unusual key.
+pub async fn post_with(url: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Reply {
+    let mut request = client(Duration::from_secs(60)).post(url);
+    for &header in headers {
+        request = request.append_header(header);
+    }
+    let response = request.send_body(body.into()).await.unwrap_or_else(|e| panic!("{url}: {e}"));
+    read(response).await.unwrap_or_else(|e| panic!("{url}: {e}"))
+}
+
+async fn read<S>(mut response: awc::ClientResponse<S>) -> Result<Reply, String>
+where
+    S: futures_util::Stream<Item = Result<Bytes, awc::error::PayloadError>> + Unpin,
+{
     let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let (content_type, replayed) = (header("content-type"), header("idempotent-replayed"));
     let (retry_after, location) = (header("retry-after"), header("location"));

@@ -101,7 +101,10 @@ where
     let subject = match (options.scope, &config.subject) {
         (Scope::User, None) => {
             tracing::error!(route = %route, "scope = \"user\" needs Idem::subject(..) to resolve the subject");
-            let detail = format!("the route {route} uses scope = \"user\" but no subject resolver is configured");
+            let detail = format!(
+                "the route {route} has scope = \"user\" (the default), which needs a subject resolver: \
+                 register one with Idem::subject(..), or give the route scope = \"route\" or \"global\""
+            );
             return reject(&route, ProblemKind::NotConfigured, &detail);
         }
         (Scope::User, Some(resolve)) => match resolve(&req) {

@@ -24,6 +24,12 @@ pub enum ProblemKind {
     BodyTooLarge,
     /// 400 (or the transport's status): the body could not be read.
     InvalidBody,
+    /// 415: the body has a `Content-Encoding` other than `identity`. The
+    /// runtime cannot decode it, and a body is never fingerprinted by its
+    /// wire bytes (the same content compressed twice need not give the same
+    /// bytes, and a handler's extractors may decode what the fingerprint
+    /// did not see).
+    UnsupportedContentEncoding,
     /// 422: the key was used for a different request.
     KeyReused,
     /// 409: the same request is still being processed.
@@ -71,6 +77,11 @@ impl ProblemKind {
             Self::MissingSubject => (StatusCode::UNAUTHORIZED, "missing-subject", "Authentication required"),
             Self::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body-too-large", "Request body too large"),
             Self::InvalidBody => (StatusCode::BAD_REQUEST, "invalid-body", "Request body unreadable"),
+            Self::UnsupportedContentEncoding => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-content-encoding",
+                "Request content encoding not supported",
+            ),
             Self::KeyReused => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "key-reused", "Idempotency key reused with a different request")
             }

@@ -109,6 +109,7 @@ async fn a_client_that_hangs_up_does_not_cancel_the_handler() {
     let hung_up = impatient
         .post(&url)
         .insert_header(("idempotency-key", key.as_str()))
+        .insert_header(("x-user-id", "alice"))
         .insert_header(("content-type", "application/json"))
         .send()
         .await;
@@ -155,7 +156,13 @@ async fn a_dropped_request_future_does_not_cancel_the_handler() {
     let app =
         test::init_service(actix_web::App::new().app_data(memory_idem()).app_data(progress.clone()).service(slow))
             .await;
-    let request = || TestRequest::post().uri("/slow?ms=400").insert_header(("idempotency-key", "k")).to_request();
+    let request = || {
+        TestRequest::post()
+            .uri("/slow?ms=400")
+            .insert_header(("idempotency-key", "k"))
+            .insert_header(("x-user-id", "alice"))
+            .to_request()
+    };
     let dropped = tokio::time::timeout(Duration::from_millis(100), test::call_service(&app, request())).await;
     assert!(dropped.is_err(), "the request future was dropped mid-handler");
     tokio::time::sleep(Duration::from_millis(700)).await;

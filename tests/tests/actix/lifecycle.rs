@@ -8,7 +8,7 @@ use idem_tests::counter::Counter;
 use idem_tests::orders::TEST_STORE_TIMEOUT;
 
 /// Fails with 503 on its first call, then succeeds.
-#[idempotent]
+#[idempotent(scope = "route")]
 #[post("/flaky")]
 async fn flaky(hits: web::Data<Counter>) -> HttpResponse {
     match hits.next() {
@@ -19,7 +19,7 @@ async fn flaky(hits: web::Data<Counter>) -> HttpResponse {
 
 /// Says "nothing happened" with a retryable 503 on its first call, then
 /// succeeds; the error form marks it through `MarkRetryable`.
-#[idempotent]
+#[idempotent(scope = "route")]
 #[post("/retryable")]
 async fn retryable(hits: web::Data<Counter>) -> Result<HttpResponse, ProviderDown> {
     match hits.next() {
@@ -29,7 +29,7 @@ async fn retryable(hits: web::Data<Counter>) -> Result<HttpResponse, ProviderDow
 }
 
 /// The same through the `Retryable` responder.
-#[idempotent]
+#[idempotent(scope = "route")]
 #[post("/retryable-responder")]
 async fn retryable_responder(hits: web::Data<Counter>) -> impl Responder {
     match hits.next() {
@@ -55,7 +55,7 @@ impl actix_web::ResponseError for ProviderDown {
 }
 
 /// Panics on its first call, then succeeds.
-#[idempotent]
+#[idempotent(scope = "route")]
 #[post("/panicky")]
 async fn panicky(hits: web::Data<Counter>) -> &'static str {
     if hits.next() == 1 {
@@ -65,14 +65,14 @@ async fn panicky(hits: web::Data<Counter>) -> &'static str {
 }
 
 /// Runs without idempotency when the key is absent.
-#[idempotent(required = false)]
+#[idempotent(scope = "route", required = false)]
 #[post("/optional")]
 async fn optional(hits: web::Data<Counter>, body: String) -> impl Responder {
     format!("{}:{body}", hits.next())
 }
 
 /// Registered with `.to()`, no route attribute; a custom header.
-#[idempotent(header = "X-Request-Key")]
+#[idempotent(scope = "route", header = "X-Request-Key")]
 async fn by_resource(hits: web::Data<Counter>) -> Result<HttpResponse, actix_web::Error> {
     Ok(HttpResponse::Ok().body(format!("call {}", hits.next())))
 }

@@ -5,10 +5,14 @@ use std::time::Duration;
 use actix_web::dev::{Service, ServiceResponse};
 use actix_web::http::StatusCode;
 use actix_web::test::{self, TestRequest};
-use actix_web::{App, web};
-use idem_runtime::Idem;
+use actix_web::{App, HttpResponse, post, web};
+use bytes::Bytes;
+use idem_runtime::{Idem, idempotent};
+use idem_tests::counter::Counter;
 use idem_tests::faults::FaultyStore;
+use idem_tests::http::{fresh_key, post_with, send};
 use idem_tests::orders::{Calls, TEST_STORE_TIMEOUT, memory_idem, routes, user_header};
+use idem_tests::server::TestServer;
 use serde_json::{Value, json};
 
 type Request = actix_http::Request;
@@ -83,6 +87,26 @@ async fn quoted_and_bare_keys_are_the_same_key() {
     assert_eq!(first.status(), StatusCode::CREATED);
     let retry = test::call_service(&app, order(Some("k-1"), Some("alice"), json!({"a": 1})).to_request()).await;
     assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(calls.orders.get(), 1);
+}
+
+#[actix_web::test]
+async fn parameters_after_a_quoted_key_are_ignored_over_http() {
+    let calls = web::Data::new(Calls::default());
+    let server = TestServer::start(memory_idem(), routes(calls.clone()));
+    let (url, body) = (server.at("/orders"), Some(r#"{"a":1}"#));
+    let first = send(&url, Some("alice"), Some(r#""k-1";v=1"#), body).await;
+    assert_eq!((first.status, first.replayed.as_deref()), (StatusCode::CREATED, None), "{first:?}");
+    for same in ["k-1", r#""k-1""#, r#""k-1"; a; b=?0"#] {
+        let retry = send(&url, Some("alice"), Some(same), body).await;
+        assert_eq!((retry.replayed.as_deref(), &retry.body), (Some("true"), &first.body), "{same}");
+    }
+    for malformed in [r#""k-1";A=1"#, r#""k-1";"#, r#""k-1" ;a"#, "k-1;v=1"] {
+        let reply = send(&url, Some("alice"), Some(malformed), body).await;
+        assert_eq!(reply.assert_problem(400)["type"], "urn:idem:problem:invalid-key", "{malformed}");
+    }
+    let bare = send(&url, Some("alice"), Some("k-1;v=1"), body).await.assert_problem(400);
+    assert!(bare["detail"].as_str().unwrap_or_default().contains("quote the key"), "{bare}");
     assert_eq!(calls.orders.get(), 1);
 }
 
@@ -205,4 +229,69 @@ async fn replay_returns_the_stored_response_marked_replayed() {
         assert_eq!(test::read_body(retry).await, first_body);
     }
     assert_eq!(calls.orders.get(), 1);
+}
+
+/// Takes the body as bytes, whatever they are: only the runtime refuses.
+#[idempotent]
+#[post("/notes")]
+async fn note(hits: web::Data<Counter>, body: Bytes) -> HttpResponse {
+    HttpResponse::Created().body(format!("note {}: {} bytes", hits.next(), body.len()))
+}
+
+/// CRC-32 (IEEE), as gzip's trailer needs it.
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0_u32;
+    for &byte in data {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+/// `data` gzip-encoded, as one stored deflate block: a body any gzip
+/// decoder reads back (`gzip -d` does).
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let len = u16::try_from(data.len()).expect("one stored block holds 64 KiB");
+    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff, 1];
+    out.extend(len.to_le_bytes());
+    out.extend((!len).to_le_bytes());
+    out.extend(data);
+    out.extend(crc32(data).to_le_bytes());
+    out.extend(u32::from(len).to_le_bytes());
+    out
+}
+
+#[actix_web::test]
+async fn a_compressed_body_is_415_before_any_claim() {
+    assert_eq!(crc32(b"123456789"), 0xcbf4_3926, "the CRC-32 check value");
+    let hits = web::Data::new(Counter::default());
+    let shared = hits.clone();
+    let server = TestServer::start(memory_idem(), move |config| {
+        config.app_data(shared.clone()).service(note);
+    });
+    let (url, key, body) = (server.at("/notes"), fresh_key(), br#"{"text":"hello"}"#);
+    let plain = [("x-user-id", "alice"), ("idempotency-key", key.as_str()), ("content-type", "application/json")];
+    let encoded = |coding| {
+        let mut headers = plain.to_vec();
+        headers.push(("content-encoding", coding));
+        headers
+    };
+    for coding in ["gzip", "GZip", "identity, gzip", "br"] {
+        let reply = post_with(&url, &encoded(coding), gzip(body)).await;
+        let problem = reply.assert_problem(415);
+        assert_eq!(problem["type"], "urn:idem:problem:unsupported-content-encoding", "{coding}");
+        let detail = problem["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("Content-Encoding"), "{coding}: {detail}");
+    }
+    assert_eq!(hits.get(), 0, "nothing executed");
+    // Nothing was claimed or stored: the same key without an encoding runs.
+    let first = post_with(&url, &plain, &body[..]).await;
+    assert_eq!((first.status, first.replayed.as_deref()), (StatusCode::CREATED, None), "{first:?}");
+    assert_eq!(hits.get(), 1);
+    // `identity` is no encoding at all: the same request, replayed.
+    let identity = post_with(&url, &encoded("identity"), &body[..]).await;
+    assert_eq!((identity.replayed.as_deref(), &identity.body), (Some("true"), &first.body));
+    assert_eq!(hits.get(), 1);
 }

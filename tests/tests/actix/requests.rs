@@ -4,9 +4,11 @@ use actix_web::dev::{Service, ServiceResponse};
 use actix_web::http::StatusCode;
 use actix_web::test::{self, TestRequest};
 use actix_web::{App, HttpResponse, post, put, web};
-use idem_runtime::idempotent;
+use idem_runtime::{Idem, MemoryStore, idempotent};
 use idem_tests::counter::Counter;
+use idem_tests::http::{fresh_key, post_with, send};
 use idem_tests::orders::{Calls, memory_idem, routes};
+use idem_tests::server::TestServer;
 use serde_json::json;
 
 type Request = actix_http::Request;
@@ -21,6 +23,13 @@ async fn route_a(hits: web::Data<Counter>) -> HttpResponse {
 #[post("/route-b")]
 async fn route_b(hits: web::Data<Counter>) -> HttpResponse {
     HttpResponse::Ok().body(format!("b{}", hits.next()))
+}
+
+/// No `scope` argument: whatever the default is.
+#[idempotent]
+#[post("/default-scope")]
+async fn default_scope(hits: web::Data<Counter>, body: String) -> HttpResponse {
+    HttpResponse::Created().body(format!("call {} with {body}", hits.next()))
 }
 
 #[idempotent(scope = "global")]
@@ -169,4 +178,67 @@ async fn set_cookie_can_be_replayed_when_configured() {
     let retry = test::call_service(&app, post_raw("/orders", "k", "alice", "{}")).await;
     assert_eq!(retry.headers().get("set-cookie").unwrap(), "session=abc");
     assert_eq!(json!(calls.orders.get()), json!(1));
+}
+
+/// A server with [`default_scope`] and `idem`.
+fn default_scope_server(idem: Idem, hits: &web::Data<Counter>) -> TestServer {
+    let hits = hits.clone();
+    TestServer::start(idem, move |config| {
+        config.app_data(hits.clone()).service(default_scope);
+    })
+}
+
+#[actix_web::test]
+async fn the_default_scope_never_gives_one_user_another_users_response() {
+    let hits = web::Data::new(Counter::default());
+    let server = default_scope_server(memory_idem(), &hits);
+    let url = server.at("/default-scope");
+    let (key, body) = (fresh_key(), r#"{"amount":500}"#);
+    let alice = send(&url, Some("alice"), Some(&key), Some(body)).await;
+    assert_eq!((alice.status, alice.replayed.as_deref()), (StatusCode::CREATED, None));
+    // Bob sends alice's key and body: his own request runs.
+    let bob = send(&url, Some("bob"), Some(&key), Some(body)).await;
+    assert_eq!((bob.status, bob.replayed.as_deref()), (StatusCode::CREATED, None), "{bob:?}");
+    assert_ne!(bob.body, alice.body, "bob must never receive alice's response");
+    assert_eq!(hits.get(), 2, "each user's handler ran");
+    // Each user's retry still replays that user's own response.
+    for (user, first) in [("alice", &alice), ("bob", &bob)] {
+        let retry = send(&url, Some(user), Some(&key), Some(body)).await;
+        assert_eq!((retry.replayed.as_deref(), &retry.body), (Some("true"), &first.body), "{user}");
+    }
+    // The key belongs to a user: a request without one is refused.
+    send(&url, None, Some(&key), Some(body)).await.assert_problem(401);
+    assert_eq!(hits.get(), 2);
+}
+
+#[actix_web::test]
+async fn the_default_scope_without_a_subject_resolver_is_500_naming_the_fix() {
+    let hits = web::Data::new(Counter::default());
+    let server = default_scope_server(Idem::new(MemoryStore::new()), &hits);
+    let reply = send(&server.at("/default-scope"), Some("alice"), Some(&fresh_key()), Some("{}")).await;
+    let problem = reply.assert_problem(500);
+    assert_eq!(problem["type"], "urn:idem:problem:not-configured");
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("Idem::subject"), "the detail names the fix: {detail}");
+    assert!(detail.contains("/default-scope"), "and the route: {detail}");
+    assert_eq!(hits.get(), 0);
+}
+
+#[actix_web::test]
+async fn the_media_type_of_a_json_body_is_part_of_the_request() {
+    let hits = web::Data::new(Counter::default());
+    let server = default_scope_server(memory_idem(), &hits);
+    let url = server.at("/default-scope");
+    let key = fresh_key();
+    let as_type =
+        |content_type| [("x-user-id", "alice"), ("idempotency-key", key.as_str()), ("content-type", content_type)];
+    let first = post_with(&url, &as_type("application/json"), r#"{"op":"add","amount":5}"#).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    // Parameters and case do not count; the JSON is canonicalized.
+    let retry = post_with(&url, &as_type("Application/JSON; charset=utf-8"), r#"{ "amount": 5, "op": "add" }"#).await;
+    assert_eq!((retry.replayed.as_deref(), &retry.body), (Some("true"), &first.body));
+    // The same document as a merge patch is another request.
+    let patch = post_with(&url, &as_type("application/merge-patch+json"), r#"{"op":"add","amount":5}"#).await;
+    assert_eq!(patch.assert_problem(422)["type"], "urn:idem:problem:key-reused");
+    assert_eq!(hits.get(), 1);
 }

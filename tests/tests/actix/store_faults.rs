@@ -12,7 +12,7 @@ use idem_tests::faults::FaultyStore;
 use idem_tests::orders::TEST_STORE_TIMEOUT;
 
 /// Takes 5 s under a 3 s lease (renewed every second).
-#[idempotent(lock_ttl = "3s", ttl = "1h")]
+#[idempotent(scope = "route", lock_ttl = "3s", ttl = "1h")]
 #[post("/slow")]
 async fn slow(started: web::Data<Counter>) -> HttpResponse {
     let call = started.next();
@@ -53,7 +53,7 @@ async fn a_renewal_outage_shorter_than_the_lease_does_not_lose_it() {
 }
 
 /// Waits for the first response, up to 1 s.
-#[idempotent(lock_ttl = "3s", ttl = "1h", in_flight = "wait", wait = "1s")]
+#[idempotent(scope = "route", lock_ttl = "3s", ttl = "1h", in_flight = "wait", wait = "1s")]
 #[post("/waiting")]
 async fn waiting(started: web::Data<Counter>) -> HttpResponse {
     let call = started.next();
@@ -111,7 +111,7 @@ async fn a_completion_is_retried_for_as_long_as_the_lease_holds() {
 }
 
 /// Answers more than the memory store below will take.
-#[idempotent(lock_ttl = "3s", ttl = "1h")]
+#[idempotent(scope = "route", lock_ttl = "3s", ttl = "1h")]
 #[post("/large")]
 async fn large(started: web::Data<Counter>) -> HttpResponse {
     started.next();
