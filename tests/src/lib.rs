@@ -18,3 +18,4 @@ pub mod proxy;
 pub mod redis_server;
 pub mod server;
 pub mod service;
+pub mod slow_store;
