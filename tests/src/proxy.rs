@@ -152,7 +152,9 @@ fn serve(listener: StdListener, upstream: SocketAddr, delay: Arc<Delay>, stopped
         let accept = async {
             loop {
                 match listener.accept().await {
-                    Ok((client, _)) => drop(tokio::spawn(connect(client, upstream, Arc::clone(&delay)))),
+                    Ok((client, _)) => {
+                        tokio::spawn(connect(client, upstream, Arc::clone(&delay)));
+                    }
                     // Out of file descriptors, say: do not spin.
                     Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
                 }
