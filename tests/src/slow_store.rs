@@ -87,11 +87,11 @@ pub async fn warm_up(store: &dyn Store) {
 
 /// Every operation a request uses, once: claim, renew, complete, release, get.
 async fn warm_up_cycle(store: &dyn Store) {
-    let lease = Duration::from_secs(5);
+    let (lease, ttl) = (Duration::from_secs(5), Duration::from_secs(60));
     let request = fingerprint("warm-up");
     for release in [false, true] {
         let key = fresh_storage_key();
-        let token = match store.claim(&key, &request, lease).await.expect("warm-up claim") {
+        let token = match store.claim(&key, &request, lease, ttl).await.expect("warm-up claim") {
             Claim::Acquired { token } => token,
             other => panic!("warm-up claim of a fresh key: {other:?}"),
         };
@@ -99,7 +99,7 @@ async fn warm_up_cycle(store: &dyn Store) {
         let fence = if release {
             store.release(&key, token).await.expect("warm-up release")
         } else {
-            store.complete(&key, token, &response(b"warm-up"), lease).await.expect("warm-up complete")
+            store.complete(&key, token, &response(b"warm-up"), ttl).await.expect("warm-up complete")
         };
         assert_eq!(fence, Fence::Held);
         store.get(&key).await.expect("warm-up get");
