@@ -1,6 +1,7 @@
 //! Shared helpers of the integration tests: finding the test servers,
 //! starting private ones for tests that stop them, and the one HTTP client,
-//! execution counter and free-port finder that every test binary uses.
+//! execution counter and free-port finder that every test binary uses, and a
+//! latency proxy that puts a store server far away.
 
 pub mod backend;
 pub mod blocking;
@@ -13,7 +14,9 @@ pub mod orders;
 pub mod port;
 #[cfg(feature = "postgres")]
 pub mod postgres_server;
+pub mod proxy;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 pub mod server;
 pub mod service;
+pub mod slow_store;

@@ -1,0 +1,33 @@
+//! Redis far away (a latency proxy on the store's connection only): a
+//! configuration that cannot keep its lease is refused, and a slow but
+//! valid one runs the handler once under a stream of duplicates.
+
+use std::time::Duration;
+
+use idem_runtime::RedisStore;
+use idem_tests::backend::url;
+use idem_tests::proxy::LatencyProxy;
+use idem_tests::slow_store::{assert_a_short_lease_is_refused, assert_a_slow_store_runs_the_handler_once};
+
+/// A store on the shared Redis server through a proxy that adds no delay
+/// yet (each test sets its own once the store is warm).
+async fn proxied_store(test: &str) -> Option<(LatencyProxy, RedisStore)> {
+    let url = url("IDEM_REDIS_URL", test)?;
+    let (proxy, proxied) = LatencyProxy::in_front_of(&url, Duration::ZERO);
+    let store = RedisStore::connect(&proxied).await.unwrap_or_else(|e| panic!("{test}: connecting to Redis: {e}"));
+    Some((proxy, store))
+}
+
+#[actix_web::test]
+async fn a_store_timeout_above_a_third_of_the_lease_is_refused() {
+    let Some((proxy, store)) = proxied_store("a_store_timeout_above_a_third_of_the_lease_is_refused").await else {
+        return;
+    };
+    assert_a_short_lease_is_refused(store, &proxy).await;
+}
+
+#[actix_web::test]
+async fn a_slow_store_never_gives_two_executions() {
+    let Some((proxy, store)) = proxied_store("a_slow_store_never_gives_two_executions").await else { return };
+    assert_a_slow_store_runs_the_handler_once(store, &proxy).await;
+}
