@@ -166,7 +166,11 @@ impl Store for MemoryStore {
                     }
                     // A tombstone or a lapsed lease of this same request: take it over.
                     State::InFlight { .. } | State::Released => {
-                        *entry = Entry { fingerprint: *fingerprint, expires_at, state: State::InFlight { token, lease_until } };
+                        *entry = Entry {
+                            fingerprint: *fingerprint,
+                            expires_at,
+                            state: State::InFlight { token, lease_until },
+                        };
                         return Ok(Claim::Acquired { token });
                     }
                 }
