@@ -73,14 +73,20 @@ impl Store for FaultyStore {
         "faulty"
     }
 
-    async fn claim(&self, key: &StorageKey, fingerprint: &Fingerprint, lease: Duration) -> Result<Claim, StoreError> {
+    async fn claim(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+        ttl: Duration,
+    ) -> Result<Claim, StoreError> {
         match self.claims {
             Claims::Refused => return Err(outage(std::io::ErrorKind::ConnectionRefused)),
             Claims::Hang => std::future::pending::<()>().await,
             Claims::Work => {}
         }
         self.claimed_at.lock().unwrap().get_or_insert_with(Instant::now);
-        self.inner.claim(key, fingerprint, lease).await
+        self.inner.claim(key, fingerprint, lease, ttl).await
     }
 
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
