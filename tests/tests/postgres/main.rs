@@ -1,12 +1,15 @@
 //! The Postgres store against real servers: the conformance suite, claim
-//! races, outages, statement counts, the sweeper, and `#[idempotent]` on a
-//! real actix-web server, in one test binary. Needs `IDEM_POSTGRES_URL` (set
+//! races, READ COMMITTED in a SERIALIZABLE database, renewals from the lease
+//! keeper's runtime, outages, statement counts, the sweeper, and
+//! `#[idempotent]` on a real actix-web server, in one test binary. Needs `IDEM_POSTGRES_URL` (set
 //! by `scripts/test`).
 #![cfg(feature = "postgres")]
 
 mod actix;
 mod claim_races;
 mod conformance;
+mod isolation;
 mod outage;
+mod renewals;
 mod statements;
 mod sweeper;
