@@ -18,7 +18,7 @@ local record = redis.call('HMGET', KEYS[1], 'fp', 'tok', 'lease', 'resp')
 local fp, tok, lease_end, resp = record[1], record[2], tonumber(record[3]) or 0, record[4]
 
 local function acquire()
-  redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'tok', ARGV[2], 'lease', string.format('%d', now + ARGV[3]))
+  redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'tok', ARGV[2], 'lease', string.format('%d', now + tonumber(ARGV[3])))
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
   return {1}
 end

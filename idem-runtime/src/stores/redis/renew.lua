@@ -14,7 +14,7 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if (tonumber(record[2]) or 0) <= now then
   return 0
 end
-redis.call('HSET', KEYS[1], 'lease', string.format('%d', now + ARGV[2]))
+redis.call('HSET', KEYS[1], 'lease', string.format('%d', now + tonumber(ARGV[2])))
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
