@@ -1,6 +1,8 @@
 //! The Postgres store (feature `postgres`).
 
 mod error;
+mod isolation;
+mod renewals;
 mod row;
 mod sql;
 mod sweeper;
@@ -12,8 +14,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::types::PgInterval;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
+use self::isolation::read_committed;
+use self::renewals::RenewalPool;
 use self::sql::DEFAULT_TABLE;
 pub use self::sql::InvalidTableName;
 use self::sql::{Statements, TableName, sql};
@@ -21,7 +25,7 @@ pub use self::sweeper::SweeperHandle;
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, StoredResponse};
 use crate::scope::StorageKey;
-use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
+use crate::store::{Claim, Fence, FencingToken, Renewal, Store, StoreError};
 
 /// The store's name in errors, logs and metrics.
 const KIND: &str = "postgres";
@@ -40,19 +44,46 @@ const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 ///
 /// | operation | statement |
 /// |---|---|
-/// | claim | `INSERT ... ON CONFLICT (key) DO UPDATE ... RETURNING ...` |
-/// | renew, complete | fenced `UPDATE ... WHERE key = $1 AND token = $2 AND expires_at > now()` |
-/// | release | fenced `DELETE` |
+/// | claim | `INSERT ... ON CONFLICT (key) DO UPDATE ... RETURNING ...`: takes over an expired row, or a tombstone or lapsed lease of the same request |
+/// | renew, complete | fenced `UPDATE ... WHERE key = $1 AND token = $2 AND lease_until > now()` |
+/// | release | fenced `UPDATE` to a tombstone (`state = 'released'`, fingerprint kept) |
+/// | renew many | one fenced `UPDATE ... FROM unnest($1::text[], $2::bytea[], $3::bigint[]) ... RETURNING key, token` |
 /// | get | `SELECT ... WHERE key = $1 AND expires_at > now()` |
 /// | purge | `DELETE ... WHERE key IN (SELECT ... ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)` |
 ///
 /// A first execution is therefore two statements (claim, complete) and a
 /// replay one (claim). Every expiry decision and every "time left" is
 /// computed by the database from its own `now()`, never the app's clock.
+/// A lease (`lease_until`) and a record's life (`expires_at`) are separate:
+/// a released row or a lapsed lease keeps its fingerprint until
+/// `expires_at`.
 ///
-/// Expired rows count as absent for claims and lookups; they are deleted by
-/// [`Store::purge_expired`] or by the background task of
+/// Rows past `expires_at` count as absent for claims and lookups; they are
+/// deleted by [`Store::purge_expired`] or by the background task of
 /// [`PostgresStore::spawn_sweeper`].
+///
+/// # READ COMMITTED
+///
+/// Every statement runs at READ COMMITTED, whatever the database's default:
+/// the claim statement depends on it (at REPEATABLE READ or SERIALIZABLE,
+/// concurrent claims of one key fail with serialization errors). The store
+/// sets `default_transaction_isolation = 'read committed'` as a startup
+/// option of each connection it opens: in the pool built by
+/// [`PostgresStore::connect`] and [`PostgresStore::connect_with`], and in a
+/// pool given to [`PostgresStore::new`] or [`PostgresStore::with_table`]
+/// through [`PgPool::set_connect_options`], which applies to connections
+/// opened **after** the call: connections that pool already holds keep
+/// their setting. Give such a pool a READ COMMITTED default yourself, or
+/// build it lazily ([`PgPoolOptions::connect_lazy`]). The setting is a
+/// default only: the application's own transactions on that pool may still
+/// ask for another level (`BEGIN ISOLATION LEVEL SERIALIZABLE`).
+///
+/// # Lease renewals
+///
+/// [`Store::renew_many`] renews a whole batch in one statement on a pool of
+/// its own (two connections, the main pool's connection options), created
+/// the first time the lease keeper calls it, on the keeper's runtime: so
+/// renewals never queue behind the application's queries for a connection.
 ///
 /// # Schema
 ///
@@ -60,9 +91,10 @@ const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// CREATE TABLE IF NOT EXISTS idem_records (
 ///     key           text        PRIMARY KEY,         -- StorageKey::as_str()
 ///     fingerprint   bytea       NOT NULL,            -- 32 bytes, SHA-256
-///     state         text        NOT NULL,            -- 'in_flight' | 'completed'
-///     token         bytea,                           -- fencing token; NULL once completed
-///     expires_at    timestamptz NOT NULL,            -- lease end, then record end
+///     state         text        NOT NULL,            -- 'in_flight' | 'completed' | 'released'
+///     token         bytea,                           -- fencing token; NULL unless in flight
+///     lease_until   timestamptz,                     -- lease end; NULL unless in flight
+///     expires_at    timestamptz NOT NULL,            -- record end (TTL), never before lease_until
 ///     status        integer,                         -- stored response ...
 ///     header_names  text[],                          -- ... headers in order, one entry per value
 ///     header_values bytea[],
@@ -90,6 +122,8 @@ const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// Renewals' own pool, created by the first `renew_many`.
+    renewals: Arc<RenewalPool>,
     table: TableName,
     sql: Statements,
     /// `postgres://user@host:port/db`, for errors: never the password.
@@ -109,7 +143,9 @@ impl PostgresStore {
 
     /// A store in table [`PostgresStore::DEFAULT_TABLE`] of the pool's database.
     ///
-    /// The pool's settings are used as they are; build it from
+    /// The pool's settings are used as they are, except that connections it
+    /// opens from now on default to READ COMMITTED (see the type's docs;
+    /// connections already open keep their setting). Build it from
     /// [`PostgresStore::pool_options`] for an acquire timeout that makes an
     /// outage fail fast.
     pub fn new(pool: PgPool) -> Self {
@@ -117,14 +153,24 @@ impl PostgresStore {
     }
 
     /// A store in table `name` (`table` or `schema.table`, each part
-    /// matching `[a-z_][a-z0-9_]*`; the schema must exist).
+    /// matching `[a-z_][a-z0-9_]*`; the schema must exist). The pool is
+    /// used as by [`PostgresStore::new`].
     pub fn with_table(pool: PgPool, name: &str) -> Result<Self, InvalidTableName> {
         Ok(Self::build(pool, TableName::parse(name)?))
     }
 
     fn build(pool: PgPool, table: TableName) -> Self {
-        let server = error::describe(&pool.connect_options()).into();
-        Self { sql: Statements::new(&table), pool, table, server, timeout: Some(Self::DEFAULT_OPERATION_TIMEOUT) }
+        let options = pool.connect_options();
+        let server = error::describe(&options).into();
+        pool.set_connect_options(read_committed((*options).clone()));
+        Self {
+            sql: Statements::new(&table),
+            pool,
+            renewals: Arc::default(),
+            table,
+            server,
+            timeout: Some(Self::DEFAULT_OPERATION_TIMEOUT),
+        }
     }
 
     /// Pool settings suited to the store: connections are awaited at most
@@ -141,9 +187,11 @@ impl PostgresStore {
         Self::connect_with(url, Self::pool_options()).await
     }
 
-    /// Connects to `url` with the given pool settings.
+    /// Connects to `url` with the given pool settings. Every connection of
+    /// the pool runs at READ COMMITTED, whatever the database's default.
     pub async fn connect_with(url: &str, options: PgPoolOptions) -> Result<Self, StoreError> {
-        let pool = options.connect(url).await.map_err(|e| error::connect_error(e, url))?;
+        let connect: PgConnectOptions = url.parse().map_err(|e| error::connect_error(e, url))?;
+        let pool = options.connect_with(read_committed(connect)).await.map_err(|e| error::connect_error(e, url))?;
         Ok(Self::new(pool))
     }
 
@@ -158,7 +206,7 @@ impl PostgresStore {
         self
     }
 
-    /// The connection pool.
+    /// The connection pool (not the renewals' own).
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
@@ -215,11 +263,16 @@ impl PostgresStore {
     }
 }
 
-/// A lease or TTL as an SQL interval: whole microseconds, rounded up so a
-/// lease is never shorter than asked.
-fn interval(duration: Duration) -> PgInterval {
+/// A lease or TTL in whole microseconds, rounded up so a lease is never
+/// shorter than asked, and bounded by [`MAX_INTERVAL`].
+fn interval_micros(duration: Duration) -> i64 {
     let micros = duration.min(MAX_INTERVAL).as_nanos().div_ceil(1000);
-    PgInterval { months: 0, days: 0, microseconds: i64::try_from(micros).unwrap_or(i64::MAX) }
+    i64::try_from(micros).unwrap_or(i64::MAX)
+}
+
+/// A lease or TTL as an SQL interval ([`interval_micros`]).
+fn interval(duration: Duration) -> PgInterval {
+    PgInterval { months: 0, days: 0, microseconds: interval_micros(duration) }
 }
 
 fn fence(rows_affected: u64) -> Fence {
@@ -244,14 +297,21 @@ impl Store for PostgresStore {
         KIND
     }
 
-    async fn claim(&self, key: &StorageKey, fingerprint: &Fingerprint, lease: Duration) -> Result<Claim, StoreError> {
+    async fn claim(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+        ttl: Duration,
+    ) -> Result<Claim, StoreError> {
         let token = FencingToken::generate();
         let token_bytes = token.to_bytes();
         let query = sqlx::query(sql(&self.sql.claim))
             .bind(key.as_str())
             .bind(&fingerprint.as_bytes()[..])
             .bind(&token_bytes[..])
-            .bind(interval(lease));
+            .bind(interval(lease))
+            .bind(interval(ttl.max(lease)));
         let row = self.run(query.fetch_one(&self.pool)).await?;
         row::claim(&row, token).map_err(|reason| self.corrupt(reason))
     }
@@ -260,6 +320,12 @@ impl Store for PostgresStore {
         let token_bytes = token.to_bytes();
         let query = sqlx::query(sql(&self.sql.renew)).bind(key.as_str()).bind(&token_bytes[..]).bind(interval(lease));
         Ok(fence(self.run(query.execute(&self.pool)).await?.rows_affected()))
+    }
+
+    /// One statement for the whole batch, on the renewals' own pool (see
+    /// the type's docs).
+    async fn renew_many(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
+        self.renew_batch(renewals).await
     }
 
     async fn complete(

@@ -1,6 +1,7 @@
 //! The Redis / Valkey store (feature `redis`).
 
 mod error;
+mod renewals;
 mod reply;
 mod scripts;
 
@@ -14,12 +15,13 @@ use redis::{ScriptInvocation, Value};
 
 pub use self::error::InvalidKeyPrefix;
 use self::error::{Endpoint, check_prefix};
+use self::renewals::RenewalConnection;
 use self::scripts::{Scripts, millis};
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, StoredResponse};
 use crate::redact::Redacted;
 use crate::scope::StorageKey;
-use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
+use crate::store::{Claim, Fence, FencingToken, Renewal, Store, StoreError};
 
 /// A [`Store`] in Redis or Valkey: atomic Lua scripts, one round trip per
 /// operation, expiry by the server's clock. The sections below give the key
@@ -45,8 +47,22 @@ use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
 /// sent with `EVALSHA` (loaded again on `NOSCRIPT`, after a server restart
 /// or `SCRIPT FLUSH`), so each is atomic on the server and costs one
 /// command: a replay is one `EVALSHA`, a first execution two (claim and
-/// complete) plus one per lease renewal. [`RedisStore::connect`] loads the
-/// scripts once up front.
+/// complete). [`RedisStore::connect`] loads the scripts once up front.
+///
+/// | script | does |
+/// |---|---|
+/// | `claim.lua` | acquires a free, expired, released or lapsed (same request) key; else reports replay, in flight or mismatch |
+/// | `renew.lua` | moves a live lease's end, and the key's expiry if the lease would outlive it |
+/// | `complete.lua` | stores the response, drops token and lease, sets the key's expiry to the TTL |
+/// | `release.lua` | drops token and lease: the fingerprint stays until the key expires (a tombstone) |
+/// | `get.lua` | reads the record, its lease and its time left |
+///
+/// [`Store::renew_many`] sends one `renew.lua` call per lease (each touches
+/// its own key, so the batch is cluster-safe) in **one pipeline**, one round
+/// trip, on a connection of its own: opened the first time the lease keeper
+/// renews, on the keeper's runtime, so that renewals never queue behind the
+/// application's commands. (A store built with [`RedisStore::from_manager`]
+/// has no URL to open it from: its renewals share the caller's connection.)
 ///
 /// # Key layout
 ///
@@ -61,15 +77,23 @@ use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
 /// |---|---|---|
 /// | `fp` | request fingerprint, 32 raw bytes | always |
 /// | `tok` | owner's fencing token, 16 raw bytes | while in flight |
+/// | `lease` | end of the owner's lease, decimal milliseconds since 1970 by the server's `TIME` | while in flight |
 /// | `resp` | the response, [`StoredResponse::to_bytes`] (binary, postcard) | once completed |
 ///
-/// The key's expiry is the lease while in flight and the TTL once completed,
-/// set by the scripts with `PEXPIRE`; `retry_after`, `lease_left` and
-/// `ttl_left` come from `PTTL`. All expiry is Redis's own clock, never the
-/// application's: an expired record is a missing key, its token is dead with
-/// it (a paused owner cannot renew, complete or release after its lease ran
-/// out, whether or not someone took over), and [`Store::purge_expired`] has
-/// nothing to do.
+/// A record with `fp` alone is *released* (a tombstone). One with `tok`
+/// whose `lease` has passed is a *lapsed* lease (its owner crashed or
+/// stalled): its token owns nothing any more, and only the same request may
+/// take it over.
+///
+/// The key's expiry (`PEXPIRE`) is the record's TTL: from the claim while in
+/// flight or released, never shorter than the lease (a renewal that would
+/// outlive it extends it), and the completion's TTL once completed.
+/// `ttl_left` comes from `PTTL`; `retry_after` and `lease_left` from the
+/// `lease` field and `TIME`. All time is Redis's own clock, never the
+/// application's: a record past its TTL is a missing key, and
+/// [`Store::purge_expired`] has nothing to do. After a failover, leases are
+/// judged by the new primary's clock: keep the servers' clocks in sync
+/// (NTP).
 ///
 /// # Sizes
 ///
@@ -107,6 +131,7 @@ use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
 #[derive(Clone)]
 pub struct RedisStore {
     connection: ConnectionManager,
+    renewals: Arc<RenewalConnection>,
     scripts: Arc<Scripts>,
     prefix: String,
     endpoint: Endpoint,
@@ -117,6 +142,7 @@ impl fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("url", &self.endpoint.display().unwrap_or("<caller's connection>"))
             .field("prefix", &self.prefix)
+            .field("separate_renewal_connection", &self.renewals.is_separate())
             .finish_non_exhaustive()
     }
 }
@@ -141,24 +167,38 @@ impl RedisStore {
     }
 
     /// Connects to `url` with a connection configuration of your own (its
-    /// timeouts bound every operation), and loads the scripts.
+    /// timeouts bound every operation), and loads the scripts. Lease
+    /// renewals get a second connection with the same configuration, opened
+    /// when the first batch is renewed.
+    ///
+    /// `?protocol=resp3` in the URL selects RESP3; the store reads both
+    /// protocols' replies alike.
     pub async fn connect_with(url: &str, config: ConnectionManagerConfig) -> Result<Self, StoreError> {
         let endpoint = Endpoint::new(Some(Redacted::new(url)), config.response_timeout());
         let client = redis::Client::open(url).map_err(|e| endpoint.error("open", e))?;
-        let connection =
-            ConnectionManager::new_with_config(client, config).await.map_err(|e| endpoint.error("connect", e))?;
-        let store = Self::build(connection, endpoint);
+        let connection = ConnectionManager::new_with_config(client.clone(), config.clone())
+            .await
+            .map_err(|e| endpoint.error("connect", e))?;
+        let store = Self::build(connection, RenewalConnection::new(Some((client, config))), endpoint);
         store.load_scripts().await?;
         Ok(store)
     }
 
     /// A store on a connection you built. Scripts are loaded on first use.
+    /// Lease renewals share this connection (the store cannot open another
+    /// one): prefer [`RedisStore::connect_with`], which gives them their own.
     pub fn from_manager(connection: ConnectionManager) -> Self {
-        Self::build(connection, Endpoint::new(None, None))
+        Self::build(connection, RenewalConnection::new(None), Endpoint::new(None, None))
     }
 
-    fn build(connection: ConnectionManager, endpoint: Endpoint) -> Self {
-        Self { connection, scripts: Arc::new(Scripts::new()), prefix: String::new(), endpoint }
+    fn build(connection: ConnectionManager, renewals: RenewalConnection, endpoint: Endpoint) -> Self {
+        Self {
+            connection,
+            renewals: Arc::new(renewals),
+            scripts: Arc::new(Scripts::new()),
+            prefix: String::new(),
+            endpoint,
+        }
     }
 
     /// The connection settings [`RedisStore::connect`] uses: fail fast
@@ -225,10 +265,19 @@ impl Store for RedisStore {
         "redis"
     }
 
-    async fn claim(&self, key: &StorageKey, fingerprint: &Fingerprint, lease: Duration) -> Result<Claim, StoreError> {
+    async fn claim(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+        ttl: Duration,
+    ) -> Result<Claim, StoreError> {
         let token = FencingToken::generate();
         let mut call = self.scripts.claim.key(self.record_key(key));
-        call.arg(fingerprint.as_bytes().as_slice()).arg(token.to_bytes().as_slice()).arg(millis(lease));
+        call.arg(fingerprint.as_bytes().as_slice())
+            .arg(token.to_bytes().as_slice())
+            .arg(millis(lease))
+            .arg(millis(ttl.max(lease)));
         reply::claim(self.run("claim", &call).await?, token)
     }
 
@@ -236,6 +285,12 @@ impl Store for RedisStore {
         let mut call = self.scripts.renew.key(self.record_key(key));
         call.arg(token.to_bytes().as_slice()).arg(millis(lease));
         reply::fence(self.run("renew", &call).await?)
+    }
+
+    /// One pipeline of `renew.lua` calls, one round trip, on the renewals'
+    /// own connection (see the type's docs).
+    async fn renew_many(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
+        self.renew_batch(renewals).await
     }
 
     async fn complete(

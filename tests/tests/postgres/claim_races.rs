@@ -1,7 +1,7 @@
 //! Races the conformance suite does not cover, on the Postgres store:
-//! many claimers taking over one *expired* record at once (the `DO UPDATE`
-//! path of the claim statement, not the insert), and the sweeper deleting
-//! expired rows while claimers take them over.
+//! many claimers taking over one lapsed lease or one *expired* record at
+//! once (the `DO UPDATE` path of the claim statement, not the insert), and
+//! the sweeper deleting expired rows while claimers take them over.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +30,7 @@ async fn race(store: &Arc<PostgresStore>, key: &StorageKey, body: &'static str) 
             let (store, key, barrier) = (Arc::clone(store), key.clone(), Arc::clone(&barrier));
             tokio::spawn(async move {
                 barrier.wait().await;
-                store.claim(&key, &fingerprint(body), LONG).await.expect("claim")
+                store.claim(&key, &fingerprint(body), LONG, LONG).await.expect("claim")
             })
         })
         .collect();
@@ -54,7 +54,9 @@ async fn many_claimers_take_over_a_lapsed_lease_once() {
     };
     for _ in 0..5 {
         let key = fresh_key();
-        let Claim::Acquired { token: stale } = store.claim(&key, &fingerprint("race"), SHORT).await.unwrap() else {
+        // The lease lapses, the record stays: the same request takes it over.
+        let Claim::Acquired { token: stale } = store.claim(&key, &fingerprint("race"), SHORT, LONG).await.unwrap()
+        else {
             panic!("first claim not acquired");
         };
         tokio::time::sleep(PAST_SHORT).await;
@@ -70,7 +72,7 @@ async fn many_claimers_take_over_an_expired_record_of_another_request_once() {
     };
     for _ in 0..5 {
         let key = fresh_key();
-        let Claim::Acquired { token } = store.claim(&key, &fingerprint("old"), LONG).await.unwrap() else {
+        let Claim::Acquired { token } = store.claim(&key, &fingerprint("old"), LONG, LONG).await.unwrap() else {
             panic!("first claim not acquired");
         };
         assert_eq!(store.complete(&key, token, &response(b"old"), SHORT).await.unwrap(), Fence::Held);
@@ -87,7 +89,7 @@ async fn purging_while_claimers_take_over_never_loses_a_claim() {
     };
     let keys: Vec<StorageKey> = (0..32).map(|_| fresh_key()).collect();
     for key in &keys {
-        let Claim::Acquired { .. } = store.claim(key, &fingerprint("a"), SHORT).await.unwrap() else {
+        let Claim::Acquired { .. } = store.claim(key, &fingerprint("a"), SHORT, SHORT).await.unwrap() else {
             panic!("claim not acquired");
         };
     }
@@ -104,7 +106,7 @@ async fn purging_while_claimers_take_over_never_loses_a_claim() {
         .iter()
         .map(|key| {
             let (store, key) = (Arc::clone(&store), key.clone());
-            tokio::spawn(async move { store.claim(&key, &fingerprint("a"), LONG).await.expect("claim") })
+            tokio::spawn(async move { store.claim(&key, &fingerprint("a"), LONG, LONG).await.expect("claim") })
         })
         .collect();
     for claimer in claimers {
@@ -113,6 +115,6 @@ async fn purging_while_claimers_take_over_never_loses_a_claim() {
     purger.await.unwrap();
     // Every new claim survived the purges: the keys are in flight.
     for key in &keys {
-        assert!(matches!(store.claim(key, &fingerprint("a"), LONG).await.unwrap(), Claim::InFlight { .. }));
+        assert!(matches!(store.claim(key, &fingerprint("a"), LONG, LONG).await.unwrap(), Claim::InFlight { .. }));
     }
 }

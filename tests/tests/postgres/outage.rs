@@ -11,6 +11,7 @@ use idem_runtime::{PostgresStore, StoreError};
 use idem_tests::postgres_server::PostgresServer;
 
 const LEASE: Duration = Duration::from_secs(60);
+const TTL: Duration = Duration::from_secs(600);
 /// The pool's acquire timeout (3 s) plus scheduling margin.
 const FAIL_WITHIN: Duration = Duration::from_secs(6);
 
@@ -36,12 +37,12 @@ async fn operations_fail_fast_during_an_outage_and_recover_after() {
     store.migrate().await.expect("migrating");
 
     let done = fresh_key();
-    let Claim::Acquired { token } = store.claim(&done, &fingerprint("a"), LEASE).await.unwrap() else {
+    let Claim::Acquired { token } = store.claim(&done, &fingerprint("a"), LEASE, TTL).await.unwrap() else {
         panic!("claim not acquired");
     };
     assert_eq!(store.complete(&done, token, &response(b"before"), LEASE).await.unwrap(), Fence::Held);
     let running = fresh_key();
-    let Claim::Acquired { token: running_token } = store.claim(&running, &fingerprint("a"), LEASE).await.unwrap()
+    let Claim::Acquired { token: running_token } = store.claim(&running, &fingerprint("a"), LEASE, TTL).await.unwrap()
     else {
         panic!("claim not acquired");
     };
@@ -51,7 +52,7 @@ async fn operations_fail_fast_during_an_outage_and_recover_after() {
     let started = Instant::now();
     let (fresh, fp, during) = (fresh_key(), fingerprint("a"), response(b"during"));
     let (claim, complete, renew, get, release, purge) = tokio::join!(
-        store.claim(&fresh, &fp, LEASE),
+        store.claim(&fresh, &fp, LEASE, TTL),
         store.complete(&running, running_token, &during, LEASE),
         store.renew(&running, running_token, LEASE),
         store.get(&done),
@@ -69,7 +70,7 @@ async fn operations_fail_fast_during_an_outage_and_recover_after() {
 
     // One more, alone, after the pool has seen its connections die.
     let started = Instant::now();
-    let error = store.claim(&fresh, &fingerprint("a"), LEASE).await.unwrap_err();
+    let error = store.claim(&fresh, &fingerprint("a"), LEASE, TTL).await.unwrap_err();
     assert_outage_error("second claim", &error);
     assert!(started.elapsed() < FAIL_WITHIN, "took {:?}", started.elapsed());
     assert!(error.to_string().contains(&format!("127.0.0.1:{}", server.port())), "{error}");
@@ -77,10 +78,10 @@ async fn operations_fail_fast_during_an_outage_and_recover_after() {
     server.restart();
 
     // The same store, not rebuilt: the records survived the restart.
-    assert_eq!(store.claim(&done, &fingerprint("a"), LEASE).await.unwrap(), Claim::Replay(response(b"before")));
-    assert!(matches!(store.claim(&running, &fingerprint("a"), LEASE).await.unwrap(), Claim::InFlight { .. }));
+    assert_eq!(store.claim(&done, &fingerprint("a"), LEASE, TTL).await.unwrap(), Claim::Replay(response(b"before")));
+    assert!(matches!(store.claim(&running, &fingerprint("a"), LEASE, TTL).await.unwrap(), Claim::InFlight { .. }));
     assert_eq!(store.complete(&running, running_token, &response(b"after"), LEASE).await.unwrap(), Fence::Held);
-    assert_eq!(store.claim(&running, &fingerprint("a"), LEASE).await.unwrap(), Claim::Replay(response(b"after")));
-    assert!(matches!(store.claim(&fresh, &fingerprint("a"), LEASE).await.unwrap(), Claim::Acquired { .. }));
+    assert_eq!(store.claim(&running, &fingerprint("a"), LEASE, TTL).await.unwrap(), Claim::Replay(response(b"after")));
+    assert!(matches!(store.claim(&fresh, &fingerprint("a"), LEASE, TTL).await.unwrap(), Claim::Acquired { .. }));
     store.pool().close().await;
 }

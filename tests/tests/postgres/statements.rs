@@ -6,19 +6,20 @@
 //! (transaction control and utility statements included). Counting runs on
 //! a separate connection to another database, so it does not count itself.
 //! Expected: a replay is one statement, a first execution (claim, then
-//! complete) two.
+//! complete) two, a batch of renewals one.
 
 use std::time::Duration;
 
 use idem_runtime::PostgresStore;
 use idem_runtime::store::testing::{fingerprint, fresh_key, response};
-use idem_runtime::store::{Claim, Fence, Store};
+use idem_runtime::store::{Claim, Fence, Renewal, Store};
 use idem_tests::postgres_server::PostgresServer;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 const DATABASE: &str = "idem_statements";
 const LEASE: Duration = Duration::from_secs(60);
+const TTL: Duration = Duration::from_secs(600);
 
 /// The statements executed in [`DATABASE`] since the last reset, as
 /// (query text, calls), and their total.
@@ -68,7 +69,7 @@ async fn replay_is_one_statement_and_first_execution_two() {
 
     // Warm up: the pool's connection exists and has its statements prepared.
     let warm = fresh_key();
-    let Claim::Acquired { token } = store.claim(&warm, &fingerprint("warm"), LEASE).await.unwrap() else {
+    let Claim::Acquired { token } = store.claim(&warm, &fingerprint("warm"), LEASE, TTL).await.unwrap() else {
         panic!("warm-up claim not acquired");
     };
     assert_eq!(store.complete(&warm, token, &response(b"warm"), LEASE).await.unwrap(), Fence::Held);
@@ -79,7 +80,7 @@ async fn replay_is_one_statement_and_first_execution_two() {
 
     // First execution: claim, then complete.
     let key = fresh_key();
-    let Claim::Acquired { token } = store.claim(&key, &fingerprint("a"), LEASE).await.unwrap() else {
+    let Claim::Acquired { token } = store.claim(&key, &fingerprint("a"), LEASE, TTL).await.unwrap() else {
         panic!("first claim not acquired");
     };
     assert_eq!(store.complete(&key, token, &response(b"first"), LEASE).await.unwrap(), Fence::Held);
@@ -91,29 +92,40 @@ async fn replay_is_one_statement_and_first_execution_two() {
 
     // Replay: the claim alone, one statement, with the response in it.
     reset(&admin).await;
-    assert_eq!(store.claim(&key, &fingerprint("a"), LEASE).await.unwrap(), Claim::Replay(response(b"first")));
+    assert_eq!(store.claim(&key, &fingerprint("a"), LEASE, TTL).await.unwrap(), Claim::Replay(response(b"first")));
     let (statements, total) = executed(&admin).await;
     assert_eq!(total, 1, "replay: {statements:#?}");
 
     // Ten replays: ten statements, nothing extra per request.
     reset(&admin).await;
     for _ in 0..10 {
-        assert!(matches!(store.claim(&key, &fingerprint("a"), LEASE).await.unwrap(), Claim::Replay(_)));
+        assert!(matches!(store.claim(&key, &fingerprint("a"), LEASE, TTL).await.unwrap(), Claim::Replay(_)));
     }
     assert_eq!(executed(&admin).await.1, 10);
 
     // The other answers of a claim, and the fenced operations: one each.
     let busy = fresh_key();
-    let Claim::Acquired { token } = store.claim(&busy, &fingerprint("b"), LEASE).await.unwrap() else {
+    let Claim::Acquired { token } = store.claim(&busy, &fingerprint("b"), LEASE, TTL).await.unwrap() else {
         panic!("claim not acquired");
     };
-    for (name, operation) in [("in flight", 0), ("mismatch", 1), ("renew", 2), ("get", 3), ("release", 4)] {
+    let renewals = [
+        Renewal { key: busy.clone(), token, lease: LEASE },
+        Renewal { key: key.clone(), token, lease: LEASE },
+        Renewal { key: fresh_key(), token, lease: LEASE },
+    ];
+    let operations = [("in flight", 0), ("mismatch", 1), ("renew", 2), ("get", 3), ("renew many", 4), ("release", 5)];
+    for (name, operation) in operations {
         reset(&admin).await;
         match operation {
-            0 => assert!(matches!(store.claim(&busy, &fingerprint("b"), LEASE).await.unwrap(), Claim::InFlight { .. })),
-            1 => assert_eq!(store.claim(&busy, &fingerprint("c"), LEASE).await.unwrap(), Claim::Mismatch),
+            0 => assert!(matches!(
+                store.claim(&busy, &fingerprint("b"), LEASE, TTL).await.unwrap(),
+                Claim::InFlight { .. }
+            )),
+            1 => assert_eq!(store.claim(&busy, &fingerprint("c"), LEASE, TTL).await.unwrap(), Claim::Mismatch),
             2 => assert_eq!(store.renew(&busy, token, LEASE).await.unwrap(), Fence::Held),
             3 => assert!(store.get(&busy).await.unwrap().is_some()),
+            // A whole batch, on the renewals' own pool: one statement.
+            4 => assert_eq!(store.renew_many(&renewals).await.unwrap(), [Fence::Held, Fence::Lost, Fence::Lost]),
             _ => assert_eq!(store.release(&busy, token).await.unwrap(), Fence::Held),
         }
         let (statements, total) = executed(&admin).await;

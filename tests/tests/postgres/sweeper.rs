@@ -46,14 +46,16 @@ impl Table {
 }
 
 async fn acquire(store: &PostgresStore, key: &StorageKey, lease: Duration) -> FencingToken {
-    match store.claim(key, &fingerprint("a"), lease).await.expect("claim") {
+    // The record lives as long as its lease: a lapsed lease expires with it.
+    match store.claim(key, &fingerprint("a"), lease, lease).await.expect("claim") {
         Claim::Acquired { token } => token,
         other => panic!("expected acquired, got {other:?}"),
     }
 }
 
 /// Two live rows (completed, in flight) and `expired` rows that expire
-/// within [`SHORT`]: half lapsed leases, half completed with a short TTL.
+/// within [`SHORT`]: half in flight with a record TTL as short as their
+/// lease, half completed with a short TTL.
 async fn populate(store: &PostgresStore, expired: usize) -> (StorageKey, StorageKey) {
     let (completed, in_flight) = (fresh_key(), fresh_key());
     let token = acquire(store, &completed, LONG).await;
@@ -70,8 +72,8 @@ async fn populate(store: &PostgresStore, expired: usize) -> (StorageKey, Storage
 }
 
 async fn assert_live(store: &PostgresStore, (completed, in_flight): &(StorageKey, StorageKey)) {
-    assert_eq!(store.claim(completed, &fingerprint("a"), LONG).await.unwrap(), Claim::Replay(response(b"live")));
-    assert!(matches!(store.claim(in_flight, &fingerprint("a"), LONG).await.unwrap(), Claim::InFlight { .. }));
+    assert_eq!(store.claim(completed, &fingerprint("a"), LONG, LONG).await.unwrap(), Claim::Replay(response(b"live")));
+    assert!(matches!(store.claim(in_flight, &fingerprint("a"), LONG, LONG).await.unwrap(), Claim::InFlight { .. }));
 }
 
 #[tokio::test(flavor = "multi_thread")]

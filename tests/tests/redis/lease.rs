@@ -1,14 +1,20 @@
 //! A lease that runs out while its owner is paused (no renewals): a new
 //! claimer takes over, the old owner is fenced off, and the new owner's
-//! response is the one replayed.
+//! response is the one replayed. Renewals sent from a lease keeper's own
+//! runtime keep working while the application's runtime is stalled.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use idem_runtime::store::testing::{fingerprint, fresh_key, response};
-use idem_runtime::store::{Claim, Fence, RecordState, Store};
+use idem_runtime::store::{Claim, Fence, RecordState, Renewal, Store};
 use idem_tests::backend::redis_store;
 
 const LEASE: Duration = Duration::from_millis(400);
+const TTL: Duration = Duration::from_secs(60);
+/// The lease the keeper test renews: long enough that opening the renewal
+/// connection on a busy machine stays well within it; a renewal stuck
+/// behind the stalled runtime waits for the response timeout (2 s) instead.
+const KEEPER_LEASE: Duration = Duration::from_secs(1);
 
 fn acquired(claim: Claim) -> idem_runtime::store::FencingToken {
     match claim {
@@ -24,10 +30,10 @@ async fn paused_owner_loses_its_lease_to_a_new_claimer() {
     };
     let key = fresh_key();
     let request = fingerprint("charge 5 EUR");
-    let paused = acquired(store.claim(&key, &request, LEASE).await.unwrap());
+    let paused = acquired(store.claim(&key, &request, LEASE, TTL).await.unwrap());
 
     // While the lease lives, a retry is told to come back, not run.
-    match store.claim(&key, &request, LEASE).await.unwrap() {
+    match store.claim(&key, &request, LEASE, TTL).await.unwrap() {
         Claim::InFlight { retry_after } => assert!(retry_after <= LEASE && !retry_after.is_zero(), "{retry_after:?}"),
         other => panic!("expected in flight, got {other:?}"),
     }
@@ -35,7 +41,7 @@ async fn paused_owner_loses_its_lease_to_a_new_claimer() {
     // The owner stalls (a GC pause, a stuck call) and renews nothing; the
     // lease runs out on the Redis server's clock.
     tokio::time::sleep(LEASE + Duration::from_millis(400)).await;
-    let successor = acquired(store.claim(&key, &request, Duration::from_secs(30)).await.unwrap());
+    let successor = acquired(store.claim(&key, &request, Duration::from_secs(30), TTL).await.unwrap());
     assert_ne!(paused, successor);
 
     // The paused owner wakes up: everything it tries is refused.
@@ -50,9 +56,9 @@ async fn paused_owner_loses_its_lease_to_a_new_claimer() {
     // The successor completes, and its response is what retries get back.
     let stored = response(b"successor");
     assert_eq!(store.complete(&key, successor, &stored, Duration::from_secs(60)).await.unwrap(), Fence::Held);
-    assert_eq!(store.claim(&key, &request, LEASE).await.unwrap(), Claim::Replay(stored.clone()));
+    assert_eq!(store.claim(&key, &request, LEASE, TTL).await.unwrap(), Claim::Replay(stored.clone()));
     assert_eq!(store.complete(&key, paused, &response(b"paused"), Duration::from_secs(60)).await.unwrap(), Fence::Lost);
-    assert_eq!(store.claim(&key, &request, LEASE).await.unwrap(), Claim::Replay(stored));
+    assert_eq!(store.claim(&key, &request, LEASE, TTL).await.unwrap(), Claim::Replay(stored));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -63,16 +69,64 @@ async fn an_in_flight_record_stripped_of_its_expiry_cannot_hold_its_key_forever(
     };
     let key = fresh_key();
     let request = fingerprint("charge 5 EUR");
-    acquired(store.claim(&key, &request, LEASE).await.unwrap());
+    acquired(store.claim(&key, &request, LEASE, TTL).await.unwrap());
     // An operator (or a restore) removes the expiry of the in-flight record.
     let mut raw = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
-    let persisted: i64 = redis::cmd("PERSIST").arg(store.record_key(&key)).query_async(&mut raw).await.unwrap();
+    let record = store.record_key(&key);
+    let persisted: i64 = redis::cmd("PERSIST").arg(&record).query_async(&mut raw).await.unwrap();
     assert_eq!(persisted, 1);
-    // The next claim gives it one more lease instead of a 409 forever.
-    match store.claim(&key, &request, LEASE).await.unwrap() {
+    // The next claim, even a refused one, gives the record an expiry again
+    // (that claim's TTL), so its fingerprint cannot hold the key forever.
+    assert_eq!(store.claim(&key, &fingerprint("another"), LEASE, TTL).await.unwrap(), Claim::Mismatch);
+    let ttl_ms: i64 = redis::cmd("PTTL").arg(&record).query_async(&mut raw).await.unwrap();
+    assert!(ttl_ms > 0 && ttl_ms <= TTL.as_millis() as i64, "PTTL {ttl_ms}");
+    // The lease, a field of the record, still runs out on its own.
+    match store.claim(&key, &request, LEASE, TTL).await.unwrap() {
         Claim::InFlight { retry_after } => assert!(retry_after <= LEASE && !retry_after.is_zero(), "{retry_after:?}"),
         other => panic!("expected in flight, got {other:?}"),
     }
     tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
-    acquired(store.claim(&key, &request, LEASE).await.unwrap());
+    acquired(store.claim(&key, &request, LEASE, TTL).await.unwrap());
+}
+
+/// The lease keeper renews from a thread and a runtime of its own. Its
+/// batches go through a connection of their own, opened on its runtime, so
+/// they keep a lease alive while the runtime that built the store (an
+/// application worker, blocked by a handler) does not run at all; through
+/// the application's connection they would wait for that runtime, and time
+/// out.
+#[test]
+fn keeper_renewals_do_not_wait_for_a_stalled_application_runtime() {
+    let test = "keeper_renewals_do_not_wait_for_a_stalled_application_runtime";
+    let app = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let Some(store) = app.block_on(redis_store(test)) else {
+        return;
+    };
+    let (key, request) = (fresh_key(), fingerprint("a long handler"));
+    let token = app.block_on(async { acquired(store.claim(&key, &request, KEEPER_LEASE, TTL).await.unwrap()) });
+    // From now on nothing drives `app`, as if its only thread were blocked.
+    let keeper = {
+        let renewals = [Renewal { key: key.clone(), token, lease: KEEPER_LEASE }];
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                let until = Instant::now() + 3 * KEEPER_LEASE;
+                while Instant::now() < until {
+                    let sent = Instant::now();
+                    assert_eq!(store.renew_many(&renewals).await.unwrap(), [Fence::Held]);
+                    assert!(sent.elapsed() < KEEPER_LEASE / 2, "a renewal took {:?}", sent.elapsed());
+                    tokio::time::sleep(KEEPER_LEASE / 4).await;
+                }
+            });
+        })
+    };
+    keeper.join().expect("the keeper's renewals");
+    app.block_on(async {
+        match store.claim(&key, &request, KEEPER_LEASE, TTL).await.unwrap() {
+            Claim::InFlight { retry_after } => assert!(!retry_after.is_zero()),
+            other => panic!("the lease should have been kept alive, got {other:?}"),
+        }
+        assert_eq!(store.complete(&key, token, &response(b"done"), TTL).await.unwrap(), Fence::Held);
+    });
 }

@@ -11,6 +11,7 @@ use idem_runtime::{RedisStore, StoreError};
 use idem_tests::redis_server::RedisServer;
 
 const LEASE: Duration = Duration::from_secs(30);
+const TTL: Duration = Duration::from_secs(600);
 /// How long an operation may take to fail while Redis is down.
 const FAIL_WITHIN: Duration = Duration::from_secs(5);
 /// How long the store may take to work again once Redis is back.
@@ -38,26 +39,26 @@ async fn store_fails_fast_while_redis_is_down_and_recovers_after() {
     };
     let store = RedisStore::connect(&server.url()).await.expect("connecting the store");
     let (key, request) = (fresh_key(), fingerprint("before the outage"));
-    let token = match store.claim(&key, &request, LEASE).await.unwrap() {
+    let token = match store.claim(&key, &request, LEASE, TTL).await.unwrap() {
         Claim::Acquired { token } => token,
         other => panic!("expected the key to be acquired, got {other:?}"),
     };
 
     server.stop();
     let down = fresh_key();
-    fails_fast("claim", store.claim(&down, &request, LEASE)).await;
+    fails_fast("claim", store.claim(&down, &request, LEASE, TTL)).await;
     fails_fast("renew", store.renew(&key, token, LEASE)).await;
     fails_fast("complete", store.complete(&key, token, &response(b"lost"), LEASE)).await;
     fails_fast("release", store.release(&key, token)).await;
     fails_fast("get", store.get(&key)).await;
     // Still failing, still fast, on a later attempt (no growing backoff).
-    fails_fast("claim again", store.claim(&down, &request, LEASE)).await;
+    fails_fast("claim again", store.claim(&down, &request, LEASE, TTL)).await;
 
     server.restart();
     let (key, request) = (fresh_key(), fingerprint("after the outage"));
     let started = Instant::now();
     let token = loop {
-        match store.claim(&key, &request, LEASE).await {
+        match store.claim(&key, &request, LEASE, TTL).await {
             Ok(Claim::Acquired { token }) => break token,
             Ok(other) => panic!("expected the key to be acquired, got {other:?}"),
             Err(error) => {
@@ -70,7 +71,7 @@ async fn store_fails_fast_while_redis_is_down_and_recovers_after() {
     // reloads them, and every operation works on the same store.
     assert_eq!(store.renew(&key, token, LEASE).await.unwrap(), Fence::Held);
     assert_eq!(store.complete(&key, token, &response(b"ok"), LEASE).await.unwrap(), Fence::Held);
-    assert_eq!(store.claim(&key, &request, LEASE).await.unwrap(), Claim::Replay(response(b"ok")));
+    assert_eq!(store.claim(&key, &request, LEASE, TTL).await.unwrap(), Claim::Replay(response(b"ok")));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -98,7 +99,7 @@ async fn a_hung_server_times_out_and_the_connection_survives() {
     // response timeout can end the wait.
     server.freeze();
     let started = Instant::now();
-    let outcome = tokio::time::timeout(FAIL_WITHIN * 2, store.claim(&key, &request, LEASE)).await;
+    let outcome = tokio::time::timeout(FAIL_WITHIN * 2, store.claim(&key, &request, LEASE, TTL)).await;
     let elapsed = started.elapsed();
     server.thaw();
     match outcome {
@@ -114,11 +115,11 @@ async fn a_hung_server_times_out_and_the_connection_survives() {
     // The claim that timed out reached the server and ran once it woke up:
     // an ambiguous failure, which the lease resolves. Later replies are not
     // confused with the late one.
-    match store.claim(&key, &request, LEASE).await.unwrap() {
+    match store.claim(&key, &request, LEASE, TTL).await.unwrap() {
         Claim::InFlight { retry_after } => assert!(retry_after > LEASE - Duration::from_secs(10), "{retry_after:?}"),
         other => panic!("expected the timed-out claim to hold the key, got {other:?}"),
     }
     let key = fresh_key();
-    assert!(matches!(store.claim(&key, &request, LEASE).await.unwrap(), Claim::Acquired { .. }));
-    assert_eq!(store.claim(&key, &fingerprint("other"), LEASE).await.unwrap(), Claim::Mismatch);
+    assert!(matches!(store.claim(&key, &request, LEASE, TTL).await.unwrap(), Claim::Acquired { .. }));
+    assert_eq!(store.claim(&key, &fingerprint("other"), LEASE, TTL).await.unwrap(), Claim::Mismatch);
 }

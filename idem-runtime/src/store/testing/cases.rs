@@ -1,4 +1,4 @@
-//! Single-client conformance cases.
+//! Single-client conformance cases: claims, completion, replay, expiry.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,10 +12,15 @@ use crate::store::{
 
 /// A lease long enough never to run out during a case.
 pub(crate) const LONG: Duration = Duration::from_secs(60);
-/// A lease short enough to run out within a case.
+/// A record TTL longer than [`LONG`], so that a case can tell the two apart.
+pub(crate) const TTL: Duration = Duration::from_secs(600);
+/// A lease or TTL short enough to run out within a case.
 pub(crate) const SHORT: Duration = Duration::from_millis(300);
-/// Long enough for a [`SHORT`] lease to have run out, with margin.
+/// Long enough for a [`SHORT`] lease or TTL to have run out, with margin.
 pub(crate) const PAST_SHORT: Duration = Duration::from_millis(700);
+/// Slack allowed between a duration asked for and the time left a store
+/// reports (round trips, a slow machine).
+pub(crate) const SLACK: Duration = Duration::from_secs(5);
 
 /// A fresh storage key that no other case (or run) uses.
 pub fn fresh_key() -> StorageKey {
@@ -49,45 +54,73 @@ pub fn response(body: &'static [u8]) -> StoredResponse {
     }
 }
 
-pub(crate) async fn acquire(store: &dyn Store, key: &StorageKey, fp: &Fingerprint, lease: Duration) -> FencingToken {
-    match store.claim(key, fp, lease, std::time::Duration::from_secs(3600)).await.expect("claim") {
+/// Claims `key` with a `lease` and a record TTL of `ttl`; panics unless the
+/// claim acquired the key.
+pub(crate) async fn acquire(
+    store: &dyn Store,
+    key: &StorageKey,
+    fp: &Fingerprint,
+    lease: Duration,
+    ttl: Duration,
+) -> FencingToken {
+    match store.claim(key, fp, lease, ttl).await.expect("claim") {
         Claim::Acquired { token } => token,
         other => panic!("expected the key to be acquired, got {other:?}"),
     }
 }
 
-/// A free key is acquired, and the record is in flight under that token.
+/// Whether `left` is what a store should report right after asking for `asked`.
+pub(crate) fn close_to(left: Duration, asked: Duration) -> bool {
+    left <= asked && left > asked.saturating_sub(SLACK)
+}
+
+/// A free key is acquired; the record is in flight under that token, its
+/// lease and its TTL counted separately.
 pub async fn claim_acquires_a_free_key(store: Arc<dyn Store>) {
     let key = fresh_key();
     assert_eq!(store.get(&key).await.unwrap(), None);
-    let token = acquire(&*store, &key, &fingerprint("a"), LONG).await;
+    let token = acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
     let record = store.get(&key).await.unwrap().expect("a record after claim");
     assert_eq!(record.fingerprint, fingerprint("a"));
     match record.state {
-        RecordState::InFlight { token: held, lease_left, .. } => {
+        RecordState::InFlight { token: held, lease_left, ttl_left } => {
             assert_eq!(held, token);
-            assert!(lease_left <= LONG && lease_left > LONG - Duration::from_secs(5), "{lease_left:?}");
+            assert!(close_to(lease_left, LONG), "{lease_left:?}");
+            assert!(close_to(ttl_left, TTL), "{ttl_left:?}");
         }
         other => panic!("expected in flight, got {other:?}"),
     }
 }
 
+/// A claim whose lease outlasts its TTL keeps the record for the lease.
+pub async fn record_lives_at_least_as_long_as_its_lease(store: Arc<dyn Store>) {
+    let key = fresh_key();
+    acquire(&*store, &key, &fingerprint("a"), LONG, SHORT).await;
+    tokio::time::sleep(PAST_SHORT).await;
+    match store.get(&key).await.unwrap().expect("the record outlives its TTL while leased").state {
+        RecordState::InFlight { lease_left, ttl_left, .. } => {
+            assert!(close_to(lease_left, LONG), "{lease_left:?}");
+            assert!(ttl_left >= lease_left && close_to(ttl_left, LONG), "{ttl_left:?} < {lease_left:?}");
+        }
+        other => panic!("expected in flight, got {other:?}"),
+    }
+    assert!(matches!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::InFlight { .. }));
+}
+
 /// A completed key replays the stored response, headers in order.
 pub async fn completed_key_replays_byte_for_byte(store: Arc<dyn Store>) {
     let key = fresh_key();
-    let token = acquire(&*store, &key, &fingerprint("a"), LONG).await;
+    let token = acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
     let stored = response(b"{\"id\":1}\n\x00\xff");
     assert_eq!(store.complete(&key, token, &stored, LONG).await.unwrap(), Fence::Held);
     for _ in 0..3 {
-        assert_eq!(
-            store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
-            Claim::Replay(stored.clone())
-        );
+        assert_eq!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::Replay(stored.clone()));
     }
     match store.get(&key).await.unwrap().expect("record").state {
         RecordState::Completed { response, ttl_left } => {
             assert_eq!(response, stored);
-            assert!(ttl_left <= LONG && ttl_left > LONG - Duration::from_secs(5), "{ttl_left:?}");
+            // The completion's TTL, not the claim's.
+            assert!(close_to(ttl_left, LONG), "{ttl_left:?}");
         }
         other => panic!("expected completed, got {other:?}"),
     }
@@ -96,27 +129,20 @@ pub async fn completed_key_replays_byte_for_byte(store: Arc<dyn Store>) {
 /// A completed key refuses a request with another fingerprint.
 pub async fn completed_key_refuses_another_fingerprint(store: Arc<dyn Store>) {
     let key = fresh_key();
-    let token = acquire(&*store, &key, &fingerprint("a"), LONG).await;
+    let token = acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
     assert_eq!(store.complete(&key, token, &response(b"a"), LONG).await.unwrap(), Fence::Held);
-    assert_eq!(
-        store.claim(&key, &fingerprint("b"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
-        Claim::Mismatch
-    );
+    assert_eq!(store.claim(&key, &fingerprint("b"), LONG, TTL).await.unwrap(), Claim::Mismatch);
     // The refusal changed nothing.
-    assert_eq!(
-        store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
-        Claim::Replay(response(b"a"))
-    );
+    assert_eq!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::Replay(response(b"a")));
 }
 
 /// The same request in flight is reported with the lease's time left.
 pub async fn in_flight_key_reports_time_left(store: Arc<dyn Store>) {
     let key = fresh_key();
-    acquire(&*store, &key, &fingerprint("a"), LONG).await;
-    match store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap() {
-        Claim::InFlight { retry_after } => {
-            assert!(retry_after <= LONG && retry_after > LONG - Duration::from_secs(5), "{retry_after:?}");
-        }
+    acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
+    match store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap() {
+        // The lease's time, not the record's.
+        Claim::InFlight { retry_after } => assert!(close_to(retry_after, LONG), "{retry_after:?}"),
         other => panic!("expected in flight, got {other:?}"),
     }
 }
@@ -124,157 +150,43 @@ pub async fn in_flight_key_reports_time_left(store: Arc<dyn Store>) {
 /// Another request for an in-flight key is a mismatch, not a wait.
 pub async fn in_flight_key_refuses_another_fingerprint(store: Arc<dyn Store>) {
     let key = fresh_key();
-    acquire(&*store, &key, &fingerprint("a"), LONG).await;
-    assert_eq!(
-        store.claim(&key, &fingerprint("b"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
-        Claim::Mismatch
-    );
-}
-
-/// Once a lease runs out, the next claimer takes over with a new token.
-pub async fn expired_lease_can_be_taken_over(store: Arc<dyn Store>) {
-    let key = fresh_key();
-    let first = acquire(&*store, &key, &fingerprint("a"), SHORT).await;
-    assert!(matches!(
-        store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
-        Claim::InFlight { .. }
-    ));
-    tokio::time::sleep(PAST_SHORT).await;
-    let second = acquire(&*store, &key, &fingerprint("a"), LONG).await;
-    assert_ne!(first, second);
-}
-
-/// After a takeover the old owner can neither complete nor release, and the
-/// new owner's work is what gets replayed.
-pub async fn stale_owner_can_neither_complete_nor_release(store: Arc<dyn Store>) {
-    let key = fresh_key();
-    let stale = acquire(&*store, &key, &fingerprint("a"), SHORT).await;
-    tokio::time::sleep(PAST_SHORT).await;
-    let owner = acquire(&*store, &key, &fingerprint("a"), LONG).await;
-    assert_eq!(store.complete(&key, stale, &response(b"stale"), LONG).await.unwrap(), Fence::Lost);
-    assert_eq!(store.release(&key, stale).await.unwrap(), Fence::Lost);
-    assert_eq!(store.renew(&key, stale, LONG).await.unwrap(), Fence::Lost);
-    match store.get(&key).await.unwrap().expect("record").state {
-        RecordState::InFlight { token, .. } => assert_eq!(token, owner),
-        other => panic!("the stale owner changed the record: {other:?}"),
-    }
-    assert_eq!(store.complete(&key, owner, &response(b"owner"), LONG).await.unwrap(), Fence::Held);
-    assert_eq!(
-        store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
-        Claim::Replay(response(b"owner"))
-    );
-}
-
-/// Ownership ends with the lease, even when nobody has claimed the key since.
-pub async fn expired_owner_without_successor_is_refused(store: Arc<dyn Store>) {
-    let key = fresh_key();
-    let token = acquire(&*store, &key, &fingerprint("a"), SHORT).await;
-    tokio::time::sleep(PAST_SHORT).await;
-    assert_eq!(store.complete(&key, token, &response(b"late"), LONG).await.unwrap(), Fence::Lost);
-    assert_eq!(store.get(&key).await.unwrap(), None);
-    acquire(&*store, &key, &fingerprint("a"), LONG).await;
-}
-
-/// Renewing keeps a short lease alive far past its first expiry.
-pub async fn renew_keeps_the_lease_alive(store: Arc<dyn Store>) {
-    let key = fresh_key();
-    let token = acquire(&*store, &key, &fingerprint("a"), SHORT).await;
-    for _ in 0..8 {
-        tokio::time::sleep(SHORT / 3).await;
-        assert_eq!(store.renew(&key, token, SHORT).await.unwrap(), Fence::Held);
-        assert!(matches!(
-            store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
-            Claim::InFlight { .. }
-        ));
-    }
-    assert_eq!(store.renew(&key, token, LONG).await.unwrap(), Fence::Held);
-    match store.get(&key).await.unwrap().expect("record").state {
-        RecordState::InFlight { lease_left, .. } => assert!(lease_left > LONG - Duration::from_secs(5)),
-        other => panic!("expected in flight, got {other:?}"),
-    }
-    assert_eq!(store.complete(&key, token, &response(b"done"), LONG).await.unwrap(), Fence::Held);
-}
-
-/// A lease that ran out cannot be renewed back into life.
-pub async fn stale_owner_cannot_renew(store: Arc<dyn Store>) {
-    let key = fresh_key();
-    let token = acquire(&*store, &key, &fingerprint("a"), SHORT).await;
-    tokio::time::sleep(PAST_SHORT).await;
-    assert_eq!(store.renew(&key, token, LONG).await.unwrap(), Fence::Lost);
-    assert_eq!(store.get(&key).await.unwrap(), None);
-}
-
-/// Release frees the key at once; a second release is refused.
-pub async fn release_frees_the_key(store: Arc<dyn Store>) {
-    let key = fresh_key();
-    let token = acquire(&*store, &key, &fingerprint("a"), LONG).await;
-    assert_eq!(store.release(&key, token).await.unwrap(), Fence::Held);
-    assert_eq!(store.get(&key).await.unwrap(), None);
-    assert_eq!(store.release(&key, token).await.unwrap(), Fence::Lost);
-    // Released, so another request may use the key now.
-    let next = acquire(&*store, &key, &fingerprint("b"), LONG).await;
-    assert_ne!(next, token);
-}
-
-/// A token that was never handed out owns nothing.
-pub async fn forged_token_is_refused(store: Arc<dyn Store>) {
-    let key = fresh_key();
-    acquire(&*store, &key, &fingerprint("a"), LONG).await;
-    let forged = FencingToken::generate();
-    assert_eq!(store.renew(&key, forged, LONG).await.unwrap(), Fence::Lost);
-    assert_eq!(store.complete(&key, forged, &response(b"x"), LONG).await.unwrap(), Fence::Lost);
-    assert_eq!(store.release(&key, forged).await.unwrap(), Fence::Lost);
-    assert!(matches!(
-        store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
-        Claim::InFlight { .. }
-    ));
-    // Fenced operations on a key that does not exist are refused too.
-    let missing = fresh_key();
-    assert_eq!(store.complete(&missing, forged, &response(b"x"), LONG).await.unwrap(), Fence::Lost);
-    assert_eq!(store.get(&missing).await.unwrap(), None);
+    acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
+    assert_eq!(store.claim(&key, &fingerprint("b"), LONG, TTL).await.unwrap(), Claim::Mismatch);
 }
 
 /// A completed record cannot be completed again, renewed or released.
 pub async fn completion_is_final(store: Arc<dyn Store>) {
     let key = fresh_key();
-    let token = acquire(&*store, &key, &fingerprint("a"), LONG).await;
+    let token = acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
     assert_eq!(store.complete(&key, token, &response(b"first"), LONG).await.unwrap(), Fence::Held);
     assert_eq!(store.complete(&key, token, &response(b"second"), LONG).await.unwrap(), Fence::Lost);
     assert_eq!(store.renew(&key, token, LONG).await.unwrap(), Fence::Lost);
     assert_eq!(store.release(&key, token).await.unwrap(), Fence::Lost);
-    assert_eq!(
-        store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
-        Claim::Replay(response(b"first"))
-    );
+    assert_eq!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::Replay(response(b"first")));
 }
 
 /// A completed record lives for its TTL, then the key is free again.
 pub async fn completed_record_expires_after_ttl(store: Arc<dyn Store>) {
     let key = fresh_key();
-    let token = acquire(&*store, &key, &fingerprint("a"), LONG).await;
+    let token = acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
     assert_eq!(store.complete(&key, token, &response(b"a"), SHORT).await.unwrap(), Fence::Held);
-    assert_eq!(
-        store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
-        Claim::Replay(response(b"a"))
-    );
+    assert_eq!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::Replay(response(b"a")));
     tokio::time::sleep(PAST_SHORT).await;
     assert_eq!(store.get(&key).await.unwrap(), None);
-    acquire(&*store, &key, &fingerprint("b"), LONG).await;
+    acquire(&*store, &key, &fingerprint("b"), LONG, TTL).await;
 }
 
 /// Operations on one key never touch another.
 pub async fn keys_are_independent(store: Arc<dyn Store>) {
     let (one, two) = (fresh_key(), fresh_key());
-    let token_one = acquire(&*store, &one, &fingerprint("a"), LONG).await;
-    let token_two = acquire(&*store, &two, &fingerprint("a"), LONG).await;
+    let token_one = acquire(&*store, &one, &fingerprint("a"), LONG, TTL).await;
+    let token_two = acquire(&*store, &two, &fingerprint("a"), LONG, TTL).await;
     assert_eq!(store.complete(&two, token_one, &response(b"x"), LONG).await.unwrap(), Fence::Lost);
     assert_eq!(store.complete(&one, token_one, &response(b"one"), LONG).await.unwrap(), Fence::Held);
     assert_eq!(store.release(&two, token_two).await.unwrap(), Fence::Held);
-    assert_eq!(
-        store.claim(&one, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
-        Claim::Replay(response(b"one"))
-    );
-    assert_eq!(store.get(&two).await.unwrap(), None);
+    assert_eq!(store.claim(&one, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::Replay(response(b"one")));
+    let released = store.get(&two).await.unwrap().expect("a tombstone");
+    assert!(matches!(released.state, RecordState::Released { .. }), "{released:?}");
 }
 
 /// Bodies of every byte value and a few hundred KiB replay exactly.
@@ -286,31 +198,32 @@ pub async fn large_binary_bodies_round_trip(store: Arc<dyn Store>) {
         headers: vec![("set-trace".into(), vec![0x80, b'a', 0xfe])],
         body: Bytes::from(body),
     };
-    let token = acquire(&*store, &key, &fingerprint("a"), LONG).await;
+    let token = acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
     assert_eq!(store.complete(&key, token, &stored, LONG).await.unwrap(), Fence::Held);
-    assert_eq!(
-        store.claim(&key, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
-        Claim::Replay(stored)
-    );
+    assert_eq!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::Replay(stored));
 }
 
-/// Purging removes nothing that is still alive.
+/// Purging removes records past their TTL and nothing else: not a live
+/// response, a running request, a tombstone or a lapsed lease.
 pub async fn purge_keeps_live_records(store: Arc<dyn Store>) {
-    let (live, in_flight, expired) = (fresh_key(), fresh_key(), fresh_key());
-    let token = acquire(&*store, &live, &fingerprint("a"), LONG).await;
+    let (live, in_flight, released, lapsed) = (fresh_key(), fresh_key(), fresh_key(), fresh_key());
+    let (expired, expired_lease) = (fresh_key(), fresh_key());
+    let token = acquire(&*store, &live, &fingerprint("a"), LONG, TTL).await;
     assert_eq!(store.complete(&live, token, &response(b"live"), LONG).await.unwrap(), Fence::Held);
-    acquire(&*store, &in_flight, &fingerprint("a"), LONG).await;
-    let token = acquire(&*store, &expired, &fingerprint("a"), LONG).await;
+    acquire(&*store, &in_flight, &fingerprint("a"), LONG, TTL).await;
+    let token = acquire(&*store, &released, &fingerprint("a"), LONG, TTL).await;
+    assert_eq!(store.release(&released, token).await.unwrap(), Fence::Held);
+    acquire(&*store, &lapsed, &fingerprint("a"), SHORT, TTL).await;
+    let token = acquire(&*store, &expired, &fingerprint("a"), LONG, TTL).await;
     assert_eq!(store.complete(&expired, token, &response(b"old"), SHORT).await.unwrap(), Fence::Held);
+    acquire(&*store, &expired_lease, &fingerprint("a"), SHORT, SHORT).await;
     tokio::time::sleep(PAST_SHORT).await;
     while store.purge_expired(1000).await.unwrap() > 0 {}
-    assert_eq!(
-        store.claim(&live, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
-        Claim::Replay(response(b"live"))
-    );
-    assert!(matches!(
-        store.claim(&in_flight, &fingerprint("a"), LONG, std::time::Duration::from_secs(3600)).await.unwrap(),
-        Claim::InFlight { .. }
-    ));
+    assert_eq!(store.claim(&live, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::Replay(response(b"live")));
+    assert!(matches!(store.claim(&in_flight, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::InFlight { .. }));
+    for kept in [&released, &lapsed] {
+        assert_eq!(store.claim(kept, &fingerprint("b"), LONG, TTL).await.unwrap(), Claim::Mismatch);
+    }
     assert_eq!(store.get(&expired).await.unwrap(), None);
+    assert_eq!(store.get(&expired_lease).await.unwrap(), None);
 }

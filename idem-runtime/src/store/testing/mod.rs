@@ -22,20 +22,31 @@
 //! run in parallel.
 
 mod cases;
+mod leases;
 mod race;
+mod tombstones;
 
 use std::future::Future;
 use std::sync::Arc;
 
 pub use self::cases::{
     claim_acquires_a_free_key, completed_key_refuses_another_fingerprint, completed_key_replays_byte_for_byte,
-    completed_record_expires_after_ttl, completion_is_final, expired_lease_can_be_taken_over,
-    expired_owner_without_successor_is_refused, fingerprint, forged_token_is_refused, fresh_key,
+    completed_record_expires_after_ttl, completion_is_final, fingerprint, fresh_key,
     in_flight_key_refuses_another_fingerprint, in_flight_key_reports_time_left, keys_are_independent,
-    large_binary_bodies_round_trip, purge_keeps_live_records, release_frees_the_key, renew_keeps_the_lease_alive,
-    response, stale_owner_can_neither_complete_nor_release, stale_owner_cannot_renew,
+    large_binary_bodies_round_trip, purge_keeps_live_records, record_lives_at_least_as_long_as_its_lease, response,
 };
-pub use self::race::{CLAIMERS, concurrent_claims_after_completion_all_replay, sixty_four_claimers_one_winner};
+pub use self::leases::{
+    expired_lease_can_be_taken_over, expired_owner_without_successor_is_refused, forged_token_is_refused,
+    renew_extends_a_record_past_its_ttl, renew_keeps_the_lease_alive, renew_many_answers_each_lease,
+    stale_owner_can_neither_complete_nor_release, stale_owner_cannot_renew,
+};
+pub use self::race::{
+    CLAIMERS, concurrent_claims_after_completion_all_replay, sixty_four_claimers_one_winner,
+    sixty_four_claimers_take_over_a_tombstone_once,
+};
+pub use self::tombstones::{
+    lapsed_lease_keeps_its_fingerprint, record_outlives_a_lapsed_lease_until_its_ttl, release_leaves_a_tombstone,
+};
 /// Instantiates the whole conformance suite as `#[test]` functions; see the
 /// [module documentation](self).
 #[doc(inline)]
@@ -76,6 +87,7 @@ macro_rules! __store_conformance_tests {
     ($make:path) => {
         $crate::__store_conformance_tests!(@cases $make;
             claim_acquires_a_free_key,
+            record_lives_at_least_as_long_as_its_lease,
             completed_key_replays_byte_for_byte,
             completed_key_refuses_another_fingerprint,
             in_flight_key_reports_time_left,
@@ -83,9 +95,13 @@ macro_rules! __store_conformance_tests {
             expired_lease_can_be_taken_over,
             stale_owner_can_neither_complete_nor_release,
             expired_owner_without_successor_is_refused,
+            lapsed_lease_keeps_its_fingerprint,
+            record_outlives_a_lapsed_lease_until_its_ttl,
             renew_keeps_the_lease_alive,
+            renew_extends_a_record_past_its_ttl,
             stale_owner_cannot_renew,
-            release_frees_the_key,
+            renew_many_answers_each_lease,
+            release_leaves_a_tombstone,
             forged_token_is_refused,
             completion_is_final,
             completed_record_expires_after_ttl,
@@ -93,6 +109,7 @@ macro_rules! __store_conformance_tests {
             large_binary_bodies_round_trip,
             purge_keeps_live_records,
             sixty_four_claimers_one_winner,
+            sixty_four_claimers_take_over_a_tombstone_once,
             concurrent_claims_after_completion_all_replay,
         );
     };

@@ -4,23 +4,20 @@ use std::sync::Arc;
 
 use tokio::sync::Barrier;
 
-use super::cases::{LONG, acquire, fingerprint, fresh_key, response};
-use crate::store::{Claim, Fence, Store};
+use super::cases::{LONG, TTL, acquire, fingerprint, fresh_key, response};
+use crate::store::{Claim, Fence, StorageKey, Store};
 
 /// How many tasks race for one key.
 pub const CLAIMERS: usize = 64;
 
-async fn race(store: &Arc<dyn Store>, key: &crate::store::StorageKey) -> Vec<Claim> {
+async fn race(store: &Arc<dyn Store>, key: &StorageKey) -> Vec<Claim> {
     let barrier = Arc::new(Barrier::new(CLAIMERS));
     let tasks: Vec<_> = (0..CLAIMERS)
         .map(|_| {
             let (store, key, barrier) = (Arc::clone(store), key.clone(), Arc::clone(&barrier));
             tokio::spawn(async move {
                 barrier.wait().await;
-                store
-                    .claim(&key, &fingerprint("race"), LONG, std::time::Duration::from_secs(3600))
-                    .await
-                    .expect("claim")
+                store.claim(&key, &fingerprint("race"), LONG, TTL).await.expect("claim")
             })
         })
         .collect();
@@ -31,21 +28,32 @@ async fn race(store: &Arc<dyn Store>, key: &crate::store::StorageKey) -> Vec<Cla
     claims
 }
 
-/// 64 tasks claim one free key at once: exactly one wins, the others see
-/// the winner's request in flight.
-pub async fn sixty_four_claimers_one_winner(store: Arc<dyn Store>) {
-    let key = fresh_key();
-    let claims = race(&store, &key).await;
+fn assert_one_winner(claims: &[Claim]) {
     let winners = claims.iter().filter(|c| matches!(c, Claim::Acquired { .. })).count();
     let in_flight = claims.iter().filter(|c| matches!(c, Claim::InFlight { .. })).count();
     assert_eq!(winners, 1, "exactly one claimer may win: {claims:?}");
-    assert_eq!(in_flight, CLAIMERS - 1, "{claims:?}");
+    assert_eq!(in_flight, CLAIMERS - 1, "the others see the winner in flight: {claims:?}");
+}
+
+/// 64 tasks claim one free key at once: exactly one wins, the others see
+/// the winner's request in flight.
+pub async fn sixty_four_claimers_one_winner(store: Arc<dyn Store>) {
+    assert_one_winner(&race(&store, &fresh_key()).await);
+}
+
+/// 64 tasks claim a released key at once with its own request: exactly one
+/// takes the tombstone over.
+pub async fn sixty_four_claimers_take_over_a_tombstone_once(store: Arc<dyn Store>) {
+    let key = fresh_key();
+    let token = acquire(&*store, &key, &fingerprint("race"), LONG, TTL).await;
+    assert_eq!(store.release(&key, token).await.unwrap(), Fence::Held);
+    assert_one_winner(&race(&store, &key).await);
 }
 
 /// 64 tasks claim a completed key at once: every one gets the replay.
 pub async fn concurrent_claims_after_completion_all_replay(store: Arc<dyn Store>) {
     let key = fresh_key();
-    let token = acquire(&*store, &key, &fingerprint("race"), LONG).await;
+    let token = acquire(&*store, &key, &fingerprint("race"), LONG, TTL).await;
     assert_eq!(store.complete(&key, token, &response(b"done"), LONG).await.unwrap(), Fence::Held);
     let claims = race(&store, &key).await;
     assert!(claims.iter().all(|c| *c == Claim::Replay(response(b"done"))), "{claims:?}");

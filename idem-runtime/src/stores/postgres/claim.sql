@@ -1,29 +1,37 @@
--- Claim, one statement. $1 key, $2 fingerprint, $3 new token, $4 lease.
+-- Claim, one statement. $1 key, $2 fingerprint, $3 new token, $4 lease,
+-- $5 record TTL (at least the lease).
 --
 -- A new key is inserted. An existing key always goes through DO UPDATE,
 -- which locks the row and sees its latest committed version (even one
--- committed after this statement began): an expired row is replaced by our
--- claim, a live row is rewritten with its own values (a no-op, HOT update).
--- Either way RETURNING yields exactly one row, and the token tells whether
--- we own it. (A `DO UPDATE ... WHERE expired` plus a SELECT fallback would
--- return nothing when a concurrent claimer inserted the row after this
--- statement's snapshot was taken.)
-INSERT INTO {table} AS cur (key, fingerprint, state, token, expires_at)
-VALUES ($1, $2, 'in_flight', $3, now() + $4)
+-- committed after this statement began, at READ COMMITTED): the row is
+-- replaced by our claim when it is past its TTL, or when it is a tombstone
+-- or a lapsed lease of the same request; any other row is rewritten with
+-- its own values (a no-op, HOT update). Either way RETURNING yields exactly
+-- one row, and the token tells whether we own it. (A `DO UPDATE ... WHERE`
+-- plus a SELECT fallback would return nothing when a concurrent claimer
+-- inserted the row after this statement's snapshot was taken.)
+--
+-- `{take}` stands for that condition (filled in by sql.rs, TAKE_OVER):
+--   cur.expires_at <= now()
+--   OR (cur.fingerprint = excluded.fingerprint
+--       AND (cur.state = 'released' OR (cur.state = 'in_flight' AND cur.lease_until <= now())))
+INSERT INTO {table} AS cur (key, fingerprint, state, token, lease_until, expires_at)
+VALUES ($1, $2, 'in_flight', $3, now() + $4, now() + $5)
 ON CONFLICT (key) DO UPDATE SET
-    fingerprint   = CASE WHEN cur.expires_at <= now() THEN excluded.fingerprint ELSE cur.fingerprint END,
-    state         = CASE WHEN cur.expires_at <= now() THEN excluded.state ELSE cur.state END,
-    token         = CASE WHEN cur.expires_at <= now() THEN excluded.token ELSE cur.token END,
-    expires_at    = CASE WHEN cur.expires_at <= now() THEN excluded.expires_at ELSE cur.expires_at END,
-    status        = CASE WHEN cur.expires_at <= now() THEN NULL ELSE cur.status END,
-    header_names  = CASE WHEN cur.expires_at <= now() THEN NULL ELSE cur.header_names END,
-    header_values = CASE WHEN cur.expires_at <= now() THEN NULL ELSE cur.header_values END,
-    body          = CASE WHEN cur.expires_at <= now() THEN NULL ELSE cur.body END
+    fingerprint   = CASE WHEN {take} THEN excluded.fingerprint ELSE cur.fingerprint END,
+    state         = CASE WHEN {take} THEN excluded.state ELSE cur.state END,
+    token         = CASE WHEN {take} THEN excluded.token ELSE cur.token END,
+    lease_until   = CASE WHEN {take} THEN excluded.lease_until ELSE cur.lease_until END,
+    expires_at    = CASE WHEN {take} THEN excluded.expires_at ELSE cur.expires_at END,
+    status        = CASE WHEN {take} THEN NULL ELSE cur.status END,
+    header_names  = CASE WHEN {take} THEN NULL ELSE cur.header_names END,
+    header_values = CASE WHEN {take} THEN NULL ELSE cur.header_values END,
+    body          = CASE WHEN {take} THEN NULL ELSE cur.body END
 RETURNING
     coalesce(cur.token = $3, false) AS acquired,
     cur.fingerprint = $2 AS same_request,
     cur.state,
-    (extract(epoch FROM greatest(cur.expires_at - now(), interval '0')) * 1000000)::bigint AS left_us,
+    (extract(epoch FROM greatest(cur.lease_until - now(), interval '0')) * 1000000)::bigint AS lease_left_us,
     -- The response is sent back only when it is going to be replayed.
     CASE WHEN cur.fingerprint = $2 THEN cur.status END AS status,
     CASE WHEN cur.fingerprint = $2 THEN cur.header_names END AS header_names,

@@ -3,9 +3,10 @@
 UPDATE {table}
 SET state = 'completed',
     token = NULL,
+    lease_until = NULL,
     expires_at = now() + $3,
     status = $4,
     header_names = $5,
     header_values = $6,
     body = $7
-WHERE key = $1 AND state = 'in_flight' AND token = $2 AND expires_at > now()
+WHERE key = $1 AND state = 'in_flight' AND token = $2 AND lease_until > now()

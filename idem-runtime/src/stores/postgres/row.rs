@@ -13,10 +13,11 @@ use crate::store::{Claim, FencingToken};
 /// Why a row could not be read; becomes [`crate::StoreError::Corrupt`].
 pub(super) type Decoded<T> = Result<T, String>;
 
-/// The two values of the `state` column.
+/// The values of the `state` column.
 enum State {
     InFlight,
     Completed,
+    Released,
 }
 
 fn get<'r, T: Decode<'r, Postgres> + Type<Postgres>>(row: &'r PgRow, column: &str) -> Decoded<T> {
@@ -27,14 +28,15 @@ fn state(row: &PgRow) -> Decoded<State> {
     match get::<&str>(row, "state")? {
         "in_flight" => Ok(State::InFlight),
         "completed" => Ok(State::Completed),
+        "released" => Ok(State::Released),
         other => Err(format!("unknown state {other:?}")),
     }
 }
 
-/// Time left before the row expires, from the `left_us` column (computed by
-/// the database, so with its clock).
-fn left(row: &PgRow) -> Decoded<Duration> {
-    let micros = get::<i64>(row, "left_us")?;
+/// Time left, from a microseconds `column` computed by the database (so by
+/// its clock): `lease_left_us` or `ttl_left_us`.
+fn left(row: &PgRow, column: &str) -> Decoded<Duration> {
+    let micros = get::<Option<i64>>(row, column)?.ok_or_else(|| format!("no {column}"))?;
     Ok(Duration::from_micros(u64::try_from(micros).unwrap_or(0)))
 }
 
@@ -71,18 +73,24 @@ pub(super) fn claim(row: &PgRow, token: FencingToken) -> Decoded<Claim> {
     if !get::<Option<bool>>(row, "same_request")?.unwrap_or(false) {
         return Ok(Claim::Mismatch);
     }
-    Ok(match state(row)? {
-        State::Completed => Claim::Replay(response(row)?),
-        State::InFlight => Claim::InFlight { retry_after: left(row)? },
-    })
+    match state(row)? {
+        State::Completed => Ok(Claim::Replay(response(row)?)),
+        State::InFlight => Ok(Claim::InFlight { retry_after: left(row, "lease_left_us")? }),
+        // The claim statement takes a tombstone of the same request over.
+        State::Released => Err("a claim left a tombstone of the same request in place".into()),
+    }
 }
 
 /// A row returned by the lookup statement.
 pub(super) fn record(row: &PgRow) -> Decoded<Record> {
     let fingerprint = fingerprint(row)?;
+    let ttl_left = left(row, "ttl_left_us")?;
     let state = match state(row)? {
-        State::InFlight => RecordState::InFlight { token: token(row)?, lease_left: left(row)? },
-        State::Completed => RecordState::Completed { response: response(row)?, ttl_left: left(row)? },
+        State::InFlight => {
+            RecordState::InFlight { token: token(row)?, lease_left: left(row, "lease_left_us")?, ttl_left }
+        }
+        State::Completed => RecordState::Completed { response: response(row)?, ttl_left },
+        State::Released => RecordState::Released { ttl_left },
     };
     Ok(Record { fingerprint, state })
 }

@@ -4,13 +4,17 @@ CREATE TABLE IF NOT EXISTS {table} (
     -- StorageKey::as_str(): injective encoding of (version, scope, subject,
     -- method, route, idempotency key).
     key           text        PRIMARY KEY,
-    -- SHA-256 of the request that claimed the key.
+    -- SHA-256 of the request that claimed the key; kept until expires_at,
+    -- whatever the state.
     fingerprint   bytea       NOT NULL CHECK (octet_length(fingerprint) = 32),
-    state         text        NOT NULL CHECK (state IN ('in_flight', 'completed')),
-    -- The owner's fencing token (16 bytes) while in flight, NULL once completed.
+    state         text        NOT NULL CHECK (state IN ('in_flight', 'completed', 'released')),
+    -- The owner's fencing token (16 bytes) while in flight, else NULL.
     token         bytea       CHECK (octet_length(token) = 16),
-    -- End of the lease while in flight, end of the TTL once completed. A row
-    -- whose expires_at is not after now() counts as absent.
+    -- End of the owner's lease while in flight, else NULL. A lease whose
+    -- lease_until is not after now() has lapsed: its token owns nothing.
+    lease_until   timestamptz,
+    -- End of the record (its TTL), never before lease_until. A row whose
+    -- expires_at is not after now() counts as absent.
     expires_at    timestamptz NOT NULL,
     -- The stored response (completed rows only): status, headers in order
     -- (a multi-valued header once per value), body byte for byte.
@@ -19,7 +23,9 @@ CREATE TABLE IF NOT EXISTS {table} (
     header_values bytea[],
     body          bytea,
     CHECK ((state = 'in_flight') = (token IS NOT NULL)),
-    CHECK (state = 'in_flight' OR (status IS NOT NULL AND body IS NOT NULL
+    CHECK ((state = 'in_flight') = (lease_until IS NOT NULL)),
+    CHECK (lease_until <= expires_at),
+    CHECK (state <> 'completed' OR (status IS NOT NULL AND body IS NOT NULL
         AND coalesce(cardinality(header_names) = cardinality(header_values), false)))
 ) WITH (fillfactor = 90);
 -- fillfactor leaves room on each page so that renewals and claims of live

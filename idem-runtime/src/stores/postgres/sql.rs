@@ -88,12 +88,19 @@ impl fmt::Debug for TableName {
     }
 }
 
+/// When a claim replaces the row it conflicts with (`cur`): the row is past
+/// its TTL, or it is a tombstone or a lapsed lease of the same request
+/// (`excluded` is the claim). Fills `{take}` in `claim.sql`.
+const TAKE_OVER: &str = "(cur.expires_at <= now() OR (cur.fingerprint = excluded.fingerprint \
+    AND (cur.state = 'released' OR (cur.state = 'in_flight' AND cur.lease_until <= now()))))";
+
 /// The statements of one store, with its table name filled in.
 #[derive(Clone)]
 pub(super) struct Statements {
     pub(super) schema: Arc<str>,
     pub(super) claim: Arc<str>,
     pub(super) renew: Arc<str>,
+    pub(super) renew_many: Arc<str>,
     pub(super) complete: Arc<str>,
     pub(super) release: Arc<str>,
     pub(super) get: Arc<str>,
@@ -103,11 +110,14 @@ pub(super) struct Statements {
 impl Statements {
     pub(super) fn new(table: &TableName) -> Self {
         let (quoted, index) = (table.quoted(), table.index());
-        let render = |sql: &str| -> Arc<str> { sql.replace("{table}", &quoted).replace("{index}", &index).into() };
+        let render = |sql: &str| -> Arc<str> {
+            sql.replace("{table}", &quoted).replace("{index}", &index).replace("{take}", TAKE_OVER).into()
+        };
         Self {
             schema: render(include_str!("schema.sql")),
             claim: render(include_str!("claim.sql")),
             renew: render(include_str!("renew.sql")),
+            renew_many: render(include_str!("renew_many.sql")),
             complete: render(include_str!("complete.sql")),
             release: render(include_str!("release.sql")),
             get: render(include_str!("get.sql")),
@@ -174,13 +184,16 @@ mod tests {
             &statements.schema,
             &statements.claim,
             &statements.renew,
+            &statements.renew_many,
             &statements.complete,
             &statements.release,
             &statements.get,
             &statements.purge,
         ] {
             assert!(sql.contains("\"app\".\"records\""), "{sql}");
-            assert!(!sql.contains("{table}") && !sql.contains("{index}"), "{sql}");
+            for placeholder in ["{table}", "{index}", "{take}"] {
+                assert!(!sql.contains(placeholder), "{sql}");
+            }
         }
         assert!(statements.schema.contains("\"records_expires_at_idx\""));
     }

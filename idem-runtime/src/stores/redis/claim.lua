@@ -3,20 +3,33 @@
 -- ARGV[1]  request fingerprint (32 bytes)
 -- ARGV[2]  fencing token for a new owner (16 bytes)
 -- ARGV[3]  lease in milliseconds
+-- ARGV[4]  record time to live in milliseconds, at least the lease
 -- Returns {1} acquired, {2, response} replay, {3, lease ms left} in flight,
--- {4} mismatch. An expired record is gone (Redis expires it), so its key
--- is simply free.
-local record = redis.call('HMGET', KEYS[1], 'fp', 'resp')
-local fp, resp = record[1], record[2]
-if not fp then
-  redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'tok', ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+-- {4} mismatch.
+--
+-- The lease end is a hash field in milliseconds of this server's clock
+-- (TIME); the record's own end is the key's expiry, so a record past its
+-- TTL is a missing key and its key is simply free. A record whose lease ran
+-- out, or that was released (no token), keeps its fingerprint: the same
+-- request takes it over, another one is refused.
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local record = redis.call('HMGET', KEYS[1], 'fp', 'tok', 'lease', 'resp')
+local fp, tok, lease_end, resp = record[1], record[2], tonumber(record[3]) or 0, record[4]
+
+local function acquire()
+  redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'tok', ARGV[2], 'lease', string.format('%d', now + tonumber(ARGV[3])))
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
   return {1}
 end
+
+if not fp then
+  return acquire()
+end
 if not resp and redis.call('PTTL', KEYS[1]) == -1 then
-  -- An in-flight record without expiry (PERSIST by hand, a restore) would
-  -- hold its key forever: give it one more lease, then it can be taken over.
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  -- A record without expiry (PERSIST by hand, a restore) would keep its
+  -- fingerprint forever: give it this claim's time to live.
+  redis.call('PEXPIRE', KEYS[1], math.max(tonumber(ARGV[4]), lease_end - now))
 end
 if fp ~= ARGV[1] then
   return {4}
@@ -24,4 +37,7 @@ end
 if resp then
   return {2, resp}
 end
-return {3, redis.call('PTTL', KEYS[1])}
+if tok and lease_end > now then
+  return {3, lease_end - now}
+end
+return acquire()

@@ -3,11 +3,18 @@
 -- ARGV[1]  fencing token (16 bytes)
 -- ARGV[2]  encoded response (StoredResponse::to_bytes)
 -- ARGV[3]  time to live in milliseconds, from now
--- Returns 1 (held) or 0 (lost). The token is dropped, so completion is final.
-if redis.call('HGET', KEYS[1], 'tok') ~= ARGV[1] then
+-- Returns 1 (held) or 0 (lost). The token and lease are dropped, so
+-- completion is final.
+local record = redis.call('HMGET', KEYS[1], 'tok', 'lease')
+if record[1] ~= ARGV[1] then
   return 0
 end
-redis.call('HDEL', KEYS[1], 'tok')
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if (tonumber(record[2]) or 0) <= now then
+  return 0
+end
+redis.call('HDEL', KEYS[1], 'tok', 'lease')
 redis.call('HSET', KEYS[1], 'resp', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1

@@ -27,10 +27,9 @@ fn time_left(value: &Value) -> Result<Duration, StoreError> {
     }
 }
 
-fn bytes(value: Value, what: &str) -> Result<Option<Vec<u8>>, StoreError> {
+fn required_bytes(value: Value, what: &str) -> Result<Vec<u8>, StoreError> {
     match value {
-        Value::Nil => Ok(None),
-        Value::BulkString(bytes) => Ok(Some(bytes)),
+        Value::BulkString(bytes) => Ok(bytes),
         other => Err(corrupt(format!("expected the {what} as bytes, got {other:?}"))),
     }
 }
@@ -64,10 +63,7 @@ pub(super) fn claim(value: Value, token: FencingToken) -> Result<Claim, StoreErr
     match (code, items.next()) {
         (ACQUIRED, None) => Ok(Claim::Acquired { token }),
         (MISMATCH, None) => Ok(Claim::Mismatch),
-        (REPLAY, Some(stored)) => match bytes(stored, "stored response")? {
-            Some(stored) => Ok(Claim::Replay(response(&stored)?)),
-            None => Err(corrupt("a replay without a stored response")),
-        },
+        (REPLAY, Some(stored)) => Ok(Claim::Replay(response(&required_bytes(stored, "stored response")?)?)),
         (IN_FLIGHT, Some(left)) => Ok(Claim::InFlight { retry_after: time_left(&left)? }),
         (code, _) => Err(corrupt(format!("unexpected claim reply code {code}"))),
     }
@@ -82,26 +78,44 @@ pub(super) fn fence(value: Value) -> Result<Fence, StoreError> {
     }
 }
 
-/// The reply of `get.lua`.
+/// Reply codes of `get.lua`.
+const NO_RECORD: i64 = 0;
+const RECORD_IN_FLIGHT: i64 = 1;
+const RECORD_COMPLETED: i64 = 2;
+const RECORD_RELEASED: i64 = 3;
+
+/// The reply of `get.lua`: a code, then the fields of that state.
 pub(super) fn record(value: Value) -> Result<Option<Record>, StoreError> {
-    let items = match value {
-        Value::Nil => return Ok(None),
-        Value::Array(items) if items.len() == 4 => items,
-        other => return Err(corrupt(format!("unexpected record reply {other:?}"))),
+    let Value::Array(items) = value else {
+        return Err(corrupt(format!("unexpected record reply {value:?}")));
     };
-    let [fp, tok, resp, left]: [Value; 4] =
-        items.try_into().map_err(|_| corrupt("a record reply of the wrong length"))?;
-    let fingerprint = match bytes(fp, "fingerprint")? {
-        Some(fp) => fingerprint(&fp)?,
-        None => return Ok(None),
+    let mut items = items.into_iter();
+    let code = match items.next() {
+        Some(Value::Int(code)) => code,
+        other => return Err(corrupt(format!("unexpected record reply code {other:?}"))),
     };
-    let left = time_left(&left)?;
-    let state = match (bytes(resp, "stored response")?, bytes(tok, "fencing token")?) {
-        (Some(stored), _) => RecordState::Completed { response: response(&stored)?, ttl_left: left },
-        (None, Some(tok)) => RecordState::InFlight { token: token(&tok)?, lease_left: left },
-        (None, None) => return Err(corrupt("a record that is neither in flight nor completed")),
+    let mut next = |what: &str| items.next().ok_or_else(|| corrupt(format!("a record reply without its {what}")));
+    if code == NO_RECORD {
+        return Ok(None);
+    }
+    let fingerprint = fingerprint(&required_bytes(next("fingerprint")?, "fingerprint")?)?;
+    let state = match code {
+        RECORD_IN_FLIGHT => {
+            let token = token(&required_bytes(next("fencing token")?, "fencing token")?)?;
+            let lease_left = time_left(&next("lease")?)?;
+            RecordState::InFlight { token, lease_left, ttl_left: time_left(&next("time to live")?)? }
+        }
+        RECORD_COMPLETED => {
+            let response = response(&required_bytes(next("stored response")?, "stored response")?)?;
+            RecordState::Completed { response, ttl_left: time_left(&next("time to live")?)? }
+        }
+        RECORD_RELEASED => RecordState::Released { ttl_left: time_left(&next("time to live")?)? },
+        other => return Err(corrupt(format!("unexpected record reply code {other}"))),
     };
-    Ok(Some(Record { fingerprint, state }))
+    match items.next() {
+        None => Ok(Some(Record { fingerprint, state })),
+        Some(extra) => Err(corrupt(format!("a record reply with an extra {extra:?}"))),
+    }
 }
 
 #[cfg(test)]
@@ -140,36 +154,46 @@ mod tests {
             assert!(matches!(claim(bad, token), Err(StoreError::Corrupt { .. })));
         }
         assert!(matches!(fence(Value::Int(2)), Err(StoreError::Corrupt { .. })));
-        let short_token = Value::Array(vec![
-            Value::BulkString(vec![0; 32]),
-            Value::BulkString(vec![0; 15]),
+        let fp = || Value::BulkString(vec![0; 32]);
+        for bad in [
             Value::Nil,
-            Value::Int(10),
-        ]);
-        assert!(matches!(record(short_token), Err(StoreError::Corrupt { .. })));
+            Value::Boolean(false),
+            Value::Array(vec![]),
+            Value::Array(vec![Value::Int(9), fp(), Value::Int(10)]),
+            // A token of the wrong length.
+            Value::Array(vec![Value::Int(1), fp(), Value::BulkString(vec![0; 15]), Value::Int(1), Value::Int(10)]),
+            // A missing field, an extra one, a fingerprint that is not bytes.
+            Value::Array(vec![Value::Int(1), fp(), Value::BulkString(vec![0; 16]), Value::Int(1)]),
+            Value::Array(vec![Value::Int(3), fp(), Value::Int(10), Value::Int(10)]),
+            Value::Array(vec![Value::Int(3), Value::Boolean(false), Value::Int(10)]),
+            Value::Array(vec![Value::Int(2), fp(), Value::Nil, Value::Int(10)]),
+        ] {
+            assert!(matches!(record(bad.clone()), Err(StoreError::Corrupt { .. })), "{bad:?}");
+        }
     }
 
     #[test]
     fn reads_records() {
-        assert_eq!(record(Value::Nil).unwrap(), None);
+        assert_eq!(record(Value::Array(vec![Value::Int(0)])).unwrap(), None);
         let token = FencingToken::generate();
         let fp = Fingerprint::from_bytes([7; 32]);
+        let fp_value = || Value::BulkString(fp.as_bytes().to_vec());
         let in_flight = Value::Array(vec![
-            Value::BulkString(fp.as_bytes().to_vec()),
+            Value::Int(1),
+            fp_value(),
             Value::BulkString(token.to_bytes().to_vec()),
-            Value::Nil,
             Value::Int(250),
+            Value::Int(90_000),
         ]);
-        let lease_left = Duration::from_millis(250);
-        let expected = RecordState::InFlight { token, lease_left };
+        let (lease_left, ttl_left) = (Duration::from_millis(250), Duration::from_secs(90));
+        let expected = RecordState::InFlight { token, lease_left, ttl_left };
         assert_eq!(record(in_flight).unwrap(), Some(Record { fingerprint: fp, state: expected }));
-        let completed = Value::Array(vec![
-            Value::BulkString(fp.as_bytes().to_vec()),
-            Value::Nil,
-            Value::BulkString(stored().to_bytes()),
-            Value::Int(-1),
-        ]);
+        let completed =
+            Value::Array(vec![Value::Int(2), fp_value(), Value::BulkString(stored().to_bytes()), Value::Int(-1)]);
         let expected = RecordState::Completed { response: stored(), ttl_left: Duration::ZERO };
         assert_eq!(record(completed).unwrap(), Some(Record { fingerprint: fp, state: expected }));
+        let released = Value::Array(vec![Value::Int(3), fp_value(), Value::Int(1_500)]);
+        let expected = RecordState::Released { ttl_left: Duration::from_millis(1_500) };
+        assert_eq!(record(released).unwrap(), Some(Record { fingerprint: fp, state: expected }));
     }
 }

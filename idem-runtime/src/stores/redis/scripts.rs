@@ -1,9 +1,12 @@
 //! The Lua scripts behind each store operation, and their arguments.
 //!
 //! Every script touches exactly one key, the record, so it runs unchanged on
-//! Redis Cluster. The scripts never read a clock: leases and TTLs are set
-//! with `PEXPIRE` and read back with `PTTL`, so all expiry follows the Redis
-//! server's clock, and an expired record is simply a missing key.
+//! Redis Cluster. All time is the Redis server's: a record's TTL is its
+//! key's expiry (`PEXPIRE`, read back with `PTTL`), so a record past its TTL
+//! is simply a missing key; a lease's end is a field of the record in
+//! milliseconds of the server's `TIME`, which the scripts compare with
+//! `TIME` again. (Scripts that call `TIME` before writing are replicated by
+//! their effects, the only mode since Redis 7 and the default since 5.)
 
 use std::time::Duration;
 
@@ -53,8 +56,9 @@ impl Scripts {
     }
 }
 
-/// A lease or TTL as the milliseconds argument of `PEXPIRE`: rounded up, at
-/// least 1 (`PEXPIRE 0` would delete the record at once) and capped.
+/// A lease or TTL as the milliseconds argument of the scripts: rounded up,
+/// at least 1 (`PEXPIRE 0` would delete the record at once) and capped, so
+/// that a lease end in milliseconds since 1970 stays an exact Lua number.
 pub(super) fn millis(duration: Duration) -> u64 {
     let ms = duration.as_nanos().div_ceil(1_000_000);
     u64::try_from(ms).unwrap_or(u64::MAX).clamp(1, MAX_EXPIRE_MS)
@@ -79,12 +83,22 @@ mod tests {
         let scripts = Scripts::new();
         for (script, source) in scripts.all() {
             assert_eq!(script.get_hash().len(), 40);
-            // Cluster safety: no script names a key other than KEYS[1], and
-            // none reads a clock of its own.
+            // Cluster safety: no script names a key other than KEYS[1].
             assert!(!source.contains("KEYS[2]"), "{source}");
-            for call in ["'TIME'", "'KEYS'", "'SCAN'"] {
+            for call in ["'KEYS'", "'SCAN'"] {
                 assert!(!source.contains(call), "{source} calls {call}");
             }
+        }
+    }
+
+    #[test]
+    fn every_script_reading_a_lease_uses_the_server_clock() {
+        for (_, source) in Scripts::new().all() {
+            // Each script reads the lease field; its "now" must be Redis's
+            // TIME, never a value sent by the application.
+            assert!(source.contains("'lease'"), "{source}");
+            assert!(source.contains("redis.call('TIME')"), "{source}");
+            assert!(!source.contains("os."), "{source} reads a clock other than the server's");
         }
     }
 }

@@ -1,0 +1,168 @@
+//! Conformance cases on leases: takeover, fencing, renewal, batched renewal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::cases::{LONG, PAST_SHORT, SHORT, TTL, acquire, close_to, fingerprint, fresh_key, response};
+use crate::store::{Claim, Fence, FencingToken, RecordState, Renewal, StorageKey, Store};
+
+/// The lease and TTL left on `key`'s in-flight record, whose owner must be `token`.
+async fn in_flight(store: &dyn Store, key: &StorageKey, token: FencingToken) -> (Duration, Duration) {
+    match store.get(key).await.unwrap().expect("an in-flight record").state {
+        RecordState::InFlight { token: held, lease_left, ttl_left } => {
+            assert_eq!(held, token, "the record changed owner");
+            (lease_left, ttl_left)
+        }
+        other => panic!("expected in flight, got {other:?}"),
+    }
+}
+
+/// Once a lease runs out, the same request takes over with a new token and
+/// a new lease; the record lives the new claim's TTL.
+pub async fn expired_lease_can_be_taken_over(store: Arc<dyn Store>) {
+    let key = fresh_key();
+    let first = acquire(&*store, &key, &fingerprint("a"), SHORT, TTL).await;
+    assert!(matches!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::InFlight { .. }));
+    tokio::time::sleep(PAST_SHORT).await;
+    let second = acquire(&*store, &key, &fingerprint("a"), LONG, 2 * TTL).await;
+    assert_ne!(first, second);
+    let (lease_left, ttl_left) = in_flight(&*store, &key, second).await;
+    assert!(close_to(lease_left, LONG), "{lease_left:?}");
+    assert!(close_to(ttl_left, 2 * TTL), "{ttl_left:?}");
+}
+
+/// After a takeover the old owner can neither complete nor release, and the
+/// new owner's work is what gets replayed.
+pub async fn stale_owner_can_neither_complete_nor_release(store: Arc<dyn Store>) {
+    let key = fresh_key();
+    let stale = acquire(&*store, &key, &fingerprint("a"), SHORT, TTL).await;
+    tokio::time::sleep(PAST_SHORT).await;
+    let owner = acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
+    assert_eq!(store.complete(&key, stale, &response(b"stale"), LONG).await.unwrap(), Fence::Lost);
+    assert_eq!(store.release(&key, stale).await.unwrap(), Fence::Lost);
+    assert_eq!(store.renew(&key, stale, LONG).await.unwrap(), Fence::Lost);
+    in_flight(&*store, &key, owner).await;
+    assert_eq!(store.complete(&key, owner, &response(b"owner"), LONG).await.unwrap(), Fence::Held);
+    assert_eq!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::Replay(response(b"owner")));
+}
+
+/// Ownership ends with the lease, even when nobody has claimed the key
+/// since: the record stays, lapsed, under the old token.
+pub async fn expired_owner_without_successor_is_refused(store: Arc<dyn Store>) {
+    let key = fresh_key();
+    let token = acquire(&*store, &key, &fingerprint("a"), SHORT, TTL).await;
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(store.complete(&key, token, &response(b"late"), LONG).await.unwrap(), Fence::Lost);
+    assert_eq!(store.release(&key, token).await.unwrap(), Fence::Lost);
+    let (lease_left, ttl_left) = in_flight(&*store, &key, token).await;
+    assert_eq!(lease_left, Duration::ZERO);
+    assert!(close_to(ttl_left, TTL), "{ttl_left:?}");
+    let successor = acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
+    assert_ne!(successor, token);
+}
+
+/// Renewing keeps a short lease alive far past its first expiry.
+pub async fn renew_keeps_the_lease_alive(store: Arc<dyn Store>) {
+    let key = fresh_key();
+    let token = acquire(&*store, &key, &fingerprint("a"), SHORT, TTL).await;
+    for _ in 0..8 {
+        tokio::time::sleep(SHORT / 3).await;
+        assert_eq!(store.renew(&key, token, SHORT).await.unwrap(), Fence::Held);
+        assert!(matches!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::InFlight { .. }));
+    }
+    assert_eq!(store.renew(&key, token, LONG).await.unwrap(), Fence::Held);
+    let (lease_left, ttl_left) = in_flight(&*store, &key, token).await;
+    assert!(close_to(lease_left, LONG), "{lease_left:?}");
+    // A lease within the record's life leaves the TTL as it was.
+    assert!(close_to(ttl_left, TTL), "{ttl_left:?}");
+    assert_eq!(store.complete(&key, token, &response(b"done"), LONG).await.unwrap(), Fence::Held);
+}
+
+/// A renewal whose lease would outlive the record extends the record too.
+pub async fn renew_extends_a_record_past_its_ttl(store: Arc<dyn Store>) {
+    let key = fresh_key();
+    let token = acquire(&*store, &key, &fingerprint("a"), SHORT, SHORT).await;
+    assert_eq!(store.renew(&key, token, LONG).await.unwrap(), Fence::Held);
+    tokio::time::sleep(PAST_SHORT).await;
+    let (lease_left, ttl_left) = in_flight(&*store, &key, token).await;
+    assert!(close_to(lease_left, LONG), "{lease_left:?}");
+    assert!(ttl_left >= lease_left, "the record ({ttl_left:?}) must outlive its lease ({lease_left:?})");
+    assert_eq!(store.complete(&key, token, &response(b"done"), LONG).await.unwrap(), Fence::Held);
+    assert_eq!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::Replay(response(b"done")));
+}
+
+/// A lease that ran out cannot be renewed back into life.
+pub async fn stale_owner_cannot_renew(store: Arc<dyn Store>) {
+    let key = fresh_key();
+    let token = acquire(&*store, &key, &fingerprint("a"), SHORT, TTL).await;
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(store.renew(&key, token, LONG).await.unwrap(), Fence::Lost);
+    assert_eq!(in_flight(&*store, &key, token).await.0, Duration::ZERO);
+}
+
+/// A token that was never handed out owns nothing.
+pub async fn forged_token_is_refused(store: Arc<dyn Store>) {
+    let key = fresh_key();
+    acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
+    let forged = FencingToken::generate();
+    assert_eq!(store.renew(&key, forged, LONG).await.unwrap(), Fence::Lost);
+    assert_eq!(store.complete(&key, forged, &response(b"x"), LONG).await.unwrap(), Fence::Lost);
+    assert_eq!(store.release(&key, forged).await.unwrap(), Fence::Lost);
+    assert!(matches!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::InFlight { .. }));
+    // Fenced operations on a key that does not exist are refused, and create nothing.
+    let missing = fresh_key();
+    assert_eq!(store.complete(&missing, forged, &response(b"x"), LONG).await.unwrap(), Fence::Lost);
+    assert_eq!(store.renew(&missing, forged, LONG).await.unwrap(), Fence::Lost);
+    assert_eq!(store.release(&missing, forged).await.unwrap(), Fence::Lost);
+    assert_eq!(store.get(&missing).await.unwrap(), None);
+}
+
+/// One batch renews the leases still held, each to its own length, and
+/// answers lost for the others (lapsed, forged, missing, completed,
+/// released), in the order asked; an empty batch is answered empty.
+pub async fn renew_many_answers_each_lease(store: Arc<dyn Store>) {
+    assert_eq!(store.renew_many(&[]).await.unwrap(), Vec::new());
+    let fp = fingerprint("a");
+    let (held, held_longer, lapsed, forged, missing, completed, released) =
+        (fresh_key(), fresh_key(), fresh_key(), fresh_key(), fresh_key(), fresh_key(), fresh_key());
+    let held_token = acquire(&*store, &held, &fp, SHORT, TTL).await;
+    let held_longer_token = acquire(&*store, &held_longer, &fp, SHORT, TTL).await;
+    let lapsed_token = acquire(&*store, &lapsed, &fp, SHORT, TTL).await;
+    let forged_owner = acquire(&*store, &forged, &fp, LONG, TTL).await;
+    let completed_token = acquire(&*store, &completed, &fp, LONG, TTL).await;
+    assert_eq!(store.complete(&completed, completed_token, &response(b"done"), LONG).await.unwrap(), Fence::Held);
+    let released_token = acquire(&*store, &released, &fp, LONG, TTL).await;
+    assert_eq!(store.release(&released, released_token).await.unwrap(), Fence::Held);
+    // Keep the two held leases alive while the third one lapses.
+    for _ in 0..7 {
+        tokio::time::sleep(PAST_SHORT / 7).await;
+        for (key, token) in [(&held, held_token), (&held_longer, held_longer_token)] {
+            assert_eq!(store.renew(key, token, SHORT).await.unwrap(), Fence::Held);
+        }
+    }
+    let renewal = |key: &StorageKey, token, lease| Renewal { key: key.clone(), token, lease };
+    let batch = [
+        renewal(&lapsed, lapsed_token, LONG),
+        renewal(&held, held_token, LONG),
+        renewal(&forged, FencingToken::generate(), LONG),
+        renewal(&missing, FencingToken::generate(), LONG),
+        renewal(&held_longer, held_longer_token, 2 * LONG),
+        renewal(&completed, completed_token, LONG),
+        renewal(&released, released_token, LONG),
+        renewal(&held, held_token, LONG),
+    ];
+    let expected =
+        [Fence::Lost, Fence::Held, Fence::Lost, Fence::Lost, Fence::Held, Fence::Lost, Fence::Lost, Fence::Held];
+    assert_eq!(store.renew_many(&batch).await.unwrap(), expected);
+    // Each held lease got its own length; nothing else changed.
+    assert!(close_to(in_flight(&*store, &held, held_token).await.0, LONG));
+    let (lease_left, ttl_left) = in_flight(&*store, &held_longer, held_longer_token).await;
+    assert!(close_to(lease_left, 2 * LONG), "{lease_left:?}");
+    assert!(close_to(ttl_left, TTL), "{ttl_left:?}");
+    assert_eq!(in_flight(&*store, &lapsed, lapsed_token).await.0, Duration::ZERO);
+    in_flight(&*store, &forged, forged_owner).await;
+    assert_eq!(store.get(&missing).await.unwrap(), None);
+    assert_eq!(store.claim(&completed, &fp, LONG, TTL).await.unwrap(), Claim::Replay(response(b"done")));
+    let tombstone = store.get(&released).await.unwrap().expect("the tombstone");
+    assert!(matches!(tombstone.state, RecordState::Released { .. }), "{tombstone:?}");
+}

@@ -1,0 +1,76 @@
+//! Batched lease renewals, on a pool of their own.
+//!
+//! The lease keeper renews every lease of a process at once, from a thread
+//! and a Tokio runtime of its own. A batch is one fenced `UPDATE ... FROM
+//! unnest(...)` statement on a small pool that only carries renewals: it is
+//! created the first time the keeper renews, so its connections live on the
+//! keeper's runtime, and renewals never wait for a connection the
+//! application's queries hold, nor on an application thread that is busy.
+
+use std::collections::HashSet;
+
+use sqlx::Row;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use tokio::sync::OnceCell;
+
+use super::sql::sql;
+use super::{PostgresStore, interval_micros};
+use crate::store::{Fence, Renewal, StoreError};
+
+/// Connections of the renewal pool: one batch at a time needs one; the
+/// second covers a batch still running when the next one starts.
+const RENEWAL_CONNECTIONS: u32 = 2;
+
+/// The renewals' own pool, created on first use.
+#[derive(Debug, Default)]
+pub(super) struct RenewalPool {
+    pool: OnceCell<PgPool>,
+}
+
+impl PostgresStore {
+    /// The renewal pool, created now (on the caller's runtime) if this is
+    /// the first batch, with the main pool's connection options and
+    /// acquire timeout. Its connections are opened when first needed.
+    async fn renewal_pool(&self) -> &PgPool {
+        self.renewals
+            .pool
+            .get_or_init(|| async {
+                PgPoolOptions::new()
+                    .max_connections(RENEWAL_CONNECTIONS)
+                    .acquire_timeout(self.pool.options().get_acquire_timeout())
+                    .connect_lazy_with((*self.pool.connect_options()).clone())
+            })
+            .await
+    }
+
+    /// [`Store::renew_many`](crate::store::Store::renew_many): one
+    /// statement for the whole batch, answered in the batch's order.
+    pub(super) async fn renew_batch(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
+        if renewals.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<&str> = renewals.iter().map(|r| r.key.as_str()).collect();
+        let tokens: Vec<[u8; 16]> = renewals.iter().map(|r| r.token.to_bytes()).collect();
+        let tokens: Vec<&[u8]> = tokens.iter().map(|t| t.as_slice()).collect();
+        let leases: Vec<i64> = renewals.iter().map(|r| interval_micros(r.lease)).collect();
+        let pool = self.renewal_pool().await;
+        let query = sqlx::query(sql(&self.sql.renew_many)).bind(&keys[..]).bind(&tokens[..]).bind(&leases[..]);
+        let rows = self.run(query.fetch_all(pool)).await?;
+        let mut held = HashSet::with_capacity(rows.len());
+        for row in &rows {
+            let key: String = row.try_get("key").map_err(|e| self.corrupt(e.to_string()))?;
+            let token: Vec<u8> = row.try_get("token").map_err(|e| self.corrupt(e.to_string()))?;
+            held.insert((key, token));
+        }
+        Ok(renewals
+            .iter()
+            .map(|r| {
+                if held.contains(&(r.key.as_str().to_owned(), r.token.to_bytes().to_vec())) {
+                    Fence::Held
+                } else {
+                    Fence::Lost
+                }
+            })
+            .collect())
+    }
+}
