@@ -149,14 +149,11 @@ pub trait Store: Send + Sync + 'static {
     /// order. The runtime's lease keeper calls this from a thread of its
     /// own, outside the application's workers; a networked store should
     /// make it one round trip on a connection of its own, so that renewals
-    /// never queue behind application traffic. The default renews one by
-    /// one.
+    /// never queue behind application traffic. The default sends every
+    /// [`Store::renew`] at once and fails if any fails.
     async fn renew_many(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
-        let mut fences = Vec::with_capacity(renewals.len());
-        for renewal in renewals {
-            fences.push(self.renew(&renewal.key, renewal.token, renewal.lease).await?);
-        }
-        Ok(fences)
+        let each = renewals.iter().map(|r| self.renew(&r.key, r.token, r.lease));
+        futures_util::future::join_all(each).await.into_iter().collect()
     }
 
     /// Stores `response` for `ttl`, if `token` still owns the key.

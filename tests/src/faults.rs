@@ -26,6 +26,8 @@ pub struct FaultyStore {
     failing_completions: AtomicUsize,
     completion_outage: Option<Duration>,
     claim_delay: Option<Duration>,
+    late_answers: Option<Duration>,
+    renewal_panics: AtomicUsize,
     claimed_at: Mutex<Option<Instant>>,
 }
 
@@ -38,6 +40,8 @@ impl Default for FaultyStore {
             failing_completions: AtomicUsize::new(0),
             completion_outage: None,
             claim_delay: None,
+            late_answers: None,
+            renewal_panics: AtomicUsize::new(0),
             claimed_at: Mutex::new(None),
         }
     }
@@ -73,6 +77,19 @@ impl FaultyStore {
     /// Every claim after the first takes `delay` (a slow network).
     pub fn later_claims_take(mut self, delay: Duration) -> Self {
         self.claim_delay = Some(delay);
+        self
+    }
+
+    /// Claims are applied at once, but their answers take `delay` to come
+    /// back (a slow network on the way back).
+    pub fn claim_answers_take(mut self, delay: Duration) -> Self {
+        self.late_answers = Some(delay);
+        self
+    }
+
+    /// The first `count` renewals panic (a store bug).
+    pub fn first_renewals_panic(self, count: usize) -> Self {
+        self.renewal_panics.store(count, Ordering::SeqCst);
         self
     }
 
@@ -114,10 +131,17 @@ impl Store for FaultyStore {
         if let Some(delay) = self.claim_delay.filter(|_| later) {
             tokio::time::sleep(delay).await;
         }
-        self.inner.claim(key, fingerprint, lease, ttl).await
+        let claim = self.inner.claim(key, fingerprint, lease, ttl).await;
+        if let Some(delay) = self.late_answers {
+            tokio::time::sleep(delay).await;
+        }
+        claim
     }
 
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
+        if self.renewal_panics.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            panic!("a store bug: renewing panicked");
+        }
         let since = self.since_first_claim();
         if self.renew_outage.is_some_and(|(from, until)| since > from && since < until) {
             return Err(outage(std::io::ErrorKind::ConnectionReset));

@@ -26,7 +26,7 @@ pub(crate) struct Captured {
     headers: Vec<(HeaderName, HeaderValue)>,
     body: Body,
     /// The handler marked it retryable: nothing happened.
-    pub(crate) retryable: bool,
+    retryable: bool,
 }
 
 enum Body {
@@ -66,6 +66,21 @@ impl Captured {
             }
         };
         Self { status, headers, body, retryable }
+    }
+
+    /// Whether the handler marked this response retryable, honoured on
+    /// 4xx and 5xx only: a success marked retryable would let the same
+    /// request charge again, so it is kept like any response.
+    pub(crate) fn is_marked_retryable(&self) -> bool {
+        if !self.retryable {
+            return false;
+        }
+        let failure =
+            (self.status.is_client_error() || self.status.is_server_error()) && !matches!(self.body, Body::Failed);
+        if !failure {
+            tracing::warn!(status = %self.status, "ignoring the retryable mark on a response that is not a failure");
+        }
+        failure
     }
 
     /// A 5xx the handler answered by itself (its body did not fail).

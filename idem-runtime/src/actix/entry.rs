@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::body::buffer;
-use super::capture::replay;
+use super::capture::{REPLAYED_HEADER, replay};
 use super::config::{Config, Idem};
 use super::execute::{Claimed, execute};
 use super::options::{InFlight, RouteOptions};
@@ -227,11 +227,11 @@ fn reject(route: &str, kind: ProblemKind, detail: &str) -> HttpResponse {
 /// The key, `None` when it is absent and not required, or a 400.
 fn read_key(req: &HttpRequest, options: &RouteOptions) -> Result<Option<IdempotencyKey>, (ProblemKind, String)> {
     let mut values = req.headers().get_all(options.header);
-    let header = options.header.to_owned();
+    let header = || options.header.to_owned();
     let error = match (values.next(), values.next()) {
         (None, _) if !options.required => return Ok(None),
-        (None, _) => KeyError::Missing { header },
-        (Some(_), Some(_)) => KeyError::Repeated { header },
+        (None, _) => KeyError::Missing { header: header() },
+        (Some(_), Some(_)) => KeyError::Repeated { header: header() },
         (Some(value), None) => match IdempotencyKey::parse(value.as_bytes()) {
             Ok(key) => return Ok(Some(key)),
             Err(error) => error,
@@ -252,7 +252,12 @@ where
     F::Output: Responder + 'static,
 {
     match Args::from_request(&req, &mut payload).await {
-        Ok(args) => handler.call(args).await.respond_to(&req).map_into_boxed_body(),
+        Ok(args) => {
+            let mut response = handler.call(args).await.respond_to(&req).map_into_boxed_body();
+            // The header belongs to the runtime, with or without a key.
+            response.headers_mut().remove(REPLAYED_HEADER);
+            response
+        }
         Err(error) => error.into().error_response(),
     }
 }

@@ -11,8 +11,8 @@ use tracing::Instrument;
 use super::capture::{Captured, not_kept, problem_record};
 use super::config::{Config, ServerErrorPolicy};
 use super::problem::{self, ProblemKind};
-use crate::engine::Execution;
-use crate::observe::count;
+use crate::engine::{Attempt, Execution, keeper};
+use crate::observe::{Outcome, count};
 use crate::record::StoredResponse;
 
 /// A claim this request won.
@@ -52,6 +52,17 @@ where
     Args: 'static,
 {
     let Claimed { config, route, execution } = claimed;
+    if !execution.is_held() {
+        // The claim was answered (or this task started) after the lease's
+        // end: another process may own the key by now. Never start.
+        tracing::error!("the lease ran out before the handler could start; not running it");
+        // A tombstone, if the store still holds the claim: the retry may run.
+        let _ = execution.try_release().await;
+        count(&route, Outcome::StoreError);
+        let detail = "the idempotency store answered too slowly to hold this key; the request was not processed, \
+                      retry later";
+        return problem::retry_after(ProblemKind::StoreUnavailable, detail, std::time::Duration::from_secs(1));
+    }
     let limit = config.response_limit;
     let work = async {
         let response = handler.call(args).await.respond_to(&req).map_into_boxed_body();
@@ -60,18 +71,16 @@ where
     let captured = match AssertUnwindSafe(work).catch_unwind().await {
         Ok(captured) => captured,
         Err(_) => {
+            // Whatever the 5xx policy: a panic says nothing about what the
+            // handler had done by then.
             tracing::error!("the idempotent handler panicked");
-            if config.server_errors == ServerErrorPolicy::Release {
-                settle(route, execution, Ending::Release).await;
-            } else {
-                settle(route, execution, Ending::Complete(problem_record(ProblemKind::HandlerPanicked, PANICKED)))
-                    .await;
-            }
+            let stored = problem_record(ProblemKind::HandlerPanicked, PANICKED);
+            settle(route, execution, Ending::Complete(stored)).await;
             return problem::response(ProblemKind::HandlerPanicked, PANICKED);
         }
     };
-    let release =
-        captured.retryable || (config.server_errors == ServerErrorPolicy::Release && captured.is_plain_server_error());
+    let release = captured.is_marked_retryable()
+        || (config.server_errors == ServerErrorPolicy::Release && captured.is_plain_server_error());
     let ending = if release { Ending::Release } else { Ending::Complete(captured.to_stored(&config)) };
     settle(route, execution, ending).await;
     captured.into_response()
@@ -89,29 +98,37 @@ enum Ending {
 /// background for as long as the lease holds, while the response goes to
 /// the client. The request is counted once, when that is settled.
 async fn settle(route: String, execution: Execution, ending: Ending) {
+    let processed = || {
+        not_kept(
+            "the request was processed, but the store refused to keep its response; \
+             it will not run again for this key",
+        )
+    };
     let first = match &ending {
         Ending::Complete(stored) => match execution.try_complete(stored).await {
-            Some(Ok(outcome)) => Some(outcome),
-            Some(Err(_)) | None => None,
+            Attempt::Done(outcome) => Ok(outcome),
+            // Refused for good: the small record goes in its place at once.
+            Attempt::Refused => match execution.try_complete(&processed()).await {
+                Attempt::Done(outcome) => Ok(outcome),
+                _ => Err(Attempt::Refused),
+            },
+            Attempt::Failed => Err(Attempt::Failed),
         },
-        Ending::Release => execution.try_release().await,
+        Ending::Release => execution.try_release().await.ok_or(Attempt::Failed),
     };
-    if let Some(outcome) = first {
-        count(&route, outcome);
-        return;
-    }
+    let first = match first {
+        Ok(outcome) => return count(&route, outcome),
+        Err(first) => first,
+    };
+    let span = tracing::Span::current();
     let rest = async move {
         let outcome = match ending {
-            Ending::Complete(stored) => {
-                let processed = not_kept(
-                    "the request was processed, but the store refused to keep its response; \
-                     it will not run again for this key",
-                );
-                execution.complete(&stored, &processed).await
-            }
+            Ending::Complete(stored) => execution.complete(first, &stored, &processed()).await,
             Ending::Release => execution.release().await,
         };
         count(&route, outcome);
     };
-    actix_web::rt::spawn(rest.instrument(tracing::Span::current()));
+    // On the keeper's runtime: the worker that ran the handler may stop
+    // before the store is back; the drain still waits for this.
+    keeper::spawn(rest.instrument(span));
 }

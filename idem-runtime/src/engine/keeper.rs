@@ -16,9 +16,11 @@
 //! unconfirmed is lost (see `lease.rs`).
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::lease::LeaseState;
@@ -26,30 +28,43 @@ use crate::observe::store_call;
 use crate::store::{Fence, Renewal, StoreError};
 
 /// The keeper's inbox, started with the first lease.
-static KEEPER: OnceLock<UnboundedSender<Arc<LeaseState>>> = OnceLock::new();
+static KEEPER: OnceLock<Keeper> = OnceLock::new();
+
+/// The keeper's inbox and its runtime.
+struct Keeper {
+    inbox: UnboundedSender<Arc<LeaseState>>,
+    runtime: tokio::runtime::Handle,
+}
 
 /// Hands a lease to the keeper, starting it on first use.
 pub(crate) fn keep(lease: Arc<LeaseState>) {
-    let inbox = KEEPER.get_or_init(start);
-    if inbox.send(lease).is_err() {
+    let keeper = KEEPER.get_or_init(start);
+    if keeper.inbox.send(lease).is_err() {
         // Only if the keeper thread died: nothing renews, so the lease ends
         // at its deadline and the completion is refused by its fence.
         tracing::error!("the idempotency lease keeper is not running; this lease will not be renewed");
     }
 }
 
-fn start() -> UnboundedSender<Arc<LeaseState>> {
+/// Runs `work` on the keeper's runtime, apart from the application's
+/// workers: a completion still retrying when a worker stops goes on.
+pub(crate) fn spawn(work: impl std::future::Future<Output = ()> + Send + 'static) {
+    KEEPER.get_or_init(start).runtime.spawn(work);
+}
+
+fn start() -> Keeper {
     let (inbox, leases) = unbounded_channel();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("idem-lease-keeper")
         .build()
         .expect("building the lease keeper's Tokio runtime");
+    let handle = runtime.handle().clone();
     std::thread::Builder::new()
         .name("idem-lease-keeper".into())
         .spawn(move || runtime.block_on(run(leases)))
         .expect("starting the lease keeper thread");
-    inbox
+    Keeper { inbox, runtime: handle }
 }
 
 /// A lease as the keeper tracks it.
@@ -89,37 +104,45 @@ async fn run(mut inbox: UnboundedReceiver<Arc<LeaseState>>) {
     let mut kept: HashMap<u64, Kept> = HashMap::new();
     let mut next_id = 0u64;
     let (answers_tx, mut answers) = unbounded_channel::<Answer>();
+    let mut wake: Option<Instant> = None;
     loop {
-        let wake = kept.values().filter(|k| !k.renewing).map(|k| k.due).min();
         tokio::select! {
             lease = inbox.recv() => match lease {
                 Some(lease) => {
-                    kept.insert(next_id, Kept::new(lease));
+                    // A new lease is due a third of a lease from now: no scan
+                    // needed unless it is due before the next wake-up.
+                    let lease = Kept::new(lease);
+                    let due = lease.due;
+                    kept.insert(next_id, lease);
                     next_id += 1;
+                    if wake.is_some_and(|wake| wake <= due) {
+                        continue;
+                    }
                 }
                 None => return,
             },
             Some(answer) = answers.recv() => apply(&mut kept, answer),
             () = sleep_until(wake) => {}
         }
-        // Take every lease that arrived meanwhile before deciding.
-        while let Ok(lease) = inbox.try_recv() {
-            kept.insert(next_id, Kept::new(lease));
-            next_id += 1;
-        }
         let now = Instant::now();
         kept.retain(|_, k| {
             if k.state.is_done() {
                 return false;
             }
-            if !k.renewing && now >= k.state.deadline() {
+            if now >= k.state.deadline() {
+                // Lost whether or not a renewal is on its way: a late
+                // confirmation cannot bring it back (see `lease.rs`).
                 k.state.lose();
-                tracing::warn!(key = %k.state.key.hash_tag(), "a lease ran out before a renewal could be confirmed");
+                if !k.renewing {
+                    tracing::warn!(key = %k.state.key.hash_tag(), "a lease ran out before a renewal could be confirmed");
+                }
                 return false;
             }
             true
         });
         renew_due(&mut kept, now, &answers_tx);
+        wake =
+            kept.values().filter(|k| !k.renewing).map(|k| k.due).chain(kept.values().map(|k| k.state.deadline())).min();
     }
 }
 
@@ -151,7 +174,13 @@ fn renew_due(kept: &mut HashMap<u64, Kept>, now: Instant, answers: &UnboundedSen
         let answers = answers.clone();
         tokio::spawn(async move {
             let sent = Instant::now();
-            let fences = store_call(store.kind(), "renew", timeout, store.renew_many(&renewals)).await;
+            let call = AssertUnwindSafe(store_call(store.kind(), "renew", timeout, store.renew_many(&renewals)));
+            // A store that panics must not leave its leases waiting for an
+            // answer forever: that would stop their renewals for good.
+            let fences = call.catch_unwind().await.unwrap_or_else(|_| {
+                tracing::error!(store = store.kind(), "the store panicked while renewing leases");
+                Err(StoreError::Corrupt { store: store.kind(), message: "renew_many panicked".into() })
+            });
             let answered = Instant::now();
             // The keeper outlives every batch; a send can only fail at exit.
             let _ = answers.send(Answer { ids, sent, answered, fences });

@@ -73,7 +73,7 @@ impl LeaseState {
         }
         if sent > times.confirmed_sent {
             times.confirmed_sent = sent;
-            times.deadline = times.deadline.max(sent + self.lease);
+            times.deadline = times.deadline.max(end(sent, self.lease));
         }
     }
 
@@ -82,6 +82,11 @@ impl LeaseState {
     pub(crate) fn lose(&self) {
         self.lost.store(true, Ordering::Release);
     }
+}
+
+/// `sent + lease`, saturating about a century ahead instead of overflowing.
+fn end(sent: Instant, lease: Duration) -> Instant {
+    sent.checked_add(lease).unwrap_or_else(|| sent + Duration::from_secs(100 * 365 * 86_400))
 }
 
 /// The holder's side of a lease: renewed by the process-wide keeper until
@@ -106,7 +111,7 @@ impl Lease {
             token,
             lease,
             timeout,
-            times: Mutex::new(Times { confirmed_sent: sent, deadline: sent + lease }),
+            times: Mutex::new(Times { confirmed_sent: sent, deadline: end(sent, lease) }),
             lost: AtomicBool::new(false),
             done: AtomicBool::new(false),
         });

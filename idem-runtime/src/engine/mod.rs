@@ -13,7 +13,7 @@
 //! is held: the lease is what keeps a retry from running the handler again.
 
 mod drain;
-mod keeper;
+pub(crate) mod keeper;
 mod lease;
 
 use std::sync::Arc;
@@ -62,6 +62,9 @@ pub(crate) async fn claim(
     let call = store.claim(key, fingerprint, terms.lease, terms.ttl);
     match store_call(store.kind(), "claim", timeout, call).await? {
         Claim::Acquired { token } => {
+            // A claim answered after its lease would have ended (a stalled
+            // worker, a slow store) is held by nobody safely: the lease is
+            // born lost, and the execution refuses to run (see `is_held`).
             let lease = Lease::hold(Arc::clone(store), key.clone(), token, terms.lease, terms.timeout, sent);
             let execution =
                 Execution { lease, length: terms.lease, ttl: terms.ttl, timeout: terms.timeout, _running: running };
@@ -80,6 +83,16 @@ pub(crate) struct Execution {
     ttl: Duration,
     timeout: Duration,
     _running: RunningGuard,
+}
+
+/// How one attempt at a completion ended.
+pub(crate) enum Attempt {
+    /// Settled: stored, or refused by the fence.
+    Done(Outcome),
+    /// The store refused the record for good (too large, a limit).
+    Refused,
+    /// The call failed; it may be tried again.
+    Failed,
 }
 
 /// The first pause after a failed completion; it doubles up to a tenth of
@@ -104,35 +117,37 @@ impl Execution {
 
     /// One attempt at storing `response`. `None` when it failed and may be
     /// tried again (see [`Execution::complete`]).
-    pub(crate) async fn try_complete(&self, response: &StoredResponse) -> Option<Result<Outcome, StoreError>> {
+    pub(crate) async fn try_complete(&self, response: &StoredResponse) -> Attempt {
         let store = self.lease.store();
         let call = store.complete(self.key(), self.token(), response, self.ttl);
         match store_call(store.kind(), "complete", self.timeout, call).await {
-            Ok(Fence::Held) => Some(Ok(Outcome::Executed)),
-            Ok(_) => Some(Ok(Outcome::LeaseLost)),
-            Err(error @ StoreError::Full { .. }) => Some(Err(error)),
-            Err(_) => None,
+            Ok(Fence::Held) => Attempt::Done(Outcome::Executed),
+            Ok(_) => Attempt::Done(self.report(Outcome::LeaseLost)),
+            Err(StoreError::Full { .. }) => Attempt::Refused,
+            Err(_) => Attempt::Failed,
         }
     }
 
-    /// Stores `response`, retrying failed calls for as long as the lease is
-    /// held. If the store refuses the record for good (too large, a limit),
-    /// `processed` is stored instead, so that a retry never runs again.
-    pub(crate) async fn complete(self, response: &StoredResponse, processed: &StoredResponse) -> Outcome {
-        let mut record = response;
+    /// Stores `response` after a first attempt ended as `first`, retrying
+    /// failed calls for as long as the lease is held. If the store refuses
+    /// the record for good (too large, a limit), `processed` is stored
+    /// instead, so that a retry never runs again.
+    pub(crate) async fn complete(
+        self,
+        first: Attempt,
+        response: &StoredResponse,
+        processed: &StoredResponse,
+    ) -> Outcome {
+        let (mut record, mut failed_before) = match first {
+            Attempt::Done(outcome) => return outcome,
+            Attempt::Refused => (processed, false),
+            Attempt::Failed => (response, true),
+        };
+        if matches!(first, Attempt::Refused) {
+            tracing::error!("the store refused the response for good; keeping a \"processed\" record instead");
+        }
         let mut pause = FIRST_PAUSE;
-        let mut failed_before = false;
         loop {
-            match self.try_complete(record).await {
-                Some(Ok(Outcome::LeaseLost)) if failed_before => return self.settle_unknown().await,
-                Some(Ok(outcome)) => return self.report(outcome),
-                Some(Err(error)) if !std::ptr::eq(record, processed) => {
-                    tracing::error!(%error, "the store refused the response for good; keeping a \"processed\" record instead");
-                    record = processed;
-                    continue;
-                }
-                Some(Err(_)) | None => failed_before = true,
-            }
             let until_deadline = self.lease.deadline().saturating_duration_since(Instant::now());
             if !self.is_held() || until_deadline.is_zero() {
                 tracing::error!("the response could not be stored before the lease ran out");
@@ -140,6 +155,18 @@ impl Execution {
             }
             tokio::time::sleep(pause.min(until_deadline)).await;
             pause = (pause * 2).min(self.lease_tenth());
+            match self.try_complete(record).await {
+                // A refusal after an attempt that failed in transit: that
+                // attempt may have been applied. The record tells.
+                Attempt::Done(Outcome::LeaseLost) if failed_before => return self.settle_unknown(record).await,
+                Attempt::Done(outcome) => return outcome,
+                Attempt::Refused if !std::ptr::eq(record, processed) => {
+                    tracing::error!("the store refused the response for good; keeping a \"processed\" record instead");
+                    record = processed;
+                    pause = FIRST_PAUSE;
+                }
+                Attempt::Refused | Attempt::Failed => failed_before = true,
+            }
         }
     }
 
@@ -186,12 +213,13 @@ impl Execution {
         outcome
     }
 
-    /// A fence refused after an attempt that failed in transit: that
-    /// attempt may have been applied. The record tells.
-    async fn settle_unknown(&self) -> Outcome {
+    /// Whether an earlier attempt that failed in transit stored `sent`.
+    async fn settle_unknown(&self, sent: &StoredResponse) -> Outcome {
         let store = self.lease.store();
         match store_call(store.kind(), "get", self.timeout, store.get(self.key())).await {
-            Ok(Some(record)) if matches!(record.state, RecordState::Completed { .. }) => Outcome::Executed,
+            Ok(Some(record)) if matches!(&record.state, RecordState::Completed { response, .. } if response == sent) => {
+                Outcome::Executed
+            }
             _ => self.report(Outcome::LeaseLost),
         }
     }

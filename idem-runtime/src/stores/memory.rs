@@ -55,10 +55,15 @@ enum State {
 }
 
 impl Entry {
+    /// Bytes counted against `max_bytes`: an in-flight record reserves
+    /// room for a small record, so that its completion always has a place,
+    /// at worst for the "processed" problem that replaces a response the
+    /// store refuses.
     fn size(&self) -> usize {
         match &self.state {
             State::Completed { response } => response.size(),
-            State::InFlight { .. } | State::Released => 0,
+            State::InFlight { .. } => RESERVED,
+            State::Released => 0,
         }
     }
 
@@ -71,6 +76,9 @@ impl Entry {
 fn deadline(now: Instant, duration: Duration) -> Instant {
     now.checked_add(duration).unwrap_or_else(|| now + FAR_FUTURE)
 }
+
+/// Bytes each in-flight record reserves (see [`Entry::size`]).
+const RESERVED: usize = 1024;
 
 /// What "forever" means to [`deadline`] (about a century).
 const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
@@ -114,6 +122,18 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    fn full(&self, records: usize, bytes: usize) -> StoreError {
+        StoreError::Full {
+            store: "memory",
+            detail: format!(
+                "{records} live records of at most {}, {bytes} bytes of at most {}",
+                self.max_entries, self.max_bytes
+            ),
+        }
+    }
+}
+
 impl Inner {
     fn remove(&mut self, key: &str) {
         if let Some(entry) = self.records.remove(key) {
@@ -154,6 +174,8 @@ impl Store for MemoryStore {
         let token = FencingToken::generate();
         let lease_until = deadline(now, lease);
         let expires_at = deadline(now, ttl).max(lease_until);
+        let (bytes, records) = (inner.bytes, inner.records.len());
+        let mut took_over = None;
         if let Some(entry) = inner.records.get_mut(key.as_str()) {
             if entry.expires_at > now {
                 if entry.fingerprint != *fingerprint {
@@ -166,35 +188,34 @@ impl Store for MemoryStore {
                     }
                     // A tombstone or a lapsed lease of this same request: take it over.
                     State::InFlight { .. } | State::Released => {
-                        *entry = Entry {
-                            fingerprint: *fingerprint,
-                            expires_at,
-                            state: State::InFlight { token, lease_until },
-                        };
-                        return Ok(Claim::Acquired { token });
+                        let extra = if matches!(entry.state, State::Released) { RESERVED } else { 0 };
+                        if bytes + extra > self.max_bytes {
+                            return Err(self.full(records, bytes));
+                        }
+                        let state = State::InFlight { token, lease_until };
+                        *entry = Entry { fingerprint: *fingerprint, expires_at, state };
+                        took_over = Some(extra);
                     }
                 }
             }
-            inner.remove(key.as_str());
         }
-        if inner.records.len() >= self.max_entries || inner.bytes >= self.max_bytes {
+        if let Some(extra) = took_over {
+            inner.bytes += extra;
+            return Ok(Claim::Acquired { token });
+        }
+        inner.remove(key.as_str());
+        let crowded =
+            |inner: &Inner| inner.records.len() >= self.max_entries || inner.bytes + RESERVED > self.max_bytes;
+        if crowded(&inner) {
             if inner.last_full_purge.is_none_or(|at| now.duration_since(at) >= FULL_PURGE_INTERVAL) {
                 inner.last_full_purge = Some(now);
                 inner.purge(now, usize::MAX);
             }
-            if inner.records.len() >= self.max_entries || inner.bytes >= self.max_bytes {
-                return Err(StoreError::Full {
-                    store: "memory",
-                    detail: format!(
-                        "{} live records of at most {}, {} bytes of at most {}",
-                        inner.records.len(),
-                        self.max_entries,
-                        inner.bytes,
-                        self.max_bytes
-                    ),
-                });
+            if crowded(&inner) {
+                return Err(self.full(inner.records.len(), inner.bytes));
             }
         }
+        inner.bytes += RESERVED;
         let entry = Entry { fingerprint: *fingerprint, expires_at, state: State::InFlight { token, lease_until } };
         inner.records.insert(key.as_str().to_owned(), entry);
         Ok(Claim::Acquired { token })
@@ -227,7 +248,9 @@ impl Store for MemoryStore {
         let bytes = inner.bytes;
         match inner.records.get_mut(key.as_str()) {
             Some(entry) if entry.owned_by(token, now) => {
-                if bytes.saturating_add(size) > self.max_bytes {
+                // The record's reservation always holds a small one.
+                let total = bytes - RESERVED + size;
+                if size > RESERVED && total > self.max_bytes {
                     return Err(StoreError::Full {
                         store: "memory",
                         detail: format!(
@@ -238,7 +261,7 @@ impl Store for MemoryStore {
                 }
                 entry.state = State::Completed { response: response.clone() };
                 entry.expires_at = deadline(now, ttl);
-                inner.bytes += size;
+                inner.bytes = total;
                 Ok(Fence::Held)
             }
             _ => Ok(Fence::Lost),
@@ -251,6 +274,7 @@ impl Store for MemoryStore {
         match inner.records.get_mut(key.as_str()) {
             Some(entry) if entry.owned_by(token, now) => {
                 entry.state = State::Released;
+                inner.bytes -= RESERVED;
                 Ok(Fence::Held)
             }
             _ => Ok(Fence::Lost),

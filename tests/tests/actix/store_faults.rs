@@ -1,15 +1,19 @@
 //! Store faults while a handler runs: a blip in renewals must not let the
 //! lease lapse, and a failed completion is retried.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::test::{self, TestRequest};
 use actix_web::{App, HttpResponse, post, web};
+use idem_runtime::store::Store;
 use idem_runtime::{Idem, idempotent};
 use idem_tests::counter::Counter;
 use idem_tests::faults::FaultyStore;
+use idem_tests::http::{fresh_key, send};
 use idem_tests::orders::TEST_STORE_TIMEOUT;
+use idem_tests::server::TestServer;
 
 /// Takes 5 s under a 3 s lease (renewed every second).
 #[idempotent(scope = "route", lock_ttl = "3s", ttl = "1h")]
@@ -46,8 +50,16 @@ async fn a_renewal_outage_shorter_than_the_lease_does_not_lose_it() {
     assert_eq!(duplicate.status(), StatusCode::CONFLICT, "the lease outlived the renewal outage");
     assert_eq!(first.status(), StatusCode::CREATED);
     assert_eq!(started.get(), 1, "one execution");
-    // The first completion failed and was retried: the retry replays.
-    let replay = test::call_service(&app, request()).await;
+    // The first completion failed and is retried in the background, while
+    // the key stays in flight (409): a retry soon replays.
+    let mut replay = test::call_service(&app, request()).await;
+    for _ in 0..20 {
+        if replay.status() != StatusCode::CONFLICT {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        replay = test::call_service(&app, request()).await;
+    }
     assert_eq!(replay.headers().get("idempotent-replayed").unwrap(), "true");
     assert_eq!(test::read_body(replay).await, "call 1");
 }
@@ -136,4 +148,110 @@ async fn a_response_the_store_refuses_for_good_becomes_a_processed_problem() {
     assert_eq!(body["type"], "urn:idem:problem:response-not-stored");
     assert!(body["detail"].as_str().unwrap().contains("was processed"), "{body}");
     assert_eq!(started.get(), 1, "never run again");
+}
+
+/// Charges at once; answers about 200 bytes.
+#[idempotent(scope = "global", lock_ttl = "1s", ttl = "1h")]
+#[post("/charge")]
+async fn charge(hits: web::Data<Counter>) -> HttpResponse {
+    let n = hits.next();
+    HttpResponse::Created().body(format!("charge #{n} {}", ".".repeat(190)))
+}
+
+/// Charges after 2.5 s, under a 1 s lease.
+#[idempotent(scope = "global", lock_ttl = "1s", ttl = "1h")]
+#[post("/slow-charge")]
+async fn slow_charge(hits: web::Data<Counter>) -> HttpResponse {
+    let n = hits.next();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    HttpResponse::Created().body(format!("charge #{n}"))
+}
+
+/// Blocks its worker thread for 1.6 s.
+#[post("/block")]
+async fn block() -> HttpResponse {
+    std::thread::sleep(Duration::from_millis(1600));
+    HttpResponse::Ok().finish()
+}
+
+/// Two one-worker servers (two processes, as the store sees them) on `store`.
+fn two_servers(store: &Arc<dyn Store>, hits: &web::Data<Counter>) -> (TestServer, TestServer) {
+    let serve = || {
+        let idem = Idem::from_arc(Arc::clone(store)).store_timeout(Duration::from_millis(250));
+        let hits = hits.clone();
+        TestServer::with_workers(1, idem, move |c| {
+            c.app_data(hits.clone()).service(charge).service(slow_charge).service(block);
+        })
+    };
+    (serve(), serve())
+}
+
+#[actix_web::test]
+async fn a_claim_answered_after_its_lease_ended_never_starts_the_handler() {
+    // The claim is applied, its answer is on the way back, and the worker
+    // blocks (another handler) past lock_ttl: by the time the answer is
+    // read, another server has taken the lapsed key over.
+    let store: Arc<dyn Store> = Arc::new(FaultyStore::default().claim_answers_take(Duration::from_millis(30)));
+    let hits = web::Data::new(Counter::default());
+    let (a, b) = two_servers(&store, &hits);
+    let key = fresh_key();
+    let first = actix_web::rt::spawn({
+        let (url, key) = (a.at("/charge"), key.clone());
+        async move { send(&url, None, Some(&key), Some("{}")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(8)).await;
+    let blocker = actix_web::rt::spawn({
+        let url = a.at("/block");
+        async move { send(&url, None, None, Some("{}")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let duplicate = send(&b.at("/charge"), None, Some(&key), Some("{}")).await;
+    let (first, _) = (first.await.unwrap(), blocker.await);
+    assert_eq!(duplicate.status.as_u16(), 201, "the lapsed key was taken over: {duplicate:?}");
+    first.assert_problem(503);
+    assert_eq!(hits.get(), 1, "the late claim ran the handler on a lease that had ended");
+}
+
+#[actix_web::test]
+async fn a_renewal_batch_that_panics_is_retried_not_abandoned() {
+    let store: Arc<dyn Store> = Arc::new(FaultyStore::default().first_renewals_panic(1));
+    let hits = web::Data::new(Counter::default());
+    let (a, b) = two_servers(&store, &hits);
+    let key = fresh_key();
+    let first = actix_web::rt::spawn({
+        let (url, key) = (a.at("/slow-charge"), key.clone());
+        async move { send(&url, None, Some(&key), Some("{}")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let duplicate = send(&b.at("/slow-charge"), None, Some(&key), Some("{}")).await;
+    let first = first.await.unwrap();
+    assert_eq!(duplicate.status.as_u16(), 409, "the lease was kept after one failed batch: {duplicate:?}");
+    assert_eq!(first.status.as_u16(), 201);
+    assert_eq!(hits.get(), 1);
+}
+
+#[actix_web::test]
+async fn a_nearly_full_memory_store_refuses_claims_rather_than_strand_a_charge() {
+    // Room for about one in-flight record at a time: every request either
+    // runs and is kept, or is refused before running (503); none is left
+    // in flight with nowhere to keep its response.
+    let store: Arc<dyn Store> = Arc::new(idem_runtime::MemoryStore::with_limits(1000, 1500));
+    let hits = web::Data::new(Counter::default());
+    let (a, _b) = two_servers(&store, &hits);
+    let mut kept = Vec::new();
+    for _ in 0..8 {
+        let key = fresh_key();
+        let reply = send(&a.at("/charge"), None, Some(&key), Some("{}")).await;
+        match reply.status.as_u16() {
+            201 => kept.push(key),
+            503 => {}
+            other => panic!("neither kept nor refused: {other} {reply:?}"),
+        }
+    }
+    assert!(!kept.is_empty() && kept.len() < 8, "{} of 8 kept", kept.len());
+    for key in &kept {
+        let replay = send(&a.at("/charge"), None, Some(key), Some("{}")).await;
+        assert_eq!(replay.replayed.as_deref(), Some("true"), "{replay:?}");
+    }
+    assert_eq!(hits.get(), kept.len());
 }

@@ -60,3 +60,9 @@ async fn a_redis_outage_is_503_without_running_the_handler_and_recovers() {
     assert_eq!(hits.get(), 1);
     server.stop().await;
 }
+
+#[actix_web::test]
+async fn a_blocked_worker_keeps_every_lease_on_it() {
+    let Some(store) = redis_store("a_blocked_worker_keeps_every_lease_on_it").await else { return };
+    idem_tests::blocking::a_blocked_worker_keeps_every_lease_on_it(std::sync::Arc::new(store)).await;
+}
