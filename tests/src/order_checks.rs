@@ -152,7 +152,8 @@ pub async fn storms(services: &[&OrderService]) {
 
 /// Kills the service with SIGKILL while a payment waits on the provider,
 /// restarts it, and retries with the same key: 409 with `Retry-After` until
-/// the 30 s lease runs out, then one execution; one charge in all.
+/// the 30 s lease runs out, then one execution; one charge in all. Another
+/// body with that key gets 422 throughout, the lapsed lease included.
 pub async fn kill_during_payment(service: &mut OrderService) {
     let order = create_order(service, "alice").await;
     let url = service.at(&format!("/orders/{}/payments", order["id"].as_str().unwrap()));
@@ -170,6 +171,12 @@ pub async fn kill_during_payment(service: &mut OrderService) {
     assert_eq!(stats(service).await, (1, 0), "the provider was never reached");
     let mut conflicts = 0;
     let executed = loop {
+        // The dead owner's record keeps its fingerprint, before its lease
+        // ends and after (a tombstone of a lapsed lease): another request
+        // with the key is refused; sent first, so that it meets the lapsed
+        // lease in the round where the same request takes it over.
+        let other = send(&url, Some("alice"), Some(&key), Some(r#"{"amount_cents":701}"#)).await;
+        other.assert_problem(422);
         let reply = send(&url, Some("alice"), Some(&key), Some(body)).await;
         if reply.status != StatusCode::CONFLICT {
             break reply;
