@@ -176,26 +176,26 @@ impl Store for MemoryStore {
         let expires_at = deadline(now, ttl).max(lease_until);
         let (bytes, records) = (inner.bytes, inner.records.len());
         let mut took_over = None;
-        if let Some(entry) = inner.records.get_mut(key.as_str()) {
-            if entry.expires_at > now {
-                if entry.fingerprint != *fingerprint {
-                    return Ok(Claim::Mismatch);
+        if let Some(entry) = inner.records.get_mut(key.as_str())
+            && entry.expires_at > now
+        {
+            if entry.fingerprint != *fingerprint {
+                return Ok(Claim::Mismatch);
+            }
+            match &entry.state {
+                State::Completed { response } => return Ok(Claim::Replay(response.clone())),
+                State::InFlight { lease_until, .. } if *lease_until > now => {
+                    return Ok(Claim::InFlight { retry_after: *lease_until - now });
                 }
-                match &entry.state {
-                    State::Completed { response } => return Ok(Claim::Replay(response.clone())),
-                    State::InFlight { lease_until, .. } if *lease_until > now => {
-                        return Ok(Claim::InFlight { retry_after: *lease_until - now });
+                // A tombstone or a lapsed lease of this same request: take it over.
+                State::InFlight { .. } | State::Released => {
+                    let extra = if matches!(entry.state, State::Released) { RESERVED } else { 0 };
+                    if bytes + extra > self.max_bytes {
+                        return Err(self.full(records, bytes));
                     }
-                    // A tombstone or a lapsed lease of this same request: take it over.
-                    State::InFlight { .. } | State::Released => {
-                        let extra = if matches!(entry.state, State::Released) { RESERVED } else { 0 };
-                        if bytes + extra > self.max_bytes {
-                            return Err(self.full(records, bytes));
-                        }
-                        let state = State::InFlight { token, lease_until };
-                        *entry = Entry { fingerprint: *fingerprint, expires_at, state };
-                        took_over = Some(extra);
-                    }
+                    let state = State::InFlight { token, lease_until };
+                    *entry = Entry { fingerprint: *fingerprint, expires_at, state };
+                    took_over = Some(extra);
                 }
             }
         }
