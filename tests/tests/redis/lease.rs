@@ -130,3 +130,36 @@ fn keeper_renewals_do_not_wait_for_a_stalled_application_runtime() {
         assert_eq!(store.complete(&key, token, &response(b"done"), TTL).await.unwrap(), Fence::Held);
     });
 }
+
+/// A server at `maxmemory` under `noeviction` refuses new claims, but still
+/// renews and releases the leases of running handlers: refusing renewals
+/// would let their leases lapse, and a retry run them again once memory is
+/// free.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_server_keeps_running_leases_and_refuses_new_claims() {
+    let test = "a_full_server_keeps_running_leases_and_refuses_new_claims";
+    let Some(redis) = idem_tests::redis_server::RedisServer::start(test) else { return };
+    let store = idem_runtime::RedisStore::connect(&redis.url()).await.expect("connecting to the private Redis");
+    let (running, released) = (fresh_key(), fresh_key());
+    let request = fingerprint("charge 5 EUR");
+    let token = acquired(store.claim(&running, &request, LEASE, TTL).await.unwrap());
+    let other = acquired(store.claim(&released, &request, LEASE, TTL).await.unwrap());
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let config = |name: &'static str, value: &'static str| redis::cmd("CONFIG").arg("SET").arg(name).arg(value).clone();
+    let () = config("maxmemory-policy", "noeviction").query_async(&mut admin).await.unwrap();
+    let () = config("maxmemory", "1").query_async(&mut admin).await.unwrap();
+
+    let error = store.claim(&fresh_key(), &request, LEASE, TTL).await.unwrap_err();
+    assert!(error.to_string().to_lowercase().contains("full") || error.to_string().contains("OOM"), "{error}");
+    assert_eq!(store.release(&released, other).await.unwrap(), Fence::Held, "released at maxmemory");
+    for _ in 0..3 {
+        let renewal = [Renewal { key: running.clone(), token, lease: LEASE }];
+        assert_eq!(store.renew_many(&renewal).await.unwrap(), [Fence::Held], "renewed at maxmemory");
+        tokio::time::sleep(LEASE / 2).await;
+    }
+    assert_eq!(store.complete(&running, token, &response(b"done"), TTL).await.unwrap(), Fence::Held);
+
+    let () = config("maxmemory", "0").query_async(&mut admin).await.unwrap();
+    assert_eq!(store.claim(&running, &request, LEASE, TTL).await.unwrap(), Claim::Replay(response(b"done")));
+}

@@ -227,3 +227,17 @@ pub async fn purge_keeps_live_records(store: Arc<dyn Store>) {
     assert_eq!(store.get(&expired).await.unwrap(), None);
     assert_eq!(store.get(&expired_lease).await.unwrap(), None);
 }
+
+/// Once a completed record has expired and another request owns the key,
+/// the old request gets a mismatch: never a replay of the old response.
+pub async fn an_expired_record_is_never_replayed(store: Arc<dyn Store>) {
+    let key = fresh_key();
+    let token = acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
+    assert_eq!(store.complete(&key, token, &response(b"old"), SHORT).await.unwrap(), Fence::Held);
+    tokio::time::sleep(PAST_SHORT).await;
+    let token = acquire(&*store, &key, &fingerprint("b"), LONG, TTL).await;
+    assert_eq!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::Mismatch);
+    assert_eq!(store.complete(&key, token, &response(b"new"), LONG).await.unwrap(), Fence::Held);
+    assert_eq!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::Mismatch);
+    assert_eq!(store.claim(&key, &fingerprint("b"), LONG, TTL).await.unwrap(), Claim::Replay(response(b"new")));
+}

@@ -166,3 +166,19 @@ pub async fn renew_many_answers_each_lease(store: Arc<dyn Store>) {
     let tombstone = store.get(&released).await.unwrap().expect("the tombstone");
     assert!(matches!(tombstone.state, RecordState::Released { .. }), "{tombstone:?}");
 }
+
+/// After a takeover, a batch that renews the key under both the stale and
+/// the live token answers each for itself: the stale one lost, the live one
+/// held (a store must match answers by token, not by key alone).
+pub async fn renew_many_tells_a_stale_token_from_the_live_one(store: Arc<dyn Store>) {
+    let key = fresh_key();
+    let stale = acquire(&*store, &key, &fingerprint("a"), SHORT, TTL).await;
+    tokio::time::sleep(PAST_SHORT).await;
+    let live = acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
+    let renewals = [
+        Renewal { key: key.clone(), token: stale, lease: LONG },
+        Renewal { key: key.clone(), token: live, lease: LONG },
+        Renewal { key: key.clone(), token: stale, lease: LONG },
+    ];
+    assert_eq!(store.renew_many(&renewals).await.unwrap(), [Fence::Lost, Fence::Held, Fence::Lost]);
+}

@@ -30,19 +30,20 @@ use std::future::Future;
 use std::sync::Arc;
 
 pub use self::cases::{
-    claim_acquires_a_free_key, completed_key_refuses_another_fingerprint, completed_key_replays_byte_for_byte,
-    completed_record_expires_after_ttl, completion_is_final, fingerprint, fresh_key,
-    in_flight_key_refuses_another_fingerprint, in_flight_key_reports_time_left, keys_are_independent,
+    an_expired_record_is_never_replayed, claim_acquires_a_free_key, completed_key_refuses_another_fingerprint,
+    completed_key_replays_byte_for_byte, completed_record_expires_after_ttl, completion_is_final, fingerprint,
+    fresh_key, in_flight_key_refuses_another_fingerprint, in_flight_key_reports_time_left, keys_are_independent,
     large_binary_bodies_round_trip, purge_keeps_live_records, record_lives_at_least_as_long_as_its_lease, response,
 };
 pub use self::leases::{
     expired_lease_can_be_taken_over, expired_owner_without_successor_is_refused, forged_token_is_refused,
     renew_extends_a_record_past_its_ttl, renew_keeps_the_lease_alive, renew_many_answers_each_lease,
-    stale_owner_can_neither_complete_nor_release, stale_owner_cannot_renew,
+    renew_many_tells_a_stale_token_from_the_live_one, stale_owner_can_neither_complete_nor_release,
+    stale_owner_cannot_renew,
 };
 pub use self::race::{
-    CLAIMERS, concurrent_claims_after_completion_all_replay, sixty_four_claimers_one_winner,
-    sixty_four_claimers_take_over_a_tombstone_once,
+    CLAIMERS, concurrent_claims_after_completion_all_replay, different_requests_racing_for_one_key_one_wins,
+    sixty_four_claimers_one_winner, sixty_four_claimers_take_over_a_tombstone_once,
 };
 pub use self::tombstones::{
     lapsed_lease_keeps_its_fingerprint, record_outlives_a_lapsed_lease_until_its_ttl, release_leaves_a_tombstone,
@@ -101,6 +102,9 @@ macro_rules! __store_conformance_tests {
             renew_extends_a_record_past_its_ttl,
             stale_owner_cannot_renew,
             renew_many_answers_each_lease,
+            renew_many_tells_a_stale_token_from_the_live_one,
+            an_expired_record_is_never_replayed,
+            different_requests_racing_for_one_key_one_wins,
             release_leaves_a_tombstone,
             forged_token_is_refused,
             completion_is_final,

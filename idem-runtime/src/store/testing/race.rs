@@ -58,3 +58,36 @@ pub async fn concurrent_claims_after_completion_all_replay(store: Arc<dyn Store>
     let claims = race(&store, &key).await;
     assert!(claims.iter().all(|c| *c == Claim::Replay(response(b"done"))), "{claims:?}");
 }
+
+/// 64 tasks claim one free key at once, half with one request and half
+/// with another: exactly one wins; its request's other claimers see it in
+/// flight, the other request's all get a mismatch.
+pub async fn different_requests_racing_for_one_key_one_wins(store: Arc<dyn Store>) {
+    let key = fresh_key();
+    let barrier = Arc::new(Barrier::new(CLAIMERS));
+    let tasks: Vec<_> = (0..CLAIMERS)
+        .map(|i| {
+            let (store, key, barrier) = (Arc::clone(&store), key.clone(), Arc::clone(&barrier));
+            let body = if i % 2 == 0 { "even" } else { "odd" };
+            tokio::spawn(async move {
+                barrier.wait().await;
+                (body, store.claim(&key, &fingerprint(body), LONG, TTL).await.expect("claim"))
+            })
+        })
+        .collect();
+    let mut claims = Vec::with_capacity(CLAIMERS);
+    for task in tasks {
+        claims.push(task.await.expect("claimer task"));
+    }
+    let winners: Vec<_> = claims.iter().filter(|(_, c)| matches!(c, Claim::Acquired { .. })).collect();
+    assert_eq!(winners.len(), 1, "exactly one claimer may win: {claims:?}");
+    let winner = winners[0].0;
+    for (body, claim) in &claims {
+        match claim {
+            Claim::Acquired { .. } => {}
+            Claim::InFlight { .. } => assert_eq!(*body, winner, "only the winner's request waits: {claims:?}"),
+            Claim::Mismatch => assert_ne!(*body, winner, "the winner's own request is no mismatch: {claims:?}"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

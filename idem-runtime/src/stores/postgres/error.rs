@@ -10,6 +10,9 @@ use crate::store::StoreError;
 /// Undefined table: the store was used before [`super::PostgresStore::migrate`].
 const UNDEFINED_TABLE: &str = "42P01";
 
+/// SQLSTATE class 54: program limit exceeded.
+const PROGRAM_LIMIT_EXCEEDED: &str = "54";
+
 /// Where the store connects, as `postgres://user@host:port/database`: the
 /// password is never part of it.
 pub(super) fn describe(options: &PgConnectOptions) -> String {
@@ -32,6 +35,11 @@ pub(super) fn store_error(error: sqlx::Error, server: &str, table: &TableName) -
         | sqlx::Error::ColumnIndexOutOfBounds { .. }
         | sqlx::Error::TypeNotFound { .. } => {
             StoreError::Corrupt { store: KIND, message: format!("table {table} on {server}: {error}") }
+        }
+        // Class 54, program limit exceeded (a value over 1 GiB, say): the
+        // server will never take this record, so it is refused for good.
+        sqlx::Error::Database(db) if db.code().is_some_and(|code| code.starts_with(PROGRAM_LIMIT_EXCEEDED)) => {
+            StoreError::Full { store: KIND, detail: format!("table {table} on {server}: {error}") }
         }
         sqlx::Error::Database(db) if db.code().as_deref() == Some(UNDEFINED_TABLE) => StoreError::Unavailable {
             store: KIND,

@@ -1,8 +1,13 @@
+#!lua flags=allow-oom
 -- Extends the lease of an in-flight record, if the token still owns it.
 -- KEYS[1]  the record
 -- ARGV[1]  fencing token (16 bytes)
 -- ARGV[2]  new lease in milliseconds, from now
--- Returns 1 (held) or 0 (lost). A lease that ran out is lost even when
+-- Returns 1 (held) or 0 (lost).
+-- allow-oom: a server at maxmemory must still keep (and end) the leases of
+-- running handlers, or a retry would run them again once memory frees up.
+-- New claims are still refused when memory is full (claim.lua has no flag).
+-- A lease that ran out is lost even when
 -- nobody took over; a completed or released record has no token. A lease
 -- that would outlive the record extends the record too.
 local record = redis.call('HMGET', KEYS[1], 'tok', 'lease')
