@@ -102,7 +102,14 @@ use crate::store::{Claim, Fence, FencingToken, Renewal, Store, StoreError};
 /// that, [`complete`](Store::complete) refuses a record over
 /// [`RedisStore::MAX_RECORD_BYTES`] (Redis's default `proto-max-bulk-len`, 512 MiB) with
 /// [`StoreError::Full`] without sending it. A server at `maxmemory` under
-/// `noeviction` answers `OOM`, also reported as [`StoreError::Full`].
+/// `noeviction` refuses new claims with `OOM`, also reported as
+/// [`StoreError::Full`] (503 before any handler runs), but still renews and
+/// releases the leases of running handlers (`renew.lua` and `release.lua`
+/// carry the `allow-oom` flag), so none of them can lapse and run twice;
+/// completions start with a deletion, which Redis lets through too.
+///
+/// Requires Redis 7.0 or later (Valkey 7.2 or later): the scripts read the
+/// server's `TIME` and two of them carry script flags.
 ///
 /// # Deployment
 ///
