@@ -254,15 +254,9 @@ pub async fn sigterm_drains_a_payment_whose_client_left(service: &mut OrderServi
     let key = fresh_key();
     let body = r#"{"amount_cents":900}"#;
     let started = std::time::Instant::now();
-    // The client gives up after 300 ms: the payment goes on without it.
-    let hung_up = client(Duration::from_millis(300))
-        .post(&url)
-        .insert_header(("content-type", "application/json"))
-        .insert_header(("x-user-id", "dora"))
-        .insert_header(("idempotency-key", key.as_str()))
-        .send_body(body)
-        .await;
-    assert!(hung_up.is_err(), "the client hung up before the answer");
+    // The client aborts after 300 ms with a TCP reset: actix drops the
+    // connection and its request, the payment goes on without them.
+    abort_after(&url, &key, body, Duration::from_millis(300));
     actix_web::rt::time::sleep(Duration::from_millis(200)).await;
     let exited = service.terminate(charge_delay + Duration::from_secs(20)).expect("the service exited after SIGTERM");
     let since_start = started.elapsed();
@@ -276,4 +270,24 @@ pub async fn sigterm_drains_a_payment_whose_client_left(service: &mut OrderServi
     assert_eq!(retry.status, StatusCode::CREATED, "{retry:?}");
     assert_eq!(retry.replayed.as_deref(), Some("true"), "the drained payment was completed and kept");
     assert_eq!(stats(service).await.1, charges + 1, "one charge");
+}
+
+/// Sends a payment over a raw connection, then aborts it after `after` with
+/// a TCP reset (SO_LINGER 0): the server sees the connection fail, not just
+/// a quiet client.
+fn abort_after(url: &str, key: &str, body: &str, after: Duration) {
+    use std::io::Write;
+    let address = url.trim_start_matches("http://");
+    let (host, path) = address.split_at(address.find('/').expect("a path"));
+    let stream = std::net::TcpStream::connect(host).expect("connecting to the service");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\nx-user-id: dora\r\n\
+         idempotency-key: {key}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    (&stream).write_all(request.as_bytes()).expect("sending the payment");
+    std::thread::sleep(after);
+    let socket = socket2::Socket::from(stream);
+    socket.set_linger(Some(Duration::ZERO)).expect("SO_LINGER 0");
+    drop(socket);
 }
