@@ -6,7 +6,7 @@ use std::time::Duration;
 use awc::http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::http::{Reply, client, fresh_key, send, try_send};
+use crate::http::{Reply, fresh_key, send, try_send};
 use crate::service::OrderService;
 
 /// `GET /stats` as (orders_created, charges).
