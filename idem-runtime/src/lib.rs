@@ -51,7 +51,10 @@
 //! - [`idempotent`]: the attribute; its arguments are checked at compile
 //!   time (§2).
 //! - [`Idem`]: the configuration registered on the `App` (§3), with its
-//!   [`ServerErrorPolicy`].
+//!   [`ServerErrorPolicy`], and the graceful shutdown ([`Idem::drain`],
+//!   [`Idem::shutdown_on_signal`], reporting [`Drained`]).
+//! - [`MarkRetryable`] and [`Retryable`]: a handler's word that nothing
+//!   happened, so the same request may run again (§4.8).
 //! - The stores: [`MemoryStore`] (default feature `memory`), `RedisStore`
 //!   (feature `redis`), `PostgresStore` (feature `postgres`), and the errors
 //!   their constructors return ([`StoreError`], `InvalidKeyPrefix`,
@@ -80,12 +83,17 @@
 //! 6. the **claim**, one atomic store call on the storage key built from
 //!    scope, subject, route and key (`scope.rs`): acquired, replay, 409 or
 //!    422;
-//! 7. **execute** the handler on a task of its own under a renewed lease;
+//! 7. **execute** the handler on a task of its own, its lease renewed by
+//!    the process-wide keeper thread;
 //! 8. **complete**: capture the response and store it, fenced by the
-//!    claim's token, or release the claim;
+//!    claim's token (retried while the lease holds), or leave a tombstone
+//!    when the handler marked it retryable;
 //! 9. a **store failure** before the handler runs answers 503.
 //!
-//! What the attribute expands to, written by hand, is in the README.
+//! Steps 6 to 8 live in the framework-neutral `engine` module (claim,
+//! lease, keeper, completion, drain); the actix glue in `actix/` does the
+//! rest and calls into it. What the attribute expands to, written by hand,
+//! is in the README.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod actix;

@@ -8,13 +8,14 @@
 //!   (`body.rs`), fingerprints it, runs the handler's extractors, then
 //!   claims the key and dispatches on the answer: execute, replay, 409,
 //!   422 or 503.
-//! - `execute.rs`: runs a claimed request on a task of its own under a
-//!   renewed lease, then completes (stores the response, fenced) or
-//!   releases the claim.
+//! - `execute.rs`: runs a claimed request on a task of its own (its lease
+//!   kept by the engine's keeper thread), then completes (stores the
+//!   response, fenced) or releases the claim, through `crate::engine`.
 //! - `capture.rs`: turns the handler's response into a stored one, and a
 //!   stored one back into a replay marked `Idempotent-Replayed: true`.
-//! - `problem.rs`: the problem+json answers (§5); `observe.rs`: metrics,
-//!   span fields and store-call timing (§7).
+//! - `retryable.rs`: the mark a handler puts on a response that changed
+//!   nothing; `problem.rs`: the problem+json answers (§5).
+//! - `shutdown.rs`: the drain wired into actix's shutdown.
 //! - `config.rs`: [`Idem`], the configuration on the `App` (§3);
 //!   `options.rs`: the per-route arguments the attribute writes.
 
