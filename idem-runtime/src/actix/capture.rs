@@ -94,7 +94,7 @@ impl Captured {
     pub(crate) fn to_stored(&self, config: &Config) -> StoredResponse {
         let body = match &self.body {
             Body::Whole(body) => body.clone(),
-            Body::Failed => return failed_body(),
+            Body::Failed => return problem_record(ProblemKind::HandlerPanicked, BODY_FAILED),
             Body::Overflow { .. } => {
                 let detail = format!(
                     "the request was processed, but its response was larger than the stored response limit of \
@@ -136,7 +136,7 @@ impl Captured {
                 let rest = stream::poll_fn(move |cx| Pin::new(&mut rest).poll_next(cx));
                 (self.status, BoxBody::new(BodyStream::new(head.chain(rest))))
             }
-            Body::Failed => return failed().0,
+            Body::Failed => return problem::response(ProblemKind::HandlerPanicked, BODY_FAILED),
         };
         let mut response = HttpResponse::build(status).body(body);
         let headers = response.headers_mut();
@@ -154,15 +154,8 @@ pub(crate) fn not_kept(detail: &str) -> StoredResponse {
 }
 
 /// The answer to a handler whose body stream failed, as sent and as kept.
-fn failed() -> (HttpResponse, StoredResponse) {
-    let detail = "the request handler failed while sending its response; it may have had effects, \
-                  so it will not run again for this key";
-    (problem::response(ProblemKind::HandlerPanicked, detail), problem_record(ProblemKind::HandlerPanicked, detail))
-}
-
-fn failed_body() -> StoredResponse {
-    failed().1
-}
+const BODY_FAILED: &str = "the request handler failed while sending its response; it may have had effects, \
+                           so it will not run again for this key";
 
 /// A problem as a stored response.
 pub(crate) fn problem_record(kind: ProblemKind, detail: &str) -> StoredResponse {
