@@ -111,7 +111,9 @@ pub mod store;
 mod stores;
 mod token;
 
-pub use actix::{Idem, MarkRetryable, REPLAYED_HEADER, Retryable, ServerErrorPolicy};
+#[cfg(feature = "postgres")]
+pub use actix::Tx;
+pub use actix::{ExecutionContext, Idem, MarkRetryable, REPLAYED_HEADER, Retryable, ServerErrorPolicy};
 pub use engine::Drained;
 pub use error::StoreError;
 /// Makes an actix-web handler idempotent.
@@ -126,6 +128,7 @@ pub use error::StoreError;
 /// the README and in §2 of the behaviour contract; the [crate
 /// documentation](crate) shows a complete program.
 pub use idem_macros::idempotent;
+pub use store::Attempt;
 #[cfg(feature = "memory")]
 pub use stores::MemoryStore;
 #[cfg(feature = "redis")]
@@ -137,7 +140,7 @@ pub use stores::{InvalidTableName, PostgresStore, SweeperHandle};
 /// behaviour contract): a `type` URI starting with [`TYPE_PREFIX`](problem::TYPE_PREFIX),
 /// a `title`, the `status` and a `detail` saying what to do.
 pub mod problem {
-    pub use crate::actix::problem::{ProblemKind, TYPE_PREFIX};
+    pub use crate::actix::problem::{ProblemError, ProblemKind, TYPE_PREFIX};
 }
 
 /// What the runtime reports through the `metrics` facade and `tracing` (§7).

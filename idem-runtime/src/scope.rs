@@ -92,6 +92,21 @@ impl StorageKey {
         &self.encoded
     }
 
+    /// A stable key derived from this one and `label`: 64 lower-case hex
+    /// digits, the same in every execution of this key and different for
+    /// every other key or label. Given to a downstream service that
+    /// deduplicates by key (a payment provider), it keeps even an execution
+    /// repeated after a lost lease from repeating the downstream effect.
+    pub fn derive(&self, label: &str) -> String {
+        let mut hash = Sha256::new();
+        for part in ["idem-derived-key", &self.encoded, label] {
+            hash.update(part.len().to_string().as_bytes());
+            hash.update(b":");
+            hash.update(part.as_bytes());
+        }
+        hex::encode(hash.finalize())
+    }
+
     /// The Redis Cluster hash tag, braces included (`{3f2a...}`).
     pub fn hash_tag(&self) -> &str {
         let start = self.encoded.find('{').unwrap_or(0);

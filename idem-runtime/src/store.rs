@@ -41,7 +41,7 @@
 //! });
 //! let (lease, ttl) = (Duration::from_secs(30), Duration::from_secs(86_400));
 //! match store.claim(&storage_key, &fingerprint, lease, ttl).await? {
-//!     Claim::Acquired { token } => { /* run the handler, then complete or release with `token` */ }
+//!     Claim::Acquired { token, .. } => { /* run the handler, then complete or release with `token` */ }
 //!     Claim::Replay(response) => { /* send `response` back with Idempotent-Replayed: true */ }
 //!     Claim::InFlight { retry_after } => { /* 409 with Retry-After */ }
 //!     Claim::Mismatch => { /* 422 */ }
@@ -75,6 +75,8 @@ pub enum Claim {
     Acquired {
         /// Proof of ownership for renew / complete / release.
         token: FencingToken,
+        /// What the key held before: which execution of it this is.
+        attempt: Attempt,
     },
     /// The key holds a completed response for the same fingerprint.
     Replay(StoredResponse),
@@ -86,6 +88,35 @@ pub enum Claim {
     /// The key's record (in flight, completed, released or lapsed) belongs
     /// to a different request.
     Mismatch,
+}
+
+/// Which execution of its key a won claim starts, by what the key held
+/// before the claim (§8 of the behaviour contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Attempt {
+    /// The key held no live record (none, or one past its TTL): the first
+    /// execution.
+    First,
+    /// The key held a tombstone of the same request: an earlier execution
+    /// released it, reporting that nothing happened.
+    AfterRelease,
+    /// The key held a lapsed lease of the same request: an earlier
+    /// execution stopped before completing (a crash, a stall, a lost
+    /// lease) and may have had effects. Downstream calls made with a
+    /// [derived key](crate::ExecutionContext::derived_key) are not repeated.
+    Takeover,
+}
+
+impl Attempt {
+    /// `first`, `after_release` or `takeover`, for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::First => "first",
+            Self::AfterRelease => "after_release",
+            Self::Takeover => "takeover",
+        }
+    }
 }
 
 /// One lease for [`Store::renew_many`].
@@ -118,7 +149,7 @@ pub enum Fence {
 /// in `store::testing` (feature `testing`). Stores are used as
 /// `Arc<dyn Store>`.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: std::any::Any + Send + Sync {
     /// A short name for logs and metrics, such as `"redis"`.
     fn kind(&self) -> &'static str;
 
@@ -128,10 +159,10 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// | record of `key` | same fingerprint | other fingerprint |
     /// |---|---|---|
-    /// | none, or past its TTL | acquired | acquired |
+    /// | none, or past its TTL | acquired ([`Attempt::First`]) | acquired ([`Attempt::First`]) |
     /// | in flight, lease live | [`Claim::InFlight`] | [`Claim::Mismatch`] |
-    /// | in flight, lease ran out | acquired (takeover) | [`Claim::Mismatch`] |
-    /// | released (tombstone) | acquired | [`Claim::Mismatch`] |
+    /// | in flight, lease ran out | acquired ([`Attempt::Takeover`]) | [`Claim::Mismatch`] |
+    /// | released (tombstone) | acquired ([`Attempt::AfterRelease`]) | [`Claim::Mismatch`] |
     /// | completed | [`Claim::Replay`] | [`Claim::Mismatch`] |
     async fn claim(
         &self,

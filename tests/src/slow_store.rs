@@ -92,7 +92,7 @@ async fn warm_up_cycle(store: &dyn Store) {
     for release in [false, true] {
         let key = fresh_storage_key();
         let token = match store.claim(&key, &request, lease, ttl).await.expect("warm-up claim") {
-            Claim::Acquired { token } => token,
+            Claim::Acquired { token, .. } => token,
             other => panic!("warm-up claim of a fresh key: {other:?}"),
         };
         assert_eq!(store.renew(&key, token, lease).await.expect("warm-up renew"), Fence::Held);

@@ -75,12 +75,16 @@ impl Captured {
         if !self.retryable {
             return false;
         }
-        let failure =
-            (self.status.is_client_error() || self.status.is_server_error()) && !matches!(self.body, Body::Failed);
+        let failure = self.is_failure();
         if !failure {
             tracing::warn!(status = %self.status, "ignoring the retryable mark on a response that is not a failure");
         }
         failure
+    }
+
+    /// A 4xx or 5xx the handler answered by itself (its body did not fail).
+    pub(crate) fn is_failure(&self) -> bool {
+        (self.status.is_client_error() || self.status.is_server_error()) && !matches!(self.body, Body::Failed)
     }
 
     /// A 5xx the handler answered by itself (its body did not fail).

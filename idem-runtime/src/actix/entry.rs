@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use actix_web::dev::Payload;
 use actix_web::http::header::CONTENT_TYPE;
-use actix_web::{FromRequest, Handler, HttpRequest, HttpResponse, Responder, web};
+use actix_web::{FromRequest, Handler, HttpMessage, HttpRequest, HttpResponse, Responder, web};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::body::buffer;
 use super::capture::{REPLAYED_HEADER, replay};
 use super::config::{Config, Idem};
+use super::context::{Annotated, PendingContext};
 use super::execute::{Claimed, execute};
 use super::options::{InFlight, RouteOptions};
 use super::problem::{self, ProblemKind};
@@ -89,7 +90,7 @@ where
     // 1. The key.
     let key = match read_key(&req, options) {
         Ok(Some(key)) => key,
-        Ok(None) => return run_without_key(req, payload, handler).await,
+        Ok(None) => return run_without_key(&config, req, payload, handler).await,
         Err((kind, detail)) => return reject(&route, kind, &detail),
     };
     let span = tracing::Span::current();
@@ -129,7 +130,10 @@ where
         content_type: req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
         body: &body,
     });
-    // 5. The handler's own extractors, over the buffered body.
+    // 5. The handler's own extractors, over the buffered body. The runtime's
+    // own extractors (execution context, transaction) learn from the mark
+    // that they run under #[idempotent].
+    req.extensions_mut().insert(Annotated::Keyed);
     let args = match Args::from_request(&req, &mut Payload::from(body)).await {
         Ok(args) => args,
         Err(error) => {
@@ -138,7 +142,7 @@ where
         }
     };
     // 6 to 9. Claim, then execute, replay or refuse.
-    let key = StorageKey::new(options.scope, subject.as_deref(), req.method().as_str(), &route, &key);
+    let storage_key = StorageKey::new(options.scope, subject.as_deref(), req.method().as_str(), &route, &key);
     let deadline = match options.in_flight {
         InFlight::Reject => None,
         InFlight::Wait(wait) => Some(Instant::now() + wait),
@@ -154,9 +158,10 @@ where
             }
             None => (config.store_timeout, false),
         };
-        let claim = engine::claim(&config.store, &key, &fingerprint, &terms, timeout, &config.running).await;
+        let claim = engine::claim(&config.store, &storage_key, &fingerprint, &terms, timeout, &config.running).await;
         let claim = match claim {
             Ok(engine::Claimed::Acquired(execution)) => {
+                PendingContext::fill(&req, &key, &storage_key, execution.token(), execution.attempt());
                 let claimed = Claimed { config, route, execution };
                 return execute(claimed, req, handler, args).await;
             }
@@ -213,7 +218,7 @@ where
     }
 }
 
-fn config_of(req: &HttpRequest) -> Option<Arc<Config>> {
+pub(super) fn config_of(req: &HttpRequest) -> Option<Arc<Config>> {
     req.app_data::<Idem>()
         .or_else(|| req.app_data::<web::Data<Idem>>().map(|data| data.get_ref()))
         .map(|idem| Arc::clone(&idem.inner))
@@ -244,20 +249,28 @@ fn read_key(req: &HttpRequest, options: &RouteOptions) -> Result<Option<Idempote
     Err((kind, format!("{error} (header `{}`)", options.header)))
 }
 
-/// `required = false` and no key: the handler runs as if not annotated.
-async fn run_without_key<F, Args>(req: HttpRequest, mut payload: Payload, handler: F) -> HttpResponse
+/// `required = false` and no key: the handler runs as if not annotated
+/// (a `Tx` it takes is committed when it returns, unless its response is
+/// retryable).
+async fn run_without_key<F, Args>(config: &Config, req: HttpRequest, mut payload: Payload, handler: F) -> HttpResponse
 where
     F: Handler<Args>,
     Args: FromRequest + 'static,
     F::Output: Responder + 'static,
 {
-    match Args::from_request(&req, &mut payload).await {
-        Ok(args) => {
-            let mut response = handler.call(args).await.respond_to(&req).map_into_boxed_body();
-            // The header belongs to the runtime, with or without a key.
-            response.headers_mut().remove(REPLAYED_HEADER);
-            response
-        }
-        Err(error) => error.into().error_response(),
+    req.extensions_mut().insert(Annotated::Keyless);
+    let args = match Args::from_request(&req, &mut payload).await {
+        Ok(args) => args,
+        Err(error) => return error.into().error_response(),
+    };
+    #[cfg(feature = "postgres")]
+    if let Some(pending) = super::transaction::PendingTx::take(&req) {
+        return super::transactional::run_without_key(config, pending, req, handler, args).await;
     }
+    #[cfg(not(feature = "postgres"))]
+    let _ = config;
+    let mut response = handler.call(args).await.respond_to(&req).map_into_boxed_body();
+    // The header belongs to the runtime, with or without a key.
+    response.headers_mut().remove(REPLAYED_HEADER);
+    response
 }

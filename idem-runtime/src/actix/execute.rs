@@ -11,7 +11,7 @@ use tracing::Instrument;
 use super::capture::{Captured, not_kept, problem_record};
 use super::config::{Config, ServerErrorPolicy};
 use super::problem::{self, ProblemKind};
-use crate::engine::{Attempt, Execution, keeper};
+use crate::engine::{Execution, Tried, keeper};
 use crate::observe::{Outcome, count};
 use crate::record::StoredResponse;
 
@@ -63,31 +63,54 @@ where
                       retry later";
         return problem::retry_after(ProblemKind::StoreUnavailable, detail, std::time::Duration::from_secs(1));
     }
-    let limit = config.response_limit;
-    let work = async {
-        let response = handler.call(args).await.respond_to(&req).map_into_boxed_body();
-        Captured::collect(response, limit).await
+    #[cfg(feature = "postgres")]
+    if let Some(pending) = super::transaction::PendingTx::take(&req) {
+        let claimed = Claimed { config, route, execution };
+        return super::transactional::run(claimed, pending, req, handler, args).await;
+    }
+    let Ok(captured) = call(handler, args, &req, config.response_limit).await else {
+        // Whatever the 5xx policy: a panic says nothing about what the
+        // handler had done by then.
+        let stored = problem_record(ProblemKind::HandlerPanicked, PANICKED);
+        settle(route, execution, Ending::Complete(stored)).await;
+        return problem::response(ProblemKind::HandlerPanicked, PANICKED);
     };
-    let captured = match AssertUnwindSafe(work).catch_unwind().await {
-        Ok(captured) => captured,
-        Err(_) => {
-            // Whatever the 5xx policy: a panic says nothing about what the
-            // handler had done by then.
-            tracing::error!("the idempotent handler panicked");
-            let stored = problem_record(ProblemKind::HandlerPanicked, PANICKED);
-            settle(route, execution, Ending::Complete(stored)).await;
-            return problem::response(ProblemKind::HandlerPanicked, PANICKED);
-        }
-    };
-    let release = captured.is_marked_retryable()
-        || (config.server_errors == ServerErrorPolicy::Release && captured.is_plain_server_error());
-    let ending = if release { Ending::Release } else { Ending::Complete(captured.to_stored(&config)) };
+    let ending =
+        if releases(&captured, &config) { Ending::Release } else { Ending::Complete(captured.to_stored(&config)) };
     settle(route, execution, ending).await;
     captured.into_response()
 }
 
+/// The handler panicked.
+pub(super) struct Panicked;
+
+/// Calls the handler and captures its response, its body read up to
+/// `limit`; a panic is caught and logged.
+pub(super) async fn call<F, Args>(handler: F, args: Args, req: &HttpRequest, limit: usize) -> Result<Captured, Panicked>
+where
+    F: Handler<Args>,
+    F::Output: Responder + 'static,
+    Args: 'static,
+{
+    let work = async {
+        let response = handler.call(args).await.respond_to(req).map_into_boxed_body();
+        Captured::collect(response, limit).await
+    };
+    AssertUnwindSafe(work).catch_unwind().await.map_err(|_| {
+        tracing::error!("the idempotent handler panicked");
+        Panicked
+    })
+}
+
+/// Whether `captured` says that nothing happened: marked retryable, or a
+/// plain 5xx under [`ServerErrorPolicy::Release`].
+pub(super) fn releases(captured: &Captured, config: &Config) -> bool {
+    captured.is_marked_retryable()
+        || (config.server_errors == ServerErrorPolicy::Release && captured.is_plain_server_error())
+}
+
 /// How an execution ends.
-enum Ending {
+pub(super) enum Ending {
     /// Keep this response for replay.
     Complete(StoredResponse),
     /// Nothing happened: leave a tombstone.
@@ -97,7 +120,7 @@ enum Ending {
 /// Ends the execution: one attempt now, and if that fails, more in the
 /// background for as long as the lease holds, while the response goes to
 /// the client. The request is counted once, when that is settled.
-async fn settle(route: String, execution: Execution, ending: Ending) {
+pub(super) async fn settle(route: String, execution: Execution, ending: Ending) {
     let processed = || {
         not_kept(
             "the request was processed, but the store refused to keep its response; \
@@ -106,15 +129,15 @@ async fn settle(route: String, execution: Execution, ending: Ending) {
     };
     let first = match &ending {
         Ending::Complete(stored) => match execution.try_complete(stored).await {
-            Attempt::Done(outcome) => Ok(outcome),
+            Tried::Done(outcome) => Ok(outcome),
             // Refused for good: the small record goes in its place at once.
-            Attempt::Refused => match execution.try_complete(&processed()).await {
-                Attempt::Done(outcome) => Ok(outcome),
-                _ => Err(Attempt::Refused),
+            Tried::Refused => match execution.try_complete(&processed()).await {
+                Tried::Done(outcome) => Ok(outcome),
+                _ => Err(Tried::Refused),
             },
-            Attempt::Failed => Err(Attempt::Failed),
+            Tried::Failed => Err(Tried::Failed),
         },
-        Ending::Release => execution.try_release().await.ok_or(Attempt::Failed),
+        Ending::Release => execution.try_release().await.ok_or(Tried::Failed),
     };
     let first = match first {
         Ok(outcome) => return count(&route, outcome),

@@ -13,6 +13,11 @@
 //!   response, fenced) or releases the claim, through `crate::engine`.
 //! - `capture.rs`: turns the handler's response into a stored one, and a
 //!   stored one back into a replay marked `Idempotent-Replayed: true`.
+//! - `context.rs`: the [`ExecutionContext`] extractor (token, attempt,
+//!   derived keys), filled after the claim; `transaction.rs`: the `Tx`
+//!   extractor of the transactional mode (feature `postgres`), and
+//!   `transactional.rs`: running a handler that takes one, its writes and
+//!   its completion committed together.
 //! - `retryable.rs`: the mark a handler puts on a response that changed
 //!   nothing; `problem.rs`: the problem+json answers (§5).
 //! - `shutdown.rs`: the drain wired into actix's shutdown.
@@ -22,15 +27,23 @@
 mod body;
 mod capture;
 mod config;
+mod context;
 mod entry;
 mod execute;
 mod options;
 pub(crate) mod problem;
 mod retryable;
 mod shutdown;
+#[cfg(feature = "postgres")]
+mod transaction;
+#[cfg(feature = "postgres")]
+mod transactional;
 
 pub use capture::REPLAYED_HEADER;
 pub use config::{Idem, ServerErrorPolicy};
+pub use context::ExecutionContext;
 pub use entry::handle;
 pub use options::{InFlight, RouteOptions};
 pub use retryable::{MarkRetryable, Retryable};
+#[cfg(feature = "postgres")]
+pub use transaction::Tx;

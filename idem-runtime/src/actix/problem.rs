@@ -47,6 +47,15 @@ pub enum ProblemKind {
     /// 500 (stored, replayed): the request was processed but its response
     /// could not be kept (over the limit, or refused by the store).
     ResponseNotStored,
+    /// 409 with `Retry-After`, transactional mode: the lease was lost while
+    /// the handler ran, so its transaction was rolled back; another
+    /// execution owns the key.
+    LeaseLost,
+    /// 500, transactional mode: the handler's transaction could not be
+    /// committed (one of its statements failed, or the handler kept the
+    /// transaction past its return); it was rolled back and the key
+    /// released.
+    TransactionFailed,
 }
 
 impl ProblemKind {
@@ -99,6 +108,10 @@ impl ProblemKind {
                 "response-not-stored",
                 "Original response could not be kept for replay",
             ),
+            Self::LeaseLost => (StatusCode::CONFLICT, "lease-lost", "Request taken over by another execution"),
+            Self::TransactionFailed => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "transaction-failed", "Handler transaction rolled back")
+            }
         }
     }
 }
@@ -133,4 +146,43 @@ pub(crate) fn retry_after(kind: ProblemKind, detail: &str, after: Duration) -> H
         response.headers_mut().insert(RETRY_AFTER, value);
     }
     response
+}
+
+/// A problem as an actix error, for the runtime's own extractors. A
+/// misconfiguration (`not-configured`) is logged at error level.
+#[derive(Debug)]
+pub struct ProblemError {
+    kind: ProblemKind,
+    detail: String,
+}
+
+impl ProblemError {
+    pub(crate) fn new(kind: ProblemKind, detail: impl Into<String>) -> Self {
+        let detail = detail.into();
+        if kind == ProblemKind::NotConfigured {
+            tracing::error!("{detail}");
+        }
+        Self { kind, detail }
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> ProblemKind {
+        self.kind
+    }
+}
+
+impl std::fmt::Display for ProblemError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind.title(), self.detail)
+    }
+}
+
+impl actix_web::ResponseError for ProblemError {
+    fn status_code(&self) -> StatusCode {
+        self.kind.status()
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        response(self.kind, &self.detail)
+    }
 }

@@ -4,7 +4,9 @@
 //! - `lease.rs`: a lease as this process sees it, with a deadline counted
 //!   from when the claim was sent;
 //! - `keeper.rs`: the process-wide keeper thread that renews every lease;
-//! - `drain.rs`: the count of running executions, for graceful shutdown.
+//! - `drain.rs`: the count of running executions, for graceful shutdown;
+//! - `transaction.rs`: the transactional mode on Postgres, where the work's
+//!   writes and the completion commit together.
 //!
 //! An [`Execution`] is a claim this process won. It ends in exactly one of
 //! two ways: [`Execution::complete`] (the response is kept, fenced) or
@@ -15,6 +17,8 @@
 mod drain;
 pub(crate) mod keeper;
 mod lease;
+#[cfg(feature = "postgres")]
+pub(crate) mod transaction;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,7 +30,7 @@ use crate::fingerprint::Fingerprint;
 use crate::observe::{Outcome, store_call};
 use crate::record::{RecordState, StoredResponse};
 use crate::scope::StorageKey;
-use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
+use crate::store::{Attempt, Claim, Fence, FencingToken, Store, StoreError};
 
 /// The terms of one claim.
 pub(crate) struct Terms {
@@ -61,13 +65,19 @@ pub(crate) async fn claim(
     let sent = Instant::now();
     let call = store.claim(key, fingerprint, terms.lease, terms.ttl);
     match store_call(store.kind(), "claim", timeout, call).await? {
-        Claim::Acquired { token } => {
+        Claim::Acquired { token, attempt } => {
             // A claim answered after its lease would have ended (a stalled
             // worker, a slow store) is held by nobody safely: the lease is
             // born lost, and the execution refuses to run (see `is_held`).
             let lease = Lease::hold(Arc::clone(store), key.clone(), token, terms.lease, terms.timeout, sent);
-            let execution =
-                Execution { lease, length: terms.lease, ttl: terms.ttl, timeout: terms.timeout, _running: running };
+            let execution = Execution {
+                lease,
+                attempt,
+                length: terms.lease,
+                ttl: terms.ttl,
+                timeout: terms.timeout,
+                _running: running,
+            };
             Ok(Claimed::Acquired(execution))
         }
         other => Ok(Claimed::Other(other)),
@@ -78,6 +88,8 @@ pub(crate) async fn claim(
 /// releases, or is dropped.
 pub(crate) struct Execution {
     lease: Lease,
+    /// Which execution of the key this is.
+    attempt: Attempt,
     /// The lease's length.
     length: Duration,
     ttl: Duration,
@@ -85,8 +97,8 @@ pub(crate) struct Execution {
     _running: RunningGuard,
 }
 
-/// How one attempt at a completion ended.
-pub(crate) enum Attempt {
+/// How one try at a completion ended.
+pub(crate) enum Tried {
     /// Settled: stored, or refused by the fence.
     Done(Outcome),
     /// The store refused the record for good (too large, a limit).
@@ -110,6 +122,11 @@ impl Execution {
         self.lease.token()
     }
 
+    /// Which execution of the key this is.
+    pub(crate) fn attempt(&self) -> Attempt {
+        self.attempt
+    }
+
     /// Whether this process still owns the key.
     pub(crate) fn is_held(&self) -> bool {
         self.lease.is_held()
@@ -117,14 +134,14 @@ impl Execution {
 
     /// One attempt at storing `response`. `None` when it failed and may be
     /// tried again (see [`Execution::complete`]).
-    pub(crate) async fn try_complete(&self, response: &StoredResponse) -> Attempt {
+    pub(crate) async fn try_complete(&self, response: &StoredResponse) -> Tried {
         let store = self.lease.store();
         let call = store.complete(self.key(), self.token(), response, self.ttl);
         match store_call(store.kind(), "complete", self.timeout, call).await {
-            Ok(Fence::Held) => Attempt::Done(Outcome::Executed),
-            Ok(_) => Attempt::Done(self.report(Outcome::LeaseLost)),
-            Err(StoreError::Full { .. }) => Attempt::Refused,
-            Err(_) => Attempt::Failed,
+            Ok(Fence::Held) => Tried::Done(Outcome::Executed),
+            Ok(_) => Tried::Done(self.report(Outcome::LeaseLost)),
+            Err(StoreError::Full { .. }) => Tried::Refused,
+            Err(_) => Tried::Failed,
         }
     }
 
@@ -132,18 +149,13 @@ impl Execution {
     /// failed calls for as long as the lease is held. If the store refuses
     /// the record for good (too large, a limit), `processed` is stored
     /// instead, so that a retry never runs again.
-    pub(crate) async fn complete(
-        self,
-        first: Attempt,
-        response: &StoredResponse,
-        processed: &StoredResponse,
-    ) -> Outcome {
+    pub(crate) async fn complete(self, first: Tried, response: &StoredResponse, processed: &StoredResponse) -> Outcome {
         let (mut record, mut failed_before) = match first {
-            Attempt::Done(outcome) => return outcome,
-            Attempt::Refused => (processed, false),
-            Attempt::Failed => (response, true),
+            Tried::Done(outcome) => return outcome,
+            Tried::Refused => (processed, false),
+            Tried::Failed => (response, true),
         };
-        if matches!(first, Attempt::Refused) {
+        if matches!(first, Tried::Refused) {
             tracing::error!("the store refused the response for good; keeping a \"processed\" record instead");
         }
         let mut pause = FIRST_PAUSE;
@@ -158,14 +170,14 @@ impl Execution {
             match self.try_complete(record).await {
                 // A refusal after an attempt that failed in transit: that
                 // attempt may have been applied. The record tells.
-                Attempt::Done(Outcome::LeaseLost) if failed_before => return self.settle_unknown(record).await,
-                Attempt::Done(outcome) => return outcome,
-                Attempt::Refused if !std::ptr::eq(record, processed) => {
+                Tried::Done(Outcome::LeaseLost) if failed_before => return self.settle_unknown(record).await,
+                Tried::Done(outcome) => return outcome,
+                Tried::Refused if !std::ptr::eq(record, processed) => {
                     tracing::error!("the store refused the response for good; keeping a \"processed\" record instead");
                     record = processed;
                     pause = FIRST_PAUSE;
                 }
-                Attempt::Refused | Attempt::Failed => failed_before = true,
+                Tried::Refused | Tried::Failed => failed_before = true,
             }
         }
     }

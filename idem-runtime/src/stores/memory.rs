@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, RecordState, StoredResponse};
 use crate::scope::StorageKey;
-use crate::store::{Claim, Fence, FencingToken, Store, StoreError};
+use crate::store::{Attempt, Claim, Fence, FencingToken, Store, StoreError};
 
 /// An in-process store: the embedded default, for one server process.
 ///
@@ -189,19 +189,22 @@ impl Store for MemoryStore {
                 }
                 // A tombstone or a lapsed lease of this same request: take it over.
                 State::InFlight { .. } | State::Released => {
-                    let extra = if matches!(entry.state, State::Released) { RESERVED } else { 0 };
+                    let (extra, attempt) = match entry.state {
+                        State::Released => (RESERVED, Attempt::AfterRelease),
+                        _ => (0, Attempt::Takeover),
+                    };
                     if bytes + extra > self.max_bytes {
                         return Err(self.full(records, bytes));
                     }
                     let state = State::InFlight { token, lease_until };
                     *entry = Entry { fingerprint: *fingerprint, expires_at, state };
-                    took_over = Some(extra);
+                    took_over = Some((extra, attempt));
                 }
             }
         }
-        if let Some(extra) = took_over {
+        if let Some((extra, attempt)) = took_over {
             inner.bytes += extra;
-            return Ok(Claim::Acquired { token });
+            return Ok(Claim::Acquired { token, attempt });
         }
         inner.remove(key.as_str());
         let crowded =
@@ -218,7 +221,7 @@ impl Store for MemoryStore {
         inner.bytes += RESERVED;
         let entry = Entry { fingerprint: *fingerprint, expires_at, state: State::InFlight { token, lease_until } };
         inner.records.insert(key.as_str().to_owned(), entry);
-        Ok(Claim::Acquired { token })
+        Ok(Claim::Acquired { token, attempt: Attempt::First })
     }
 
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {

@@ -254,7 +254,38 @@ impl PostgresStore {
         result.map_err(|e| self.error(e))
     }
 
-    fn error(&self, error: sqlx::Error) -> StoreError {
+    /// The fenced completion (`complete.sql`) on `executor`: the pool, or
+    /// the transaction of a transactional handler.
+    pub(crate) async fn complete_on<'e>(
+        &self,
+        executor: impl sqlx::PgExecutor<'e>,
+        key: &StorageKey,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<Fence, sqlx::Error> {
+        let token_bytes = token.to_bytes();
+        let names: Vec<&str> = response.headers.iter().map(|(name, _)| name.as_str()).collect();
+        let values: Vec<&[u8]> = response.headers.iter().map(|(_, value)| value.as_slice()).collect();
+        let query = sqlx::query(sql(&self.sql.complete))
+            .bind(key.as_str())
+            .bind(&token_bytes[..])
+            .bind(interval(ttl))
+            .bind(i32::from(response.status))
+            .bind(&names[..])
+            .bind(&values[..])
+            .bind(&response.body[..]);
+        Ok(fence(query.execute(executor).await?.rows_affected()))
+    }
+
+    /// Opens a transaction on the store's pool (`BEGIN`), bounded like any
+    /// operation.
+    pub(crate) async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+        self.run(self.pool.begin()).await
+    }
+
+    /// The error `error` maps to, with the server and table named.
+    pub(crate) fn error(&self, error: sqlx::Error) -> StoreError {
         error::store_error(error, &self.server, &self.table)
     }
 
@@ -335,18 +366,7 @@ impl Store for PostgresStore {
         response: &StoredResponse,
         ttl: Duration,
     ) -> Result<Fence, StoreError> {
-        let token_bytes = token.to_bytes();
-        let names: Vec<&str> = response.headers.iter().map(|(name, _)| name.as_str()).collect();
-        let values: Vec<&[u8]> = response.headers.iter().map(|(_, value)| value.as_slice()).collect();
-        let query = sqlx::query(sql(&self.sql.complete))
-            .bind(key.as_str())
-            .bind(&token_bytes[..])
-            .bind(interval(ttl))
-            .bind(i32::from(response.status))
-            .bind(&names[..])
-            .bind(&values[..])
-            .bind(&response.body[..]);
-        Ok(fence(self.run(query.execute(&self.pool)).await?.rows_affected()))
+        self.run(self.complete_on(&self.pool, key, token, response, ttl)).await
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {

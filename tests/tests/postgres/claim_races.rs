@@ -55,7 +55,7 @@ async fn many_claimers_take_over_a_lapsed_lease_once() {
     for _ in 0..5 {
         let key = fresh_key();
         // The lease lapses, the record stays: the same request takes it over.
-        let Claim::Acquired { token: stale } = store.claim(&key, &fingerprint("race"), SHORT, LONG).await.unwrap()
+        let Claim::Acquired { token: stale, .. } = store.claim(&key, &fingerprint("race"), SHORT, LONG).await.unwrap()
         else {
             panic!("first claim not acquired");
         };
@@ -72,7 +72,7 @@ async fn many_claimers_take_over_an_expired_record_of_another_request_once() {
     };
     for _ in 0..5 {
         let key = fresh_key();
-        let Claim::Acquired { token } = store.claim(&key, &fingerprint("old"), LONG, LONG).await.unwrap() else {
+        let Claim::Acquired { token, .. } = store.claim(&key, &fingerprint("old"), LONG, LONG).await.unwrap() else {
             panic!("first claim not acquired");
         };
         assert_eq!(store.complete(&key, token, &response(b"old"), SHORT).await.unwrap(), Fence::Held);

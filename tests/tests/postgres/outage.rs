@@ -37,12 +37,13 @@ async fn operations_fail_fast_during_an_outage_and_recover_after() {
     store.migrate().await.expect("migrating");
 
     let done = fresh_key();
-    let Claim::Acquired { token } = store.claim(&done, &fingerprint("a"), LEASE, TTL).await.unwrap() else {
+    let Claim::Acquired { token, .. } = store.claim(&done, &fingerprint("a"), LEASE, TTL).await.unwrap() else {
         panic!("claim not acquired");
     };
     assert_eq!(store.complete(&done, token, &response(b"before"), LEASE).await.unwrap(), Fence::Held);
     let running = fresh_key();
-    let Claim::Acquired { token: running_token } = store.claim(&running, &fingerprint("a"), LEASE, TTL).await.unwrap()
+    let Claim::Acquired { token: running_token, .. } =
+        store.claim(&running, &fingerprint("a"), LEASE, TTL).await.unwrap()
     else {
         panic!("claim not acquired");
     };

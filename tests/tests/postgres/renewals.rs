@@ -28,7 +28,7 @@ fn keeper_renewals_do_not_wait_for_a_stalled_application_runtime() {
     let (key, request) = (fresh_key(), fingerprint("a long handler"));
     let token = app.block_on(async {
         match store.claim(&key, &request, LEASE, TTL).await.unwrap() {
-            Claim::Acquired { token } => token,
+            Claim::Acquired { token, .. } => token,
             other => panic!("expected the key to be acquired, got {other:?}"),
         }
     });

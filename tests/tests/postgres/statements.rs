@@ -69,7 +69,7 @@ async fn replay_is_one_statement_and_first_execution_two() {
 
     // Warm up: the pool's connection exists and has its statements prepared.
     let warm = fresh_key();
-    let Claim::Acquired { token } = store.claim(&warm, &fingerprint("warm"), LEASE, TTL).await.unwrap() else {
+    let Claim::Acquired { token, .. } = store.claim(&warm, &fingerprint("warm"), LEASE, TTL).await.unwrap() else {
         panic!("warm-up claim not acquired");
     };
     assert_eq!(store.complete(&warm, token, &response(b"warm"), LEASE).await.unwrap(), Fence::Held);
@@ -80,7 +80,7 @@ async fn replay_is_one_statement_and_first_execution_two() {
 
     // First execution: claim, then complete.
     let key = fresh_key();
-    let Claim::Acquired { token } = store.claim(&key, &fingerprint("a"), LEASE, TTL).await.unwrap() else {
+    let Claim::Acquired { token, .. } = store.claim(&key, &fingerprint("a"), LEASE, TTL).await.unwrap() else {
         panic!("first claim not acquired");
     };
     assert_eq!(store.complete(&key, token, &response(b"first"), LEASE).await.unwrap(), Fence::Held);
@@ -105,7 +105,7 @@ async fn replay_is_one_statement_and_first_execution_two() {
 
     // The other answers of a claim, and the fenced operations: one each.
     let busy = fresh_key();
-    let Claim::Acquired { token } = store.claim(&busy, &fingerprint("b"), LEASE, TTL).await.unwrap() else {
+    let Claim::Acquired { token, .. } = store.claim(&busy, &fingerprint("b"), LEASE, TTL).await.unwrap() else {
         panic!("claim not acquired");
     };
     let renewals = [

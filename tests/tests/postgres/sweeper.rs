@@ -48,7 +48,7 @@ impl Table {
 async fn acquire(store: &PostgresStore, key: &StorageKey, lease: Duration) -> FencingToken {
     // The record lives as long as its lease: a lapsed lease expires with it.
     match store.claim(key, &fingerprint("a"), lease, lease).await.expect("claim") {
-        Claim::Acquired { token } => token,
+        Claim::Acquired { token, .. } => token,
         other => panic!("expected acquired, got {other:?}"),
     }
 }

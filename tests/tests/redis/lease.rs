@@ -18,7 +18,7 @@ const KEEPER_LEASE: Duration = Duration::from_secs(1);
 
 fn acquired(claim: Claim) -> idem_runtime::store::FencingToken {
     match claim {
-        Claim::Acquired { token } => token,
+        Claim::Acquired { token, .. } => token,
         other => panic!("expected the key to be acquired, got {other:?}"),
     }
 }

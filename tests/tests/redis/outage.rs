@@ -40,7 +40,7 @@ async fn store_fails_fast_while_redis_is_down_and_recovers_after() {
     let store = RedisStore::connect(&server.url()).await.expect("connecting the store");
     let (key, request) = (fresh_key(), fingerprint("before the outage"));
     let token = match store.claim(&key, &request, LEASE, TTL).await.unwrap() {
-        Claim::Acquired { token } => token,
+        Claim::Acquired { token, .. } => token,
         other => panic!("expected the key to be acquired, got {other:?}"),
     };
 
@@ -59,7 +59,7 @@ async fn store_fails_fast_while_redis_is_down_and_recovers_after() {
     let started = Instant::now();
     let token = loop {
         match store.claim(&key, &request, LEASE, TTL).await {
-            Ok(Claim::Acquired { token }) => break token,
+            Ok(Claim::Acquired { token, .. }) => break token,
             Ok(other) => panic!("expected the key to be acquired, got {other:?}"),
             Err(error) => {
                 assert!(started.elapsed() < RECOVER_WITHIN, "the store did not recover: {error}");

@@ -90,7 +90,7 @@ async fn each_operation_is_one_command() {
     // First execution: claim + complete (connecting loaded the scripts).
     observer.mark().await;
     let token = match store.claim(&key, &request, LEASE, TTL).await.unwrap() {
-        Claim::Acquired { token } => token,
+        Claim::Acquired { token, .. } => token,
         other => panic!("expected the key to be acquired, got {other:?}"),
     };
     assert_eq!(store.complete(&key, token, &response(b"created"), TTL).await.unwrap(), Fence::Held);
@@ -103,7 +103,7 @@ async fn each_operation_is_one_command() {
     // A heartbeat on an in-flight key: one command; so is a duplicate's claim.
     let key = fresh_key();
     let token = match store.claim(&key, &request, LEASE, TTL).await.unwrap() {
-        Claim::Acquired { token } => token,
+        Claim::Acquired { token, .. } => token,
         other => panic!("expected the key to be acquired, got {other:?}"),
     };
     observer.mark().await;
@@ -132,7 +132,7 @@ async fn scripts_come_back_after_a_flush_at_the_cost_of_one_load() {
 
 async fn acquire(store: &RedisStore, key: &StorageKey) -> FencingToken {
     match store.claim(key, &fingerprint("renewed"), LEASE, TTL).await.unwrap() {
-        Claim::Acquired { token } => token,
+        Claim::Acquired { token, .. } => token,
         other => panic!("expected the key to be acquired, got {other:?}"),
     }
 }

@@ -64,7 +64,7 @@ pub(crate) async fn acquire(
     ttl: Duration,
 ) -> FencingToken {
     match store.claim(key, fp, lease, ttl).await.expect("claim") {
-        Claim::Acquired { token } => token,
+        Claim::Acquired { token, .. } => token,
         other => panic!("expected the key to be acquired, got {other:?}"),
     }
 }

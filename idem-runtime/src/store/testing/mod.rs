@@ -46,7 +46,8 @@ pub use self::race::{
     sixty_four_claimers_one_winner, sixty_four_claimers_take_over_a_tombstone_once,
 };
 pub use self::tombstones::{
-    lapsed_lease_keeps_its_fingerprint, record_outlives_a_lapsed_lease_until_its_ttl, release_leaves_a_tombstone,
+    a_won_claim_tells_which_attempt_it_is, lapsed_lease_keeps_its_fingerprint,
+    record_outlives_a_lapsed_lease_until_its_ttl, release_leaves_a_tombstone,
 };
 /// Instantiates the whole conformance suite as `#[test]` functions; see the
 /// [module documentation](self).
@@ -106,6 +107,7 @@ macro_rules! __store_conformance_tests {
             an_expired_record_is_never_replayed,
             different_requests_racing_for_one_key_one_wins,
             release_leaves_a_tombstone,
+            a_won_claim_tells_which_attempt_it_is,
             forged_token_is_refused,
             completion_is_final,
             completed_record_expires_after_ttl,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cases::{LONG, PAST_SHORT, SHORT, TTL, acquire, close_to, fingerprint, fresh_key, response};
-use crate::store::{Claim, Fence, RecordState, Store};
+use crate::store::{Attempt, Claim, Fence, RecordState, Store};
 
 /// A record TTL that outlasts a [`SHORT`] lease by enough to look at the
 /// record in between.
@@ -80,4 +80,30 @@ pub async fn record_outlives_a_lapsed_lease_until_its_ttl(store: Arc<dyn Store>)
     tokio::time::sleep(TWO_SECONDS - PAST_SHORT + Duration::from_millis(400)).await;
     assert_eq!(store.get(&key).await.unwrap(), None);
     acquire(&*store, &key, &fingerprint("b"), LONG, TTL).await;
+}
+
+/// A won claim says what the key held: nothing live ([`Attempt::First`],
+/// a record past its TTL included), a tombstone of the same request
+/// ([`Attempt::AfterRelease`]) or a lapsed lease of it ([`Attempt::Takeover`]).
+pub async fn a_won_claim_tells_which_attempt_it_is(store: Arc<dyn Store>) {
+    let attempt = |claim: Claim| match claim {
+        Claim::Acquired { attempt, .. } => attempt,
+        other => panic!("expected the key to be acquired, got {other:?}"),
+    };
+    let key = fresh_key();
+    let first = store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap();
+    let Claim::Acquired { token, attempt: Attempt::First } = first else { panic!("expected a first claim: {first:?}") };
+    assert_eq!(store.release(&key, token).await.unwrap(), Fence::Held);
+    let again = store.claim(&key, &fingerprint("a"), SHORT, TTL).await.unwrap();
+    assert_eq!(attempt(again), Attempt::AfterRelease);
+    tokio::time::sleep(PAST_SHORT).await;
+    let taken = store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap();
+    assert_eq!(attempt(taken), Attempt::Takeover);
+
+    // A record past its TTL is no record: whatever it was, the next claim is a first.
+    let key = fresh_key();
+    let token = acquire(&*store, &key, &fingerprint("a"), SHORT, SHORT).await;
+    assert_eq!(store.release(&key, token).await.unwrap(), Fence::Held);
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(attempt(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap()), Attempt::First);
 }

@@ -1,6 +1,10 @@
 -- Claim, one statement. $1 key, $2 fingerprint, $3 new token, $4 lease,
 -- $5 record TTL (at least the lease).
 --
+-- `attempt` records which execution a won claim starts (`first`,
+-- `after_release` or `takeover`, from what the row held), so that RETURNING,
+-- which sees only the new row, can tell it.
+--
 -- A new key is inserted. An existing key always goes through DO UPDATE,
 -- which locks the row and sees its latest committed version (even one
 -- committed after this statement began, at READ COMMITTED): the row is
@@ -15,8 +19,8 @@
 --   cur.expires_at <= now()
 --   OR (cur.fingerprint = excluded.fingerprint
 --       AND (cur.state = 'released' OR (cur.state = 'in_flight' AND cur.lease_until <= now())))
-INSERT INTO {table} AS cur (key, fingerprint, state, token, lease_until, expires_at)
-VALUES ($1, $2, 'in_flight', $3, now() + $4, now() + $5)
+INSERT INTO {table} AS cur (key, fingerprint, state, token, lease_until, expires_at, attempt)
+VALUES ($1, $2, 'in_flight', $3, now() + $4, now() + $5, 'first')
 ON CONFLICT (key) DO UPDATE SET
     fingerprint   = CASE WHEN {take} THEN excluded.fingerprint ELSE cur.fingerprint END,
     state         = CASE WHEN {take} THEN excluded.state ELSE cur.state END,
@@ -26,9 +30,14 @@ ON CONFLICT (key) DO UPDATE SET
     status        = CASE WHEN {take} THEN NULL ELSE cur.status END,
     header_names  = CASE WHEN {take} THEN NULL ELSE cur.header_names END,
     header_values = CASE WHEN {take} THEN NULL ELSE cur.header_values END,
-    body          = CASE WHEN {take} THEN NULL ELSE cur.body END
+    body          = CASE WHEN {take} THEN NULL ELSE cur.body END,
+    attempt       = CASE WHEN NOT {take} THEN cur.attempt
+                         WHEN cur.expires_at <= now() THEN 'first'
+                         WHEN cur.state = 'released' THEN 'after_release'
+                         ELSE 'takeover' END
 RETURNING
     coalesce(cur.token = $3, false) AS acquired,
+    cur.attempt,
     cur.fingerprint = $2 AS same_request,
     cur.state,
     (extract(epoch FROM greatest(cur.lease_until - now(), interval '0')) * 1000000)::bigint AS lease_left_us,

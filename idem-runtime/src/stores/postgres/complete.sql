@@ -1,12 +1,17 @@
 -- Complete, fenced. $1 key, $2 token, $3 ttl, $4 status, $5 header names,
 -- $6 header values, $7 body. One row affected = stored.
+--
+-- Also run inside the transaction of a transactional handler, where now()
+-- is the time of BEGIN: the lease is checked against the statement's own
+-- start instead. Once this UPDATE holds the row, a concurrent claim waits
+-- for the COMMIT and then finds the row completed.
 UPDATE {table}
 SET state = 'completed',
     token = NULL,
     lease_until = NULL,
-    expires_at = now() + $3,
+    expires_at = statement_timestamp() + $3,
     status = $4,
     header_names = $5,
     header_values = $6,
     body = $7
-WHERE key = $1 AND state = 'in_flight' AND token = $2 AND lease_until > now()
+WHERE key = $1 AND state = 'in_flight' AND token = $2 AND lease_until > statement_timestamp()

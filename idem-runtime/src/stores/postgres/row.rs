@@ -8,7 +8,7 @@ use sqlx::{Decode, Postgres, Row, Type};
 
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, RecordState, StoredResponse};
-use crate::store::{Claim, FencingToken};
+use crate::store::{Attempt, Claim, FencingToken};
 
 /// Why a row could not be read; becomes [`crate::StoreError::Corrupt`].
 pub(super) type Decoded<T> = Result<T, String>;
@@ -68,7 +68,13 @@ fn response(row: &PgRow) -> Decoded<StoredResponse> {
 /// offered; the row says whether it won.
 pub(super) fn claim(row: &PgRow, token: FencingToken) -> Decoded<Claim> {
     if get::<bool>(row, "acquired")? {
-        return Ok(Claim::Acquired { token });
+        let attempt = match get::<Option<&str>>(row, "attempt")? {
+            Some("first") | None => Attempt::First,
+            Some("after_release") => Attempt::AfterRelease,
+            Some("takeover") => Attempt::Takeover,
+            Some(other) => return Err(format!("unknown attempt {other:?}")),
+        };
+        return Ok(Claim::Acquired { token, attempt });
     }
     if !get::<Option<bool>>(row, "same_request")?.unwrap_or(false) {
         return Ok(Claim::Mismatch);

@@ -22,6 +22,9 @@ CREATE TABLE IF NOT EXISTS {table} (
     header_names  text[],
     header_values bytea[],
     body          bytea,
+    -- Which execution the last won claim started: 'first', 'after_release'
+    -- or 'takeover' (the execution context's attempt).
+    attempt       text,
     CHECK ((state = 'in_flight') = (token IS NOT NULL)),
     CHECK ((state = 'in_flight') = (lease_until IS NOT NULL)),
     CHECK (lease_until <= expires_at),

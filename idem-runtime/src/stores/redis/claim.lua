@@ -4,8 +4,9 @@
 -- ARGV[2]  fencing token for a new owner (16 bytes)
 -- ARGV[3]  lease in milliseconds
 -- ARGV[4]  record time to live in milliseconds, at least the lease
--- Returns {1} acquired, {2, response} replay, {3, lease ms left} in flight,
--- {4} mismatch.
+-- Returns {1, attempt} acquired (attempt 0 first, 1 after a release, 2 a
+-- takeover of a lapsed lease), {2, response} replay, {3, lease ms left} in
+-- flight, {4} mismatch.
 --
 -- The lease end is a hash field in milliseconds of this server's clock
 -- (TIME); the record's own end is the key's expiry, so a record past its
@@ -17,14 +18,14 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local record = redis.call('HMGET', KEYS[1], 'fp', 'tok', 'lease', 'resp')
 local fp, tok, lease_end, resp = record[1], record[2], tonumber(record[3]) or 0, record[4]
 
-local function acquire()
+local function acquire(attempt)
   redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'tok', ARGV[2], 'lease', string.format('%d', now + tonumber(ARGV[3])))
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
-  return {1}
+  return {1, attempt}
 end
 
 if not fp then
-  return acquire()
+  return acquire(0)
 end
 if not resp and redis.call('PTTL', KEYS[1]) == -1 then
   -- A record without expiry (PERSIST by hand, a restore) would keep its
@@ -40,4 +41,7 @@ end
 if tok and lease_end > now then
   return {3, lease_end - now}
 end
-return acquire()
+if tok then
+  return acquire(2)
+end
+return acquire(1)

@@ -6,7 +6,7 @@ use redis::Value;
 
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, RecordState, StoredResponse};
-use crate::store::{Claim, Fence, FencingToken, StoreError};
+use crate::store::{Attempt, Claim, Fence, FencingToken, StoreError};
 
 /// Reply codes of `claim.lua`.
 const ACQUIRED: i64 = 1;
@@ -61,7 +61,12 @@ pub(super) fn claim(value: Value, token: FencingToken) -> Result<Claim, StoreErr
         other => return Err(corrupt(format!("unexpected claim reply code {other:?}"))),
     };
     match (code, items.next()) {
-        (ACQUIRED, None) => Ok(Claim::Acquired { token }),
+        (ACQUIRED, Some(Value::Int(attempt))) => match attempt {
+            0 => Ok(Claim::Acquired { token, attempt: Attempt::First }),
+            1 => Ok(Claim::Acquired { token, attempt: Attempt::AfterRelease }),
+            2 => Ok(Claim::Acquired { token, attempt: Attempt::Takeover }),
+            other => Err(corrupt(format!("unexpected claim attempt {other}"))),
+        },
         (MISMATCH, None) => Ok(Claim::Mismatch),
         (REPLAY, Some(stored)) => Ok(Claim::Replay(response(&required_bytes(stored, "stored response")?)?)),
         (IN_FLIGHT, Some(left)) => Ok(Claim::InFlight { retry_after: time_left(&left)? }),
@@ -131,7 +136,14 @@ mod tests {
     #[test]
     fn reads_each_claim_outcome() {
         let token = FencingToken::generate();
-        assert_eq!(claim(Value::Array(vec![Value::Int(1)]), token).unwrap(), Claim::Acquired { token });
+        assert_eq!(
+            claim(Value::Array(vec![Value::Int(1), Value::Int(0)]), token).unwrap(),
+            Claim::Acquired { token, attempt: Attempt::First }
+        );
+        assert_eq!(
+            claim(Value::Array(vec![Value::Int(1), Value::Int(2)]), token).unwrap(),
+            Claim::Acquired { token, attempt: Attempt::Takeover }
+        );
         assert_eq!(claim(Value::Array(vec![Value::Int(4)]), token).unwrap(), Claim::Mismatch);
         let replay = Value::Array(vec![Value::Int(2), Value::BulkString(stored().to_bytes())]);
         assert_eq!(claim(replay, token).unwrap(), Claim::Replay(stored()));
@@ -149,7 +161,9 @@ mod tests {
             Value::Array(vec![Value::Int(9)]),
             Value::Array(vec![Value::Int(2), Value::Nil]),
             Value::Array(vec![Value::Int(2), Value::BulkString(vec![7, 7])]),
-            Value::Array(vec![Value::Int(1), Value::Int(1)]),
+            Value::Array(vec![Value::Int(1)]),
+            Value::Array(vec![Value::Int(1), Value::Int(3)]),
+            Value::Array(vec![Value::Int(1), Value::Nil]),
         ] {
             assert!(matches!(claim(bad, token), Err(StoreError::Corrupt { .. })));
         }

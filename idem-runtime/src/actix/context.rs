@@ -1,0 +1,166 @@
+//! The execution context extractor: what a handler may know of the claim
+//! it runs under (§8 of the behaviour contract).
+//!
+//! Extractors run before the claim (so that a failing one leaves no
+//! trace); the context only exists after it. The extractor therefore hands
+//! the runtime an empty slot through the request's extensions, and the
+//! runtime fills it once the claim is won, before the handler starts.
+
+use std::fmt;
+use std::future::{Ready, ready};
+use std::sync::{Arc, OnceLock};
+
+use actix_web::dev::Payload;
+use actix_web::{FromRequest, HttpMessage, HttpRequest};
+
+use super::problem::{ProblemError, ProblemKind};
+use crate::key::IdempotencyKey;
+use crate::scope::StorageKey;
+use crate::store::{Attempt, FencingToken};
+
+/// Put in the request's extensions by the runtime before the handler's
+/// extractors run: the request is served by `#[idempotent]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Annotated {
+    /// With an idempotency key: the handler runs under a claim.
+    Keyed,
+    /// Without one (`required = false`): the handler runs as if not annotated.
+    Keyless,
+}
+
+/// Whether `req` is served by `#[idempotent]`, and how.
+pub(crate) fn annotated(req: &HttpRequest) -> Option<Annotated> {
+    req.extensions().get::<Annotated>().copied()
+}
+
+/// The execution a handler runs as, under an idempotency key: take it as an
+/// extractor.
+///
+/// ```
+/// use actix_web::{HttpResponse, post};
+/// use idem_runtime::{ExecutionContext, idempotent};
+///
+/// #[idempotent]
+/// #[post("/payments")]
+/// async fn pay(execution: ExecutionContext) -> HttpResponse {
+///     // The same in every execution of this key, a retry after a crash
+///     // included: the provider charges once per derived key.
+///     let provider_key = execution.derived_key("charge");
+///     # let _ = provider_key;
+///     HttpResponse::Created().finish()
+/// }
+/// ```
+///
+/// It is filled after the claim is won, before the handler starts. In a
+/// handler without `#[idempotent]` the extractor fails with a 500 problem
+/// (`not-configured`); on a request without a key (`required = false`) it
+/// fails too: take `Option<ExecutionContext>` there.
+#[derive(Clone)]
+pub struct ExecutionContext {
+    data: Arc<OnceLock<Context>>,
+}
+
+/// What the runtime fills in after the claim.
+pub(crate) struct Context {
+    key_hash: String,
+    storage_key: StorageKey,
+    token: FencingToken,
+    attempt: Attempt,
+}
+
+/// The slot an [`ExecutionContext`] extractor left for the runtime.
+#[derive(Clone)]
+pub(crate) struct PendingContext(Arc<OnceLock<Context>>);
+
+impl PendingContext {
+    /// Fills the context of `req`, if its handler takes one.
+    pub(crate) fn fill(
+        req: &HttpRequest,
+        key: &IdempotencyKey,
+        storage_key: &StorageKey,
+        token: FencingToken,
+        attempt: Attempt,
+    ) {
+        let Some(Self(slot)) = req.extensions_mut().remove::<Self>() else { return };
+        let context = Context { key_hash: key.short_hash(), storage_key: storage_key.clone(), token, attempt };
+        // Filled once per request: the claim is won once.
+        let _ = slot.set(context);
+    }
+}
+
+impl ExecutionContext {
+    fn context(&self) -> &Context {
+        // The runtime fills the slot before it calls the handler, and the
+        // extractor exists only inside an annotated handler's request.
+        self.data.get().expect("idem_runtime::ExecutionContext read before its claim was won")
+    }
+
+    /// A short hash of the idempotency key (12 hex digits), for logs: never
+    /// the key itself.
+    pub fn key_hash(&self) -> &str {
+        &self.context().key_hash
+    }
+
+    /// The fencing token of this execution: it owns the key while its
+    /// lease holds.
+    pub fn token(&self) -> FencingToken {
+        self.context().token
+    }
+
+    /// Which execution of the key this is: the first, one after a release,
+    /// or a takeover of an execution whose lease ran out (which may have
+    /// had effects).
+    pub fn attempt(&self) -> Attempt {
+        self.context().attempt
+    }
+
+    /// A stable key derived from the storage key (scope, subject, route,
+    /// idempotency key) and `label`: 64 hex digits, the same in every
+    /// execution of this key, different for every other key or label.
+    ///
+    /// Pass it as the idempotency key of a downstream call (a payment
+    /// provider's `Idempotency-Key`): an execution repeated after a lost
+    /// lease then never repeats the downstream effect. Use one label per
+    /// distinct downstream call (`"charge"`, `"refund"`).
+    pub fn derived_key(&self, label: &str) -> String {
+        self.context().storage_key.derive(label)
+    }
+}
+
+impl fmt::Debug for ExecutionContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.data.get() {
+            Some(context) => f
+                .debug_struct("ExecutionContext")
+                .field("key", &format_args!("#{}", context.key_hash))
+                .field("token", &context.token)
+                .field("attempt", &context.attempt)
+                .finish(),
+            None => f.write_str("ExecutionContext(<before the claim>)"),
+        }
+    }
+}
+
+impl FromRequest for ExecutionContext {
+    type Error = ProblemError;
+    type Future = Ready<Result<Self, ProblemError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(match annotated(req) {
+            Some(Annotated::Keyed) => {
+                let data = Arc::new(OnceLock::new());
+                req.extensions_mut().insert(PendingContext(Arc::clone(&data)));
+                Ok(Self { data })
+            }
+            Some(Annotated::Keyless) => Err(ProblemError::new(
+                ProblemKind::NotConfigured,
+                "this request has no idempotency key (the route has required = false), so it has no execution \
+                 context; take Option<ExecutionContext> in this handler",
+            )),
+            None => Err(ProblemError::new(
+                ProblemKind::NotConfigured,
+                "idem_runtime::ExecutionContext is only available in a handler annotated with #[idempotent]",
+            )),
+        })
+    }
+}

@@ -1,0 +1,174 @@
+//! Running a claimed request whose handler takes a [`Tx`](super::transaction::Tx):
+//! its writes and the fenced completion commit together (§8 of the
+//! behaviour contract). The table on [`Tx`](super::transaction::Tx) lists
+//! every ending.
+
+use std::time::Duration;
+
+use actix_web::{Handler, HttpRequest, HttpResponse, Responder};
+
+use super::capture::REPLAYED_HEADER;
+use super::config::Config;
+use super::execute::{Claimed, Ending, call, releases, settle};
+use super::problem::{self, ProblemKind};
+use super::retryable::MarkRetryable;
+use super::transaction::{PendingTx, postgres};
+use crate::engine::transaction::{Committed, PgTransaction, begin, roll_back};
+use crate::observe::{Outcome, count};
+
+/// What a client is told when the transaction's outcome is not known.
+const UNKNOWN: &str = "the request's transaction could not be confirmed as committed; retry with the same key: \
+                       the retry gets the stored response if it was, and runs the request if it was not";
+
+/// Runs a claimed request in transactional mode. `pending` holds the slots
+/// of the handler's `Tx`.
+pub(super) async fn run<F, Args>(
+    claimed: Claimed,
+    pending: PendingTx,
+    req: HttpRequest,
+    handler: F,
+    args: Args,
+) -> HttpResponse
+where
+    F: Handler<Args>,
+    F::Output: Responder + 'static,
+    Args: 'static,
+{
+    let Claimed { config, route, execution } = claimed;
+    // The extractor checked the store; the configuration is shared, so it
+    // is the same store.
+    let Some(store) = postgres(&config).cloned() else {
+        settle(route, execution, Ending::Release).await;
+        return problem::response(ProblemKind::NotConfigured, "the transactional mode needs a PostgresStore");
+    };
+    let tx = match begin(&store, config.store_timeout).await {
+        Ok(tx) => tx,
+        Err(error) => {
+            tracing::error!(%error, "could not open the handler's transaction; releasing the claim");
+            let _ = execution.try_release().await;
+            count(&route, Outcome::StoreError);
+            let detail = "the idempotency store is unavailable; the request was not processed, retry later";
+            return problem::retry_after(ProblemKind::StoreUnavailable, detail, Duration::from_secs(1));
+        }
+    };
+    let lent = pending.lend(tx);
+    let called = call(handler, args, &req, config.response_limit).await;
+    let tx = lent.take_back();
+    let (captured, tx) = match (called, tx) {
+        (Ok(captured), Some(tx)) => (captured, tx),
+        (Err(_), tx) => {
+            rolled_back(tx, &config).await;
+            settle(route, execution, Ending::Release).await;
+            let detail = "the request handler failed unexpectedly; its transaction was rolled back and nothing was \
+                          kept, so a retry runs it again";
+            return problem::response(ProblemKind::HandlerPanicked, detail);
+        }
+        (Ok(_), None) => {
+            tracing::error!("the handler kept its idem_runtime::Tx past its return; nothing is committed");
+            settle(route, execution, Ending::Release).await;
+            let detail = "the request handler kept its transaction past its return, so it was never committed; \
+                          nothing was kept";
+            return problem::response(ProblemKind::TransactionFailed, detail);
+        }
+    };
+    if releases(&captured, &config) {
+        rolled_back(Some(tx), &config).await;
+        settle(route, execution, Ending::Release).await;
+        return captured.into_response();
+    }
+    let stored = captured.to_stored(&config);
+    match execution.commit(&store, tx, &stored).await {
+        Committed::Done => {
+            count(&route, Outcome::Executed);
+            captured.into_response()
+        }
+        Committed::LeaseLost => {
+            count(&route, Outcome::LeaseLost);
+            let detail = "this request's lease was lost while it ran, so its transaction was rolled back; another \
+                          execution owns the key: retry to get its response";
+            problem::retry_after(ProblemKind::LeaseLost, detail, Duration::from_secs(1))
+        }
+        // The handler's own writes are gone. A failure it answered is kept
+        // like any failure (it may have had effects outside Postgres); a
+        // success over an aborted transaction would be a lie.
+        Committed::Aborted if captured.is_failure() => {
+            settle(route, execution, Ending::Complete(stored)).await;
+            captured.into_response()
+        }
+        Committed::Aborted => {
+            tracing::error!("the handler answered a success, but a statement of its transaction had failed");
+            settle(route, execution, Ending::Release).await;
+            let detail = "a statement of the request's transaction failed, so nothing was committed; retry";
+            problem::response(ProblemKind::TransactionFailed, detail)
+        }
+        Committed::Unknown => {
+            // Rolled back for sure if the claim is still ours to release;
+            // otherwise the commit went through, and the retry replays it.
+            let _ = execution.try_release().await;
+            count(&route, Outcome::StoreError);
+            problem::retry_after(ProblemKind::StoreUnavailable, UNKNOWN, Duration::from_secs(1))
+        }
+    }
+}
+
+/// Runs a handler that takes a `Tx` on a request without a key
+/// (`required = false`): no claim, no stored response; the transaction is
+/// committed when the handler returns, unless its response is retryable.
+pub(super) async fn run_without_key<F, Args>(
+    config: &Config,
+    pending: PendingTx,
+    req: HttpRequest,
+    handler: F,
+    args: Args,
+) -> HttpResponse
+where
+    F: Handler<Args>,
+    F::Output: Responder + 'static,
+{
+    let unavailable = || {
+        let detail = "the database is unavailable; the request was not processed, retry later";
+        problem::retry_after(ProblemKind::StoreUnavailable, detail, Duration::from_secs(1))
+    };
+    let Some(store) = postgres(config) else { return unavailable() };
+    let tx = match begin(store, config.store_timeout).await {
+        Ok(tx) => tx,
+        Err(error) => {
+            tracing::error!(%error, "could not open the handler's transaction");
+            return unavailable();
+        }
+    };
+    let lent = pending.lend(tx);
+    let mut response = handler.call(args).await.respond_to(&req).map_into_boxed_body();
+    response.headers_mut().remove(REPLAYED_HEADER);
+    let Some(tx) = lent.take_back() else {
+        tracing::error!("the handler kept its idem_runtime::Tx past its return; nothing is committed");
+        let detail = "the request handler kept its transaction past its return, so it was never committed";
+        return problem::response(ProblemKind::TransactionFailed, detail);
+    };
+    if response.is_retryable() {
+        roll_back(tx, config.store_timeout).await;
+        return response;
+    }
+    match tokio::time::timeout(config.store_timeout, tx.commit()).await {
+        Ok(Ok(())) => response,
+        Ok(Err(error)) => {
+            tracing::error!(%error, "committing the handler's transaction failed");
+            problem::response(ProblemKind::TransactionFailed, "the request's transaction could not be committed")
+        }
+        Err(_) => {
+            tracing::error!("committing the handler's transaction timed out; its outcome is unknown");
+            problem::retry_after(ProblemKind::StoreUnavailable, UNKNOWN_KEYLESS, Duration::from_secs(1))
+        }
+    }
+}
+
+/// What a client without a key is told when the commit's outcome is not known.
+const UNKNOWN_KEYLESS: &str = "the request's transaction could not be confirmed as committed; it may or may not \
+                               have taken effect";
+
+/// Rolls back what the handler handed back, if anything.
+async fn rolled_back(tx: Option<PgTransaction>, config: &Config) {
+    if let Some(tx) = tx {
+        roll_back(tx, config.store_timeout).await;
+    }
+}
