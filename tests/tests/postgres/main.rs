@@ -14,3 +14,4 @@ mod renewals;
 mod slow_store;
 mod statements;
 mod sweeper;
+mod transactional;

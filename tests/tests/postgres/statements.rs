@@ -6,13 +6,17 @@
 //! (transaction control and utility statements included). Counting runs on
 //! a separate connection to another database, so it does not count itself.
 //! Expected: a replay is one statement, a first execution (claim, then
-//! complete) two, a batch of renewals one.
+//! complete) two, a batch of renewals one; in transactional mode a first
+//! execution adds `BEGIN` and `COMMIT` around the handler's own statements.
 
 use std::time::Duration;
 
-use idem_runtime::PostgresStore;
+use actix_web::http::StatusCode;
+use actix_web::test::{self, TestRequest};
+use actix_web::{App, HttpResponse, post};
 use idem_runtime::store::testing::{fingerprint, fresh_key, response};
 use idem_runtime::store::{Claim, Fence, Renewal, Store};
+use idem_runtime::{Idem, PostgresStore, Tx, idempotent};
 use idem_tests::postgres_server::PostgresServer;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
@@ -40,17 +44,14 @@ async fn reset(admin: &PgPool) {
     sqlx::query("SELECT pg_stat_statements_reset()").execute(admin).await.expect("resetting pg_stat_statements");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn replay_is_one_statement_and_first_execution_two() {
-    if idem_tests::backend::url("IDEM_POSTGRES_URL", "postgres_statements").is_none() {
-        return;
-    }
-    let Some(server) = PostgresServer::start(
-        "postgres_statements",
+/// A private server with `pg_stat_statements`, an admin pool to read it,
+/// and a migrated store in [`DATABASE`].
+async fn counting_server(test: &str) -> Option<(PostgresServer, PgPool, PostgresStore)> {
+    idem_tests::backend::url("IDEM_POSTGRES_URL", test)?;
+    let server = PostgresServer::start(
+        test,
         &[("shared_preload_libraries", "pg_stat_statements"), ("pg_stat_statements.track", "top")],
-    ) else {
-        return;
-    };
+    )?;
     let admin = PgPoolOptions::new()
         .max_connections(1)
         .connect(&server.url("postgres"))
@@ -66,6 +67,12 @@ async fn replay_is_one_statement_and_first_execution_two() {
         .expect("creating the store's database");
     let store = PostgresStore::connect(&server.url(DATABASE)).await.expect("connecting the store");
     store.migrate().await.expect("migrating");
+    Some((server, admin, store))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_is_one_statement_and_first_execution_two() {
+    let Some((_server, admin, store)) = counting_server("postgres_statements").await else { return };
 
     // Warm up: the pool's connection exists and has its statements prepared.
     let warm = fresh_key();
@@ -131,6 +138,51 @@ async fn replay_is_one_statement_and_first_execution_two() {
         let (statements, total) = executed(&admin).await;
         assert_eq!(total, 1, "{name}: {statements:#?}");
     }
+    store.pool().close().await;
+    admin.close().await;
+}
+
+/// Inserts one row in its transaction.
+#[idempotent(scope = "route")]
+#[post("/tx")]
+async fn transactional(mut tx: Tx, body: String) -> HttpResponse {
+    sqlx::query("INSERT INTO tx_rows (body) VALUES ($1)").bind(&body).execute(&mut *tx).await.expect("insert");
+    HttpResponse::Created().body(body)
+}
+
+/// A transactional first execution: the claim, `BEGIN`, the handler's own
+/// statement, the completion, `COMMIT`; nothing else. A replay is the claim
+/// alone: no transaction is opened for it.
+#[actix_web::test]
+async fn a_transactional_first_execution_adds_only_begin_and_commit() {
+    let Some((_server, admin, store)) = counting_server("postgres_statements transactional").await else { return };
+    sqlx::query("CREATE TABLE tx_rows (body text NOT NULL)").execute(store.pool()).await.expect("creating tx_rows");
+    let app = test::init_service(App::new().app_data(Idem::new(store.clone())).service(transactional)).await;
+    let request = |key: &str| {
+        TestRequest::post().uri("/tx").insert_header(("idempotency-key", key)).set_payload("row").to_request()
+    };
+    // Warm up: connections open, statements prepared.
+    assert_eq!(test::call_service(&app, request("warm")).await.status(), StatusCode::CREATED);
+
+    reset(&admin).await;
+    assert_eq!(test::call_service(&app, request("first")).await.status(), StatusCode::CREATED);
+    let (statements, total) = executed(&admin).await;
+    let calls =
+        |needle: &dyn Fn(&str) -> bool| statements.iter().filter(|(q, _)| needle(q)).map(|(_, n)| n).sum::<i64>();
+    assert_eq!(calls(&|q| q.contains("INSERT INTO") && q.contains("ON CONFLICT")), 1, "claim: {statements:#?}");
+    assert_eq!(calls(&|q| q.trim().eq_ignore_ascii_case("begin")), 1, "BEGIN: {statements:#?}");
+    assert_eq!(calls(&|q| q.contains("INSERT INTO tx_rows")), 1, "the handler's: {statements:#?}");
+    assert_eq!(calls(&|q| q.starts_with("-- Complete, fenced.")), 1, "completion: {statements:#?}");
+    assert_eq!(calls(&|q| q.trim().eq_ignore_ascii_case("commit")), 1, "COMMIT: {statements:#?}");
+    assert_eq!(total, 5, "claim + BEGIN + the handler's statement + completion + COMMIT: {statements:#?}");
+
+    reset(&admin).await;
+    let replay = test::call_service(&app, request("first")).await;
+    assert_eq!(replay.headers().get("idempotent-replayed").map(|v| v.as_bytes()), Some(&b"true"[..]));
+    let (statements, total) = executed(&admin).await;
+    assert_eq!(total, 1, "a replay: {statements:#?}");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM tx_rows").fetch_one(store.pool()).await.unwrap();
+    assert_eq!(rows, 2, "the warm-up's row and the first execution's");
     store.pool().close().await;
     admin.close().await;
 }

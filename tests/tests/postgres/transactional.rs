@@ -1,0 +1,231 @@
+//! The transactional mode (§8): a handler's writes in its `Tx` and the
+//! stored response commit together or not at all, against a real
+//! PostgreSQL. Each test has a database of its own on the shared server.
+
+use std::time::Duration;
+
+use actix_web::dev::{Service, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::test::{self, TestRequest};
+use actix_web::{App, HttpResponse, post, web};
+use idem_runtime::{Attempt, ExecutionContext, Idem, MarkRetryable, PostgresStore, Tx, idempotent};
+use idem_tests::http::fresh_key;
+use serde_json::Value;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{AssertSqlSafe, PgPool};
+use tokio::sync::Semaphore;
+
+/// Lets a stalled first execution go on.
+struct Gate(Semaphore);
+
+/// Inserts one row (the request body, the attempt), then answers as the
+/// body says: `ok`, `retryable`, `panic`, `abort-ok` / `abort-409` (after
+/// a statement that fails), `stall` (a first execution waits at the gate).
+#[idempotent(scope = "route", lock_ttl = "2s", ttl = "1h")]
+#[post("/rows")]
+async fn write(mut tx: Tx, execution: ExecutionContext, body: String, gate: web::Data<Gate>) -> HttpResponse {
+    let attempt = execution.attempt().as_str();
+    sqlx::query("INSERT INTO business_rows (tag, attempt) VALUES ($1, $2)")
+        .bind(&body)
+        .bind(attempt)
+        .execute(&mut *tx)
+        .await
+        .expect("inserting the business row");
+    match body.as_str() {
+        "retryable" => return HttpResponse::ServiceUnavailable().body("nothing happened").retryable(),
+        "panic" => panic!("the handler fails half way"),
+        "abort-ok" | "abort-409" => {
+            // A statement fails, and the handler looks away.
+            let failed = sqlx::query("SELECT 1 / 0").execute(&mut *tx).await;
+            assert!(failed.is_err());
+            if body == "abort-409" {
+                return HttpResponse::Conflict().body("the order conflicts");
+            }
+        }
+        "stall" if execution.attempt() == Attempt::First => {
+            let _permit = gate.0.acquire().await.expect("the gate");
+        }
+        _ => {}
+    }
+    HttpResponse::Created().body(format!("{body} {attempt}"))
+}
+
+/// A fresh database `name` on the shared server (dropped first if a run
+/// left it), with the business table; its URL, and an admin pool on the
+/// server's `postgres` database.
+async fn database(test: &str, name: &str) -> Option<(String, PgPool)> {
+    let url = idem_tests::backend::url("IDEM_POSTGRES_URL", test)?;
+    let admin = PgPoolOptions::new().max_connections(1).connect(&url).await.expect("connecting as admin");
+    let name = format!("{name}_{}", std::process::id());
+    for statement in [
+        format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"),
+        format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+    ] {
+        let _ = sqlx::query(AssertSqlSafe(statement)).execute(&admin).await;
+    }
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&admin).await.expect("CREATE DATABASE");
+    let base = url.rsplit_once('/').map_or(url.as_str(), |(base, _)| base);
+    let url = format!("{base}/{name}");
+    let pool = PgPoolOptions::new().max_connections(1).connect(&url).await.expect("connecting to the new database");
+    sqlx::query("CREATE TABLE business_rows (id bigserial PRIMARY KEY, tag text NOT NULL, attempt text NOT NULL)")
+        .execute(&pool)
+        .await
+        .expect("creating the business table");
+    pool.close().await;
+    Some((url, admin))
+}
+
+/// The business rows, as (tag, attempt), in insertion order.
+async fn rows(store: &PostgresStore) -> Vec<(String, String)> {
+    sqlx::query_as("SELECT tag, attempt FROM business_rows ORDER BY id")
+        .fetch_all(store.pool())
+        .await
+        .expect("reading the business rows")
+}
+
+async fn store(url: &str, connections: u32) -> PostgresStore {
+    let options = PostgresStore::pool_options().max_connections(connections).min_connections(connections);
+    let store = PostgresStore::connect_with(url, options).await.expect("connecting the store");
+    store.migrate().await.expect("migrating");
+    store
+}
+
+fn idem(store: PostgresStore) -> Idem {
+    Idem::new(store).store_timeout(Duration::from_millis(300))
+}
+
+fn post_rows(key: &str, body: &'static str) -> actix_http::Request {
+    TestRequest::post().uri("/rows").insert_header(("idempotency-key", key)).set_payload(body).to_request()
+}
+
+async fn text(response: ServiceResponse) -> (StatusCode, Option<String>, String) {
+    let status = response.status();
+    let replayed = response.headers().get("idempotent-replayed").map(|v| v.to_str().unwrap().to_owned());
+    let body = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
+    (status, replayed, body)
+}
+
+fn problem_type(body: &str) -> String {
+    let problem: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("not a problem ({e}): {body}"));
+    problem["type"].as_str().unwrap_or_default().to_owned()
+}
+
+macro_rules! app {
+    ($store:expr) => {
+        test::init_service(
+            App::new().app_data(idem($store.clone())).app_data(web::Data::new(Gate(Semaphore::new(0)))).service(write),
+        )
+        .await
+    };
+}
+
+#[actix_web::test]
+async fn the_rows_and_the_response_commit_together() {
+    let Some((url, _admin)) = database("postgres transactional commit", "idem_tx_commit").await else { return };
+    let store = store(&url, 4).await;
+    let app = app!(store);
+    let key = fresh_key();
+    let first = text(test::call_service(&app, post_rows(&key, "ok")).await).await;
+    assert_eq!(first, (StatusCode::CREATED, None, "ok first".to_owned()));
+    assert_eq!(rows(&store).await, [("ok".to_owned(), "first".to_owned())]);
+    let replay = text(test::call_service(&app, post_rows(&key, "ok")).await).await;
+    assert_eq!(replay, (StatusCode::CREATED, Some("true".to_owned()), "ok first".to_owned()));
+    assert_eq!(rows(&store).await.len(), 1, "a replay writes nothing");
+}
+
+#[actix_web::test]
+async fn a_retryable_answer_or_a_panic_rolls_back_and_releases() {
+    let Some((url, _admin)) = database("postgres transactional rollback", "idem_tx_rollback").await else { return };
+    let store = store(&url, 4).await;
+    let app = app!(store);
+    for body in ["retryable", "panic"] {
+        let key = fresh_key();
+        let (status, _, answer) = text(test::call_service(&app, post_rows(&key, body)).await).await;
+        match body {
+            "retryable" => assert_eq!((status, answer.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "nothing happened")),
+            _ => {
+                assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+                assert_eq!(problem_type(&answer), "urn:idem:problem:handler-panicked");
+            }
+        }
+        assert_eq!(rows(&store).await, [], "{body}: the row was rolled back");
+        // Released: another request with the key is refused, the same one runs again.
+        let other = text(test::call_service(&app, post_rows(&key, "ok")).await).await;
+        assert_eq!(other.0, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {other:?}");
+        let again = text(test::call_service(&app, post_rows(&key, body)).await).await;
+        assert_eq!(again.1, None, "{body}: ran again, not replayed: {again:?}");
+        assert_eq!(rows(&store).await, [], "{body}: rolled back again");
+    }
+}
+
+#[actix_web::test]
+async fn a_failed_statement_is_never_answered_as_a_success() {
+    let Some((url, _admin)) = database("postgres transactional abort", "idem_tx_abort").await else { return };
+    let store = store(&url, 4).await;
+    let app = app!(store);
+    // A success over an aborted transaction: 500, nothing kept, released.
+    let key = fresh_key();
+    let (status, replayed, body) = text(test::call_service(&app, post_rows(&key, "abort-ok")).await).await;
+    assert_eq!((status, replayed), (StatusCode::INTERNAL_SERVER_ERROR, None), "{body}");
+    assert_eq!(problem_type(&body), "urn:idem:problem:transaction-failed");
+    assert_eq!(rows(&store).await, []);
+    let again = text(test::call_service(&app, post_rows(&key, "abort-ok")).await).await;
+    assert_eq!((again.0, again.1), (StatusCode::INTERNAL_SERVER_ERROR, None), "released: it ran again");
+    // A failure the handler answered is kept like any failure: its rows are
+    // gone, its answer is replayed.
+    let key = fresh_key();
+    let first = text(test::call_service(&app, post_rows(&key, "abort-409")).await).await;
+    assert_eq!(first, (StatusCode::CONFLICT, None, "the order conflicts".to_owned()));
+    assert_eq!(rows(&store).await, []);
+    let replay = text(test::call_service(&app, post_rows(&key, "abort-409")).await).await;
+    assert_eq!(replay, (StatusCode::CONFLICT, Some("true".to_owned()), "the order conflicts".to_owned()));
+}
+
+/// The keeper cannot renew: the database refuses new connections (the
+/// renewals' own pool has none yet), while the store's pool keeps the ones
+/// it opened. The first execution's lease runs out while its handler is
+/// stalled in its transaction; a retry takes the key over and commits; when
+/// the first handler returns, its commit is refused and its row rolled back.
+#[actix_web::test]
+async fn a_lease_lost_while_the_handler_runs_rolls_its_writes_back() {
+    let Some((url, admin)) = database("postgres transactional lease lost", "idem_tx_lease").await else { return };
+    let store = store(&url, 4).await;
+    // Every pooled connection open before the door closes.
+    let held: Vec<_> = futures_util::future::join_all((0..4).map(|_| store.pool().acquire())).await;
+    assert!(held.iter().all(Result::is_ok), "warming the pool");
+    drop(held);
+    let name = url.rsplit_once('/').unwrap().1.to_owned();
+    sqlx::query(AssertSqlSafe(format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false")))
+        .execute(&admin)
+        .await
+        .expect("closing the database to new connections");
+
+    let gate = web::Data::new(Gate(Semaphore::new(0)));
+    let app = test::init_service(App::new().app_data(idem(store.clone())).app_data(gate.clone()).service(write)).await;
+    let key = fresh_key();
+    let first = app.call(post_rows(&key, "stall"));
+    let rest = async {
+        // Past the 2 s lease, which nothing could renew.
+        tokio::time::sleep(Duration::from_millis(2_600)).await;
+        let second = text(test::call_service(&app, post_rows(&key, "stall")).await).await;
+        gate.0.add_permits(1);
+        second
+    };
+    let (first, second) = tokio::join!(first, rest);
+    let first = text(first.expect("the first request")).await;
+
+    assert_eq!(second, (StatusCode::CREATED, None, "stall takeover".to_owned()), "the retry took the key over");
+    assert_eq!(first.0, StatusCode::CONFLICT, "{first:?}");
+    assert_eq!(problem_type(&first.2), "urn:idem:problem:lease-lost");
+    assert_eq!(
+        rows(&store).await,
+        [("stall".to_owned(), "takeover".to_owned())],
+        "the first execution's row was rolled back; the takeover's is the only one"
+    );
+    let replay = text(test::call_service(&app, post_rows(&key, "stall")).await).await;
+    assert_eq!(replay, (StatusCode::CREATED, Some("true".to_owned()), "stall takeover".to_owned()));
+    sqlx::query(AssertSqlSafe(format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true")))
+        .execute(&admin)
+        .await
+        .expect("opening the database again");
+}
