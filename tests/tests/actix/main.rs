@@ -2,6 +2,7 @@
 //! concurrency, store faults and observability, in one test binary.
 
 mod concurrency;
+mod context;
 mod lifecycle;
 mod observability;
 mod problems;
