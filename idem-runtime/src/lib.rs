@@ -55,6 +55,10 @@
 //!   [`Idem::shutdown_on_signal`], reporting [`Drained`]).
 //! - [`MarkRetryable`] and [`Retryable`]: a handler's word that nothing
 //!   happened, so the same request may run again (§4.8).
+//! - [`ExecutionContext`]: which execution of its key a handler is
+//!   ([`Attempt`]), its fencing token, and derived keys for downstream
+//!   calls; `Tx` (feature `postgres`): the transactional mode, the
+//!   handler's writes and the stored response committed together (§8).
 //! - The stores: [`MemoryStore`] (default feature `memory`), `RedisStore`
 //!   (feature `redis`), `PostgresStore` (feature `postgres`), and the errors
 //!   their constructors return ([`StoreError`], `InvalidKeyPrefix`,
@@ -84,10 +88,12 @@
 //!    scope, subject, route and key (`scope.rs`): acquired, replay, 409 or
 //!    422;
 //! 7. **execute** the handler on a task of its own, its lease renewed by
-//!    the process-wide keeper thread;
+//!    the process-wide keeper thread (its execution context and its
+//!    transaction, if it takes them, filled in first);
 //! 8. **complete**: capture the response and store it, fenced by the
 //!    claim's token (retried while the lease holds), or leave a tombstone
-//!    when the handler marked it retryable;
+//!    when the handler marked it retryable; in transactional mode the
+//!    completion is written in the handler's transaction, then committed;
 //! 9. a **store failure** before the handler runs answers 503.
 //!
 //! Steps 6 to 8 live in the framework-neutral `engine` module (claim,
