@@ -1,4 +1,5 @@
-//! Connecting the idempotency store and the order repository to one backend.
+//! Connecting the idempotency store, the order repository and the payment
+//! provider's ledger to one backend.
 
 use std::sync::Arc;
 
@@ -6,35 +7,55 @@ use idem_runtime::store::Store;
 use idem_runtime::{MemoryStore, PostgresStore, RedisStore};
 
 use crate::config::StoreUrl;
-use crate::repo::{MemoryRepo, PostgresRepo, RedisRepo, Repo};
+use crate::provider::{Ledger, MemoryLedger, PostgresLedger, RedisLedger};
+use crate::repo::{MemoryRepo, PostgresRepo, RedisRepo, Repo, Writes};
 
-/// The idempotency store and the repository, sharing one backend.
+/// The idempotency store, the repository and the provider's ledger, sharing
+/// one backend.
 pub struct Backend {
     /// The idempotency store.
     pub store: Arc<dyn Store>,
-    /// Orders, payments and charges.
+    /// Orders, as the routes read them.
     pub repo: Arc<dyn Repo>,
+    /// How the write routes keep their rows: transactional on Postgres.
+    pub writes: Writes,
+    /// The simulated payment provider's charges.
+    pub ledger: Arc<dyn Ledger>,
     /// Where they live, for logs: the store's own `Debug`, which masks any
     /// password.
     pub shown: String,
 }
 
-/// Connects both to the backend `url` names. Errors never hold a password:
-/// the stores mask it in their own errors.
+/// Connects all three to the backend `url` names. Errors never hold a
+/// password: the stores mask it in their own errors.
 pub async fn connect(url: &StoreUrl) -> Result<Backend, String> {
     match url {
-        StoreUrl::Memory => Ok(Backend {
-            store: Arc::new(MemoryStore::new()),
-            repo: Arc::new(MemoryRepo::default()),
-            shown: "memory".to_owned(),
-        }),
+        StoreUrl::Memory => {
+            let repo = Arc::new(MemoryRepo::default());
+            Ok(Backend {
+                store: Arc::new(MemoryStore::new()),
+                repo: repo.clone(),
+                writes: Writes::Direct(repo),
+                ledger: Arc::new(MemoryLedger::default()),
+                shown: "memory".to_owned(),
+            })
+        }
         StoreUrl::Redis(raw) => {
             // The store first: its errors mask the password. The repository
-            // gets a connection of its own, so business commands never delay
-            // lease renewals (nor change the store's database).
+            // and the provider get connections of their own, so business
+            // commands never delay lease renewals (nor change the store's
+            // database).
             let store = RedisStore::connect(raw).await.map_err(|e| e.to_string())?;
-            let repo = RedisRepo::connect(raw).await.map_err(|e| format!("the order repository on redis: {e}"))?;
-            Ok(Backend { shown: format!("{store:?}"), store: Arc::new(store), repo: Arc::new(repo) })
+            let repo =
+                Arc::new(RedisRepo::connect(raw).await.map_err(|e| format!("the order repository on redis: {e}"))?);
+            let ledger = RedisLedger::connect(raw).await.map_err(|e| format!("the payment provider on redis: {e}"))?;
+            Ok(Backend {
+                shown: format!("{store:?}"),
+                store: Arc::new(store),
+                repo: repo.clone(),
+                writes: Writes::Direct(repo),
+                ledger: Arc::new(ledger),
+            })
         }
         StoreUrl::Unknown { scheme } => Err(format!(
             "--store / IDEM_STORE must be `memory`, a redis:// URL or a postgres:// URL; got {}",
@@ -44,10 +65,18 @@ pub async fn connect(url: &StoreUrl) -> Result<Backend, String> {
             let fail = |e: &dyn std::fmt::Display| format!("postgres migration failed: {e}");
             let store = PostgresStore::connect(raw).await.map_err(|e| e.to_string())?;
             let repo = PostgresRepo::new(store.pool().clone());
+            let ledger = PostgresLedger::beside(store.pool());
             // Each takes its own lock, so processes starting together are safe.
             store.migrate().await.map_err(|e| fail(&e))?;
             repo.migrate().await.map_err(|e| fail(&e))?;
-            Ok(Backend { shown: format!("{store:?}"), store: Arc::new(store), repo: Arc::new(repo) })
+            ledger.migrate().await.map_err(|e| fail(&e))?;
+            Ok(Backend {
+                shown: format!("{store:?}"),
+                store: Arc::new(store),
+                repo: Arc::new(repo),
+                writes: Writes::Transactional,
+                ledger: Arc::new(ledger),
+            })
         }
     }
 }

@@ -1,6 +1,9 @@
 //! Command-line flags, each with an environment variable and a default.
 
-use clap::Parser;
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Parser};
+
+use crate::faults::Faults;
 
 /// The order service's configuration: flag, then environment, then default.
 #[derive(Debug, Parser)]
@@ -20,6 +23,25 @@ pub struct Config {
     /// Latency of the simulated payment provider, in milliseconds.
     #[arg(long = "charge-delay-ms", env = "ORDER_SERVICE_CHARGE_DELAY_MS", default_value_t = 0)]
     pub charge_delay_ms: u64,
+
+    /// Fault injection, for tests: abort the process right after the
+    /// payment provider recorded a charge, before the handler returns.
+    /// The variable takes `1`/`true` (`0`/`false` leave it off).
+    #[arg(long, env = "ORDER_SERVICE_CRASH_AFTER_CHARGE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub crash_after_charge: bool,
+
+    /// Fault injection, for tests: abort the process right after the order
+    /// row is written (on Postgres: before its transaction commits), before
+    /// the handler returns. The variable takes `1`/`true`.
+    #[arg(long, env = "ORDER_SERVICE_CRASH_AFTER_ORDER_INSERT", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub crash_after_order_insert: bool,
+}
+
+impl Config {
+    /// The armed crash points.
+    pub fn faults(&self) -> Faults {
+        Faults { crash_after_charge: self.crash_after_charge, crash_after_order_insert: self.crash_after_order_insert }
+    }
 }
 
 /// The backend named by `--store`.
@@ -103,6 +125,16 @@ mod tests {
         let url = StoreUrl::parse("redis://:pw@127.0.0.1:6379/0");
         assert_eq!(format!("{url:?}"), "redis://<hidden>");
         assert_eq!(format!("{:?}", StoreUrl::parse("pw@h")), "?://<hidden>");
+    }
+
+    #[test]
+    fn crash_knobs_are_off_unless_asked_for() {
+        let config = Config::try_parse_from(["order-service"]).unwrap();
+        assert!(!config.crash_after_charge && !config.crash_after_order_insert);
+        let config = Config::try_parse_from(["order-service", "--crash-after-charge"]).unwrap();
+        assert!(config.crash_after_charge && !config.crash_after_order_insert);
+        let config = Config::try_parse_from(["order-service", "--crash-after-order-insert"]).unwrap();
+        assert!(!config.crash_after_charge && config.crash_after_order_insert);
     }
 
     #[test]

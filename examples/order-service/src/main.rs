@@ -4,7 +4,9 @@
 mod backend;
 mod config;
 mod error;
+mod faults;
 mod model;
+mod provider;
 mod repo;
 mod routes;
 
@@ -17,6 +19,7 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::Config;
+use crate::provider::Provider;
 use crate::routes::{AppState, configure, user_id};
 
 #[actix_web::main]
@@ -32,15 +35,21 @@ async fn main() -> std::io::Result<()> {
         tracing::error!(store = config.store.kind(), error = %e, "cannot reach the store");
         std::io::Error::other(e)
     })?;
-    let (repo, shown) = (backend.repo, backend.shown);
+    let (writes, shown) = (backend.writes, backend.shown);
     let idem = Idem::from_arc(backend.store).subject(user_id);
-    let state = web::Data::new(AppState { repo, charge_delay: Duration::from_millis(config.charge_delay_ms), metrics });
+    let state = web::Data::new(AppState {
+        repo: backend.repo,
+        provider: Provider::new(backend.ledger, Duration::from_millis(config.charge_delay_ms)),
+        faults: config.faults(),
+        metrics,
+    });
     let app_idem = idem.clone();
-    let server =
-        HttpServer::new(move || App::new().app_data(app_idem.clone()).app_data(state.clone()).configure(configure))
-            // SIGTERM and SIGINT are handled below: drain first, then stop.
-            .disable_signals()
-            .bind(&config.addr)?;
+    let server = HttpServer::new(move || {
+        App::new().app_data(app_idem.clone()).app_data(state.clone()).configure(|routes| configure(routes, &writes))
+    })
+    // SIGTERM and SIGINT are handled below: drain first, then stop.
+    .disable_signals()
+    .bind(&config.addr)?;
     let addr = server.addrs().first().map_or(config.addr.clone(), ToString::to_string);
     tracing::info!(
         addr = %addr,

@@ -48,7 +48,8 @@ fn check_amount(amount: i64) -> Result<(), String> {
 /// An order, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Order {
-    /// Order id (a UUID).
+    /// Order id: UUID-shaped, made from the execution's derived key (see
+    /// [`uuid_shaped`]).
     pub id: String,
     /// The user (`X-User-ID`) who created it.
     pub owner: String,
@@ -65,10 +66,10 @@ pub struct Order {
 }
 
 impl Order {
-    /// A new order for `owner`.
-    pub fn new(owner: &str, new: NewOrder) -> Self {
+    /// A new order `id` for `owner`.
+    pub fn new(id: String, owner: &str, new: NewOrder) -> Self {
         Self {
-            id: uuid::Uuid::new_v4().to_string(),
+            id,
             owner: owner.to_owned(),
             customer_id: new.customer_id,
             amount_cents: new.amount_cents,
@@ -112,10 +113,11 @@ pub struct OrderBody<'a> {
     pub status: &'a str,
 }
 
-/// A captured charge at the simulated payment provider.
+/// A charge as the simulated payment provider records it (its own ledger,
+/// apart from the service's rows).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Charge {
-    /// Payment id (a UUID).
+    /// The provider's charge id (`ch_` and a UUID).
     pub id: String,
     /// The order paid.
     pub order_id: String,
@@ -126,6 +128,45 @@ pub struct Charge {
 }
 
 impl Charge {
+    /// A new captured charge, with an id of the provider's.
+    pub fn captured(order_id: &str, amount_cents: i64) -> Self {
+        Self {
+            id: format!("ch_{}", uuid::Uuid::new_v4().simple()),
+            order_id: order_id.to_owned(),
+            amount_cents,
+            status: "captured".into(),
+        }
+    }
+}
+
+/// A payment of an order: the service's record of a charge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payment {
+    /// Payment id: UUID-shaped, made from the execution's derived key (see
+    /// [`uuid_shaped`]).
+    pub id: String,
+    /// The order paid.
+    pub order_id: String,
+    /// The provider's charge.
+    pub charge_id: String,
+    /// Amount in cents.
+    pub amount_cents: i64,
+    /// The charge's status: `captured`.
+    pub status: String,
+}
+
+impl Payment {
+    /// The payment `id` that `charge` captured.
+    pub fn new(id: String, charge: Charge) -> Self {
+        Self {
+            id,
+            order_id: charge.order_id,
+            charge_id: charge.id,
+            amount_cents: charge.amount_cents,
+            status: charge.status,
+        }
+    }
+
     /// The body clients get.
     pub fn body(&self) -> PaymentBody<'_> {
         PaymentBody { amount_cents: self.amount_cents, id: &self.id, order_id: &self.order_id, status: &self.status }
@@ -145,12 +186,23 @@ pub struct PaymentBody<'a> {
     pub status: &'a str,
 }
 
+/// An id for a row the handler writes, from one of its execution's derived
+/// keys (`ExecutionContext::derived_key`, 64 hex digits): the first 32
+/// digits shaped as a UUID (8-4-4-4-12). Every execution of one
+/// idempotency key builds the same id, so a repeated execution finds the
+/// row of the first instead of writing a second.
+pub fn uuid_shaped(derived_key: &str) -> String {
+    let hex = derived_key.get(..32).filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
+    let hex = hex.unwrap_or_else(|| panic!("a derived key has 64 hex digits; got {derived_key:?}"));
+    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
 /// Side-effect counts across every process sharing the backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Stats {
     /// Orders created.
     pub orders_created: u64,
-    /// Charges captured.
+    /// Charges the payment provider captured.
     pub charges: u64,
 }
 
@@ -190,9 +242,11 @@ mod tests {
             r#"{"amount_cents":1500,"created_at":"2025-01-02T03:04:05.678Z","currency":"EUR","customer_id":"c1","id":"o1","status":"created"}"#,
             "the owner stays private"
         );
-        let charge = Charge { id: "p1".into(), order_id: "o1".into(), amount_cents: 1500, status: "captured".into() };
+        let charge = Charge::captured("o1", 1500);
+        assert!(charge.id.starts_with("ch_"), "{}", charge.id);
+        let payment = Payment::new("p1".into(), charge);
         assert_eq!(
-            serde_json::to_string(&charge.body()).unwrap(),
+            serde_json::to_string(&payment.body()).unwrap(),
             r#"{"amount_cents":1500,"id":"p1","order_id":"o1","status":"captured"}"#
         );
         let stats = Stats { orders_created: 2, charges: 1 };
@@ -201,8 +255,15 @@ mod tests {
 
     #[test]
     fn new_orders_are_created_now() {
-        let order = Order::new("alice", order("c1", 100, "EUR"));
+        let order = Order::new("o1".into(), "alice", order("c1", 100, "EUR"));
         assert_eq!((order.owner.as_str(), order.status.as_str()), ("alice", "created"));
         assert!(order.created_at.ends_with('Z'), "{}", order.created_at);
+    }
+
+    #[test]
+    fn derived_keys_make_uuid_shaped_ids() {
+        let key = "0123456789abcdef0123456789abcdefffffffffffffffffffffffffffffffff";
+        assert_eq!(uuid_shaped(key), "01234567-89ab-cdef-0123-456789abcdef");
+        assert_eq!(uuid::Uuid::parse_str(&uuid_shaped(key)).unwrap().simple().to_string(), &key[..32]);
     }
 }

@@ -1,14 +1,15 @@
-//! Orders and charges in this process.
+//! Orders in this process.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
 
-use super::{Repo, RepoError};
-use crate::model::{Charge, Order, Stats};
+use super::{InsertOrder, Repo, RepoError};
+use crate::model::Order;
 
-/// Orders and charges in this process only.
+/// Orders in this process only.
 #[derive(Debug, Default)]
 pub struct MemoryRepo {
     inner: Mutex<Inner>,
@@ -18,18 +19,24 @@ pub struct MemoryRepo {
 struct Inner {
     orders: HashMap<String, Order>,
     by_owner: HashMap<String, Vec<String>>,
-    charges: Vec<Charge>,
+}
+
+#[async_trait]
+impl InsertOrder for MemoryRepo {
+    async fn insert_order(&self, order: &Order) -> Result<Order, RepoError> {
+        let inner = &mut *self.inner.lock();
+        match inner.orders.entry(order.id.clone()) {
+            Entry::Occupied(first) => Ok(first.get().clone()),
+            Entry::Vacant(slot) => {
+                inner.by_owner.entry(order.owner.clone()).or_default().push(order.id.clone());
+                Ok(slot.insert(order.clone()).clone())
+            }
+        }
+    }
 }
 
 #[async_trait]
 impl Repo for MemoryRepo {
-    async fn insert_order(&self, order: &Order) -> Result<(), RepoError> {
-        let mut inner = self.inner.lock();
-        inner.by_owner.entry(order.owner.clone()).or_default().push(order.id.clone());
-        inner.orders.insert(order.id.clone(), order.clone());
-        Ok(())
-    }
-
     async fn order(&self, id: &str) -> Result<Option<Order>, RepoError> {
         Ok(self.inner.lock().orders.get(id).cloned())
     }
@@ -40,13 +47,28 @@ impl Repo for MemoryRepo {
         Ok(ids.iter().filter_map(|id| inner.orders.get(id).cloned()).collect())
     }
 
-    async fn insert_charge(&self, charge: &Charge) -> Result<(), RepoError> {
-        self.inner.lock().charges.push(charge.clone());
-        Ok(())
+    async fn orders_created(&self) -> Result<u64, RepoError> {
+        Ok(self.inner.lock().orders.len() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::NewOrder;
+
+    fn order(id: &str, amount_cents: i64) -> Order {
+        let new = NewOrder { customer_id: "c1".into(), amount_cents, currency: "EUR".into() };
+        Order::new(id.into(), "alice", new)
     }
 
-    async fn stats(&self) -> Result<Stats, RepoError> {
-        let inner = self.inner.lock();
-        Ok(Stats { orders_created: inner.orders.len() as u64, charges: inner.charges.len() as u64 })
+    #[actix_web::test]
+    async fn an_order_id_is_inserted_once() {
+        let repo = MemoryRepo::default();
+        let first = repo.insert_order(&order("o1", 100)).await.unwrap();
+        let again = repo.insert_order(&order("o1", 200)).await.unwrap();
+        assert_eq!(again, first, "the first order, unchanged");
+        assert_eq!(repo.orders_of("alice").await.unwrap(), vec![first]);
+        assert_eq!(repo.orders_created().await.unwrap(), 1);
     }
 }

@@ -1,16 +1,19 @@
-//! Where orders and charges live: the same backend as the idempotency
+//! Where orders and payments live: the same backend as the idempotency
 //! records, so every process sharing it shares them too.
 
 mod memory;
 mod postgres;
 mod redis;
+pub mod transactional;
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
 pub use self::memory::MemoryRepo;
-pub use self::postgres::PostgresRepo;
+pub use self::postgres::{PostgresRepo, create_tables};
 pub use self::redis::RedisRepo;
-use crate::model::{Charge, Order, Stats};
+use crate::model::Order;
 
 /// A backend failure, with the cause (never a password).
 #[derive(Debug, thiserror::Error)]
@@ -28,17 +31,35 @@ impl RepoError {
     }
 }
 
-/// Orders and charges.
+/// Orders as the routes read them, on every backend.
 #[async_trait]
 pub trait Repo: Send + Sync + 'static {
-    /// Stores a new order and counts it.
-    async fn insert_order(&self, order: &Order) -> Result<(), RepoError>;
     /// The order with `id`, if any.
     async fn order(&self, id: &str) -> Result<Option<Order>, RepoError>;
     /// Every order of `owner`, oldest first.
     async fn orders_of(&self, owner: &str) -> Result<Vec<Order>, RepoError>;
-    /// Stores a captured charge and counts it.
-    async fn insert_charge(&self, charge: &Charge) -> Result<(), RepoError>;
-    /// Side-effect counts.
-    async fn stats(&self) -> Result<Stats, RepoError>;
+    /// How many orders were created.
+    async fn orders_created(&self) -> Result<u64, RepoError>;
+}
+
+/// Order writes without a transaction, on memory and Redis.
+#[async_trait]
+pub trait InsertOrder: Send + Sync + 'static {
+    /// Stores `order` and counts it, unless an order with its id exists:
+    /// then nothing changes. Returns the order stored under the id (`order`
+    /// or the earlier one). Atomic: one insert per id, however many
+    /// executions try.
+    async fn insert_order(&self, order: &Order) -> Result<Order, RepoError>;
+}
+
+/// How the write routes keep their business rows.
+#[derive(Clone)]
+pub enum Writes {
+    /// Memory and Redis: through the repository, each write safe to repeat
+    /// (its id comes from the execution's derived key).
+    Direct(Arc<dyn InsertOrder>),
+    /// Postgres: in the transaction the runtime opens for each execution
+    /// (`idem_runtime::Tx`), committed together with the stored response
+    /// ([`transactional`]).
+    Transactional,
 }

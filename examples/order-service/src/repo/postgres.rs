@@ -1,10 +1,12 @@
-//! Orders and charges in Postgres, beside the idempotency records.
+//! Orders and payments in Postgres, beside the idempotency records. The
+//! routes write them in the runtime's transaction ([`super::transactional`]);
+//! this reads them.
 
 use async_trait::async_trait;
 use sqlx::{PgPool, Row};
 
 use super::{Repo, RepoError};
-use crate::model::{Charge, Order, Stats};
+use crate::model::Order;
 
 /// The tables, created if missing (run by [`PostgresRepo::migrate`] under its lock).
 const SCHEMA: &str = r"
@@ -19,15 +21,21 @@ CREATE TABLE IF NOT EXISTS order_service_orders (
     created_at   text NOT NULL
 );
 CREATE INDEX IF NOT EXISTS order_service_orders_owner ON order_service_orders (owner, seq);
-CREATE TABLE IF NOT EXISTS order_service_charges (
+CREATE TABLE IF NOT EXISTS order_service_payments (
     id           text PRIMARY KEY,
     order_id     text NOT NULL REFERENCES order_service_orders (id),
+    charge_id    text NOT NULL UNIQUE,
     amount_cents bigint NOT NULL,
     status       text NOT NULL
 );
+CREATE INDEX IF NOT EXISTS order_service_payments_order ON order_service_payments (order_id);
 ";
 
-/// Orders and charges as rows.
+/// The order with id `$1`, as [`order_of`] reads it.
+pub(super) const SELECT_ORDER: &str = "SELECT id, owner, customer_id, amount_cents, currency, status, created_at \
+                                       FROM order_service_orders WHERE id = $1";
+
+/// Orders and payments as rows.
 #[derive(Clone)]
 pub struct PostgresRepo {
     pool: PgPool,
@@ -35,6 +43,21 @@ pub struct PostgresRepo {
 
 fn fail(error: impl std::fmt::Display) -> RepoError {
     RepoError::new("postgres", error)
+}
+
+/// Runs `schema` (`CREATE ... IF NOT EXISTS` statements) in one transaction
+/// under the service's migration lock: safe to run at every start, from
+/// many processes at once.
+pub async fn create_tables(pool: &PgPool, schema: &'static str) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    // `CREATE ... IF NOT EXISTS` alone is not enough: two sessions can
+    // both find the table missing, and the second then fails on a
+    // catalog unique index (`pg_type_typname_nsp_index`). Processes
+    // starting together therefore take turns on this lock, which the
+    // commit (or a rollback) releases.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('order-service migrate'))").execute(&mut *tx).await?;
+    sqlx::raw_sql(schema).execute(&mut *tx).await?;
+    tx.commit().await
 }
 
 impl PostgresRepo {
@@ -46,22 +69,12 @@ impl PostgresRepo {
     /// Creates the tables if they are missing; safe to run at every start,
     /// from many processes at once.
     pub async fn migrate(&self) -> Result<(), RepoError> {
-        let mut tx = self.pool.begin().await.map_err(fail)?;
-        // `CREATE ... IF NOT EXISTS` alone is not enough: two sessions can
-        // both find the table missing, and the second then fails on a
-        // catalog unique index (`pg_type_typname_nsp_index`). Processes
-        // starting together therefore take turns on this lock, which the
-        // commit (or a rollback) releases.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('order-service migrate'))")
-            .execute(&mut *tx)
-            .await
-            .map_err(fail)?;
-        sqlx::raw_sql(SCHEMA).execute(&mut *tx).await.map_err(fail)?;
-        tx.commit().await.map_err(fail)
+        create_tables(&self.pool, SCHEMA).await.map_err(fail)
     }
 }
 
-fn order_of(row: &sqlx::postgres::PgRow) -> Result<Order, RepoError> {
+/// An order from a row of `order_service_orders`.
+pub(super) fn order_of(row: &sqlx::postgres::PgRow) -> Result<Order, RepoError> {
     Ok(Order {
         id: row.try_get("id").map_err(fail)?,
         owner: row.try_get("owner").map_err(fail)?,
@@ -75,28 +88,8 @@ fn order_of(row: &sqlx::postgres::PgRow) -> Result<Order, RepoError> {
 
 #[async_trait]
 impl Repo for PostgresRepo {
-    async fn insert_order(&self, order: &Order) -> Result<(), RepoError> {
-        sqlx::query(
-            "INSERT INTO order_service_orders (id, owner, customer_id, amount_cents, currency, status, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(&order.id)
-        .bind(&order.owner)
-        .bind(&order.customer_id)
-        .bind(order.amount_cents)
-        .bind(&order.currency)
-        .bind(&order.status)
-        .bind(&order.created_at)
-        .execute(&self.pool)
-        .await
-        .map_err(fail)?;
-        Ok(())
-    }
-
     async fn order(&self, id: &str) -> Result<Option<Order>, RepoError> {
-        let sql = "SELECT id, owner, customer_id, amount_cents, currency, status, created_at \
-                   FROM order_service_orders WHERE id = $1";
-        let row = sqlx::query(sql).bind(id).fetch_optional(&self.pool).await.map_err(fail)?;
+        let row = sqlx::query(SELECT_ORDER).bind(id).fetch_optional(&self.pool).await.map_err(fail)?;
         row.as_ref().map(order_of).transpose()
     }
 
@@ -107,27 +100,11 @@ impl Repo for PostgresRepo {
         rows.iter().map(order_of).collect()
     }
 
-    async fn insert_charge(&self, charge: &Charge) -> Result<(), RepoError> {
-        sqlx::query("INSERT INTO order_service_charges (id, order_id, amount_cents, status) VALUES ($1, $2, $3, $4)")
-            .bind(&charge.id)
-            .bind(&charge.order_id)
-            .bind(charge.amount_cents)
-            .bind(&charge.status)
-            .execute(&self.pool)
+    async fn orders_created(&self) -> Result<u64, RepoError> {
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM order_service_orders")
+            .fetch_one(&self.pool)
             .await
             .map_err(fail)?;
-        Ok(())
-    }
-
-    async fn stats(&self) -> Result<Stats, RepoError> {
-        let row = sqlx::query(
-            "SELECT (SELECT count(*) FROM order_service_orders) AS orders, \
-                    (SELECT count(*) FROM order_service_charges) AS charges",
-        )
-        .fetch_one(&self.pool)
-        .await
-        .map_err(fail)?;
-        let count = |name: &str| row.try_get::<i64, _>(name).map(|n| n.max(0) as u64).map_err(fail);
-        Ok(Stats { orders_created: count("orders")?, charges: count("charges")? })
+        Ok(count.max(0) as u64)
     }
 }

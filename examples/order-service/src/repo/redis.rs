@@ -1,19 +1,33 @@
-//! Orders and charges in Redis, beside the idempotency records.
+//! Orders in Redis, beside the idempotency records.
 
 use async_trait::async_trait;
-use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, Script};
 
-use super::{Repo, RepoError};
-use crate::model::{Charge, Order, Stats};
+use super::{InsertOrder, Repo, RepoError};
+use crate::model::Order;
 
 const ORDERS_CREATED: &str = "order-service:orders_created";
-const CHARGES: &str = "order-service:charges";
 
-/// Orders as JSON strings, an id list per owner, and two counters.
+/// Stores an order unless its id is taken; only then appends it to its
+/// owner's list and counts it. Returns the order stored under the id. One
+/// round trip (`EVALSHA`), atomic.
+const INSERT_ORDER: &str = r"
+-- KEYS[1]: the order; KEYS[2]: its owner's list; KEYS[3]: the orders counter.
+-- ARGV[1]: the order (JSON); ARGV[2]: its id.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+    redis.call('RPUSH', KEYS[2], ARGV[2])
+    redis.call('INCR', KEYS[3])
+    return ARGV[1]
+end
+return redis.call('GET', KEYS[1])
+";
+
+/// Orders as JSON strings, an id list per owner, and a counter.
 #[derive(Clone)]
 pub struct RedisRepo {
     connection: ConnectionManager,
+    insert_order: Script,
 }
 
 fn order_key(id: &str) -> String {
@@ -35,28 +49,24 @@ impl RedisRepo {
     pub async fn connect(url: &str) -> Result<Self, redis::RedisError> {
         let client = redis::Client::open(url)?;
         let connection = ConnectionManager::new_with_config(client, idem_runtime::RedisStore::default_config()).await?;
-        Ok(Self { connection })
+        Ok(Self { connection, insert_order: Script::new(INSERT_ORDER) })
+    }
+}
+
+#[async_trait]
+impl InsertOrder for RedisRepo {
+    async fn insert_order(&self, order: &Order) -> Result<Order, RepoError> {
+        let json = serde_json::to_string(order).map_err(fail)?;
+        let mut connection = self.connection.clone();
+        let mut invocation = self.insert_order.key(order_key(&order.id));
+        invocation.key(owner_key(&order.owner)).key(ORDERS_CREATED).arg(json).arg(&order.id);
+        let stored: String = invocation.invoke_async(&mut connection).await.map_err(fail)?;
+        serde_json::from_str(&stored).map_err(fail)
     }
 }
 
 #[async_trait]
 impl Repo for RedisRepo {
-    async fn insert_order(&self, order: &Order) -> Result<(), RepoError> {
-        let json = serde_json::to_string(order).map_err(fail)?;
-        let mut connection = self.connection.clone();
-        redis::pipe()
-            .atomic()
-            .set(order_key(&order.id), json)
-            .ignore()
-            .rpush(owner_key(&order.owner), &order.id)
-            .ignore()
-            .incr(ORDERS_CREATED, 1)
-            .ignore()
-            .query_async::<()>(&mut connection)
-            .await
-            .map_err(fail)
-    }
-
     async fn order(&self, id: &str) -> Result<Option<Order>, RepoError> {
         let mut connection = self.connection.clone();
         let json: Option<String> = connection.get(order_key(id)).await.map_err(fail)?;
@@ -74,24 +84,9 @@ impl Repo for RedisRepo {
         orders.into_iter().flatten().map(|json| serde_json::from_str(&json).map_err(fail)).collect()
     }
 
-    async fn insert_charge(&self, charge: &Charge) -> Result<(), RepoError> {
-        let json = serde_json::to_string(charge).map_err(fail)?;
+    async fn orders_created(&self) -> Result<u64, RepoError> {
         let mut connection = self.connection.clone();
-        redis::pipe()
-            .atomic()
-            .set(format!("order-service:charge:{}", charge.id), json)
-            .ignore()
-            .incr(CHARGES, 1)
-            .ignore()
-            .query_async::<()>(&mut connection)
-            .await
-            .map_err(fail)
-    }
-
-    async fn stats(&self) -> Result<Stats, RepoError> {
-        let mut connection = self.connection.clone();
-        let (orders, charges): (Option<u64>, Option<u64>) =
-            connection.mget(&[ORDERS_CREATED, CHARGES]).await.map_err(fail)?;
-        Ok(Stats { orders_created: orders.unwrap_or(0), charges: charges.unwrap_or(0) })
+        let count: Option<u64> = connection.get(ORDERS_CREATED).await.map_err(fail)?;
+        Ok(count.unwrap_or(0))
     }
 }

@@ -1,25 +1,35 @@
 //! The HTTP interface. All idempotency behaviour comes from `#[idempotent]`.
+//!
+//! The two write routes have two implementations with one HTTP contract:
+//! [`direct`] on memory and Redis, [`transactional`] on Postgres, where the
+//! business rows commit together with the stored response.
+
+mod direct;
+mod transactional;
 
 use std::future::{Ready, ready};
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix_web::dev::Payload;
 use actix_web::http::header::LOCATION;
-use actix_web::{FromRequest, HttpRequest, HttpResponse, get, post, web};
-use idem_runtime::idempotent;
+use actix_web::{FromRequest, HttpRequest, HttpResponse, get, web};
+use idem_runtime::ExecutionContext;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::error::ApiError;
-use crate::model::{Charge, NewOrder, NewPayment, Order};
-use crate::repo::Repo;
+use crate::faults::Faults;
+use crate::model::{Order, Stats, uuid_shaped};
+use crate::provider::Provider;
+use crate::repo::{Repo, Writes};
 
 /// Shared state of the routes.
 pub struct AppState {
-    /// Orders and charges.
+    /// Orders, as the routes read them.
     pub repo: Arc<dyn Repo>,
-    /// Latency of the simulated payment provider.
-    pub charge_delay: Duration,
+    /// The simulated payment provider.
+    pub provider: Provider,
+    /// Crash points armed for tests.
+    pub faults: Faults,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
 }
@@ -42,88 +52,47 @@ impl FromRequest for User {
     }
 }
 
-/// Registers every route.
-pub fn configure(config: &mut web::ServiceConfig) {
+/// Registers every route; the write routes as `writes` says (their
+/// transactional versions only on Postgres, whose store they need).
+pub fn configure(config: &mut web::ServiceConfig, writes: &Writes) {
     config
         .app_data(web::JsonConfig::default().error_handler(|error, _| ApiError::Invalid(error.to_string()).into()))
-        .app_data(web::PathConfig::default().error_handler(|error, _| ApiError::Invalid(error.to_string()).into()))
-        .service(create_order)
-        .service(create_payment)
-        .service(list_orders)
-        .service(get_order)
-        .service(stats)
-        .service(metrics)
-        .service(healthz);
-}
-
-/// Creates an order.
-#[idempotent(ttl = "24h", scope = "user")]
-#[post("/orders")]
-async fn create_order(
-    user: User,
-    body: web::Json<NewOrder>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    let new = body.into_inner();
-    new.validate().map_err(ApiError::Invalid)?;
-    let order = Order::new(&user.0, new);
-    state.repo.insert_order(&order).await?;
-    Ok(HttpResponse::Created().insert_header((LOCATION, format!("/orders/{}", order.id))).json(order.body()))
-}
-
-/// Pays an order through the simulated provider.
-#[idempotent(ttl = "24h", scope = "user")]
-#[post("/orders/{id}/payments")]
-async fn create_payment(
-    user: User,
-    id: web::Path<String>,
-    body: web::Json<NewPayment>,
-    state: web::Data<AppState>,
-) -> Result<HttpResponse, ApiError> {
-    body.validate().map_err(ApiError::Invalid)?;
-    let order = owned_order(&state, &user, &id).await?;
-    let charge = Charge {
-        id: uuid::Uuid::new_v4().to_string(),
-        order_id: order.id,
-        amount_cents: body.amount_cents,
-        status: "captured".into(),
+        .app_data(web::PathConfig::default().error_handler(|error, _| ApiError::Invalid(error.to_string()).into()));
+    match writes {
+        Writes::Direct(orders) => config
+            .app_data(web::Data::from(Arc::clone(orders)))
+            .service(direct::create_order)
+            .service(direct::create_payment),
+        Writes::Transactional => config.service(transactional::create_order).service(transactional::create_payment),
     };
-    charge_through_provider(&state, &charge).await?;
-    Ok(HttpResponse::Created().json(charge.body()))
+    config.service(list_orders).service(get_order).service(stats).service(metrics).service(healthz);
 }
 
-/// The simulated payment provider: a network call that takes a while, then
-/// one charge. Special amounts behave like a provider's test cards.
-async fn charge_through_provider(state: &AppState, charge: &Charge) -> Result<(), ApiError> {
-    if charge.amount_cents == test_cards::UNAVAILABLE {
-        // Refused before any charge: nothing happened.
-        return Err(ApiError::ProviderUnavailable);
-    }
-    tokio::time::sleep(state.charge_delay).await;
-    if charge.amount_cents == test_cards::DECLINED {
-        return Err(ApiError::Declined);
-    }
-    state.repo.insert_charge(charge).await?;
-    if charge.amount_cents == test_cards::TIMEOUT_AFTER_CHARGE {
-        return Err(ApiError::ProviderTimeout);
-    }
-    Ok(())
+/// The id of the order an execution creates: the same in every execution of
+/// one idempotency key.
+fn order_id(execution: &ExecutionContext) -> String {
+    uuid_shaped(&execution.derived_key("order"))
 }
 
-/// Amounts that make the simulated provider fail, like test card numbers.
-mod test_cards {
-    /// The card is declined: no charge, 402 (stored and replayed).
-    pub const DECLINED: i64 = 402;
-    /// The provider is unreachable before charging: no charge, 503 marked
-    /// retryable (the same request may run again).
-    pub const UNAVAILABLE: i64 = 503;
-    /// The provider charges, then times out: one charge, 504 (stored and
-    /// replayed, never charged again).
-    pub const TIMEOUT_AFTER_CHARGE: i64 = 504;
+/// The id of the payment an execution records: the same in every execution
+/// of one idempotency key.
+fn payment_id(execution: &ExecutionContext) -> String {
+    uuid_shaped(&execution.derived_key("payment"))
 }
 
-async fn owned_order(state: &AppState, user: &User, id: &str) -> Result<Order, ApiError> {
-    match state.repo.order(id).await? {
+/// The idempotency key the provider gets for an execution's charge.
+fn charge_key(execution: &ExecutionContext) -> String {
+    execution.derived_key("charge")
+}
+
+/// 201 with `order` and its `Location`.
+fn created(order: &Order) -> HttpResponse {
+    HttpResponse::Created().insert_header((LOCATION, format!("/orders/{}", order.id))).json(order.body())
+}
+
+/// `order`, if the caller owns it; else 404 for `id`.
+fn owned(order: Option<Order>, user: &User, id: &str) -> Result<Order, ApiError> {
+    match order {
         Some(order) if order.owner == user.0 => Ok(order),
         _ => Err(ApiError::NotFound(id.to_owned())),
     }
@@ -132,7 +101,7 @@ async fn owned_order(state: &AppState, user: &User, id: &str) -> Result<Order, A
 /// One order of the caller.
 #[get("/orders/{id}")]
 async fn get_order(user: User, id: web::Path<String>, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let order = owned_order(&state, &user, &id).await?;
+    let order = owned(state.repo.order(&id).await?, &user, &id)?;
     Ok(HttpResponse::Ok().json(order.body()))
 }
 
@@ -143,10 +112,13 @@ async fn list_orders(user: User, state: web::Data<AppState>) -> Result<HttpRespo
     Ok(HttpResponse::Ok().json(orders.iter().map(Order::body).collect::<Vec<_>>()))
 }
 
-/// Side-effect counts across every process sharing the backend.
+/// Side-effect counts across every process sharing the backend: orders
+/// created, and charges at the provider.
 #[get("/stats")]
 async fn stats(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    Ok(HttpResponse::Ok().json(state.repo.stats().await?))
+    let orders_created = state.repo.orders_created().await?;
+    let charges = state.provider.charges().await?;
+    Ok(HttpResponse::Ok().json(Stats { orders_created, charges }))
 }
 
 /// Prometheus text exposition.

@@ -1,0 +1,68 @@
+//! The provider's ledger in Redis, under keys of its own.
+
+use async_trait::async_trait;
+use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, Script};
+
+use super::Ledger;
+use crate::model::Charge;
+use crate::repo::RepoError;
+
+/// The charges counter.
+const CHARGES: &str = "order-service:provider:charges";
+
+/// Records a charge under its idempotency key unless one is there, counts
+/// it only then, and returns the charge stored under the key: one round
+/// trip (`EVALSHA`), atomic.
+const CHARGE_ONCE: &str = r"
+-- KEYS[1]: the charge of one idempotency key; KEYS[2]: the charges counter.
+-- ARGV[1]: the new charge (JSON).
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+    redis.call('INCR', KEYS[2])
+    return ARGV[1]
+end
+return redis.call('GET', KEYS[1])
+";
+
+/// Charges as JSON strings keyed by idempotency key, and a counter.
+#[derive(Clone)]
+pub struct RedisLedger {
+    connection: ConnectionManager,
+    charge_once: Script,
+}
+
+fn charge_key(key: &str) -> String {
+    // The keys come from `derived_key`: hex digits, no separator to escape.
+    format!("order-service:provider:charge:{key}")
+}
+
+fn fail(error: impl std::fmt::Display) -> RepoError {
+    RepoError::new("redis", format!("the payment provider's ledger: {error}"))
+}
+
+impl RedisLedger {
+    /// Opens a connection of its own (the provider is another system than
+    /// the service) to `url`.
+    pub async fn connect(url: &str) -> Result<Self, redis::RedisError> {
+        let client = redis::Client::open(url)?;
+        let connection = ConnectionManager::new_with_config(client, idem_runtime::RedisStore::default_config()).await?;
+        Ok(Self { connection, charge_once: Script::new(CHARGE_ONCE) })
+    }
+}
+
+#[async_trait]
+impl Ledger for RedisLedger {
+    async fn charge_once(&self, key: &str, charge: &Charge) -> Result<Charge, RepoError> {
+        let json = serde_json::to_string(charge).map_err(fail)?;
+        let mut connection = self.connection.clone();
+        let mut invocation = self.charge_once.key(charge_key(key));
+        let stored: String = invocation.key(CHARGES).arg(json).invoke_async(&mut connection).await.map_err(fail)?;
+        serde_json::from_str(&stored).map_err(fail)
+    }
+
+    async fn charges(&self) -> Result<u64, RepoError> {
+        let mut connection = self.connection.clone();
+        let count: Option<u64> = connection.get(CHARGES).await.map_err(fail)?;
+        Ok(count.unwrap_or(0))
+    }
+}
