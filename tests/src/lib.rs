@@ -7,6 +7,7 @@ pub mod backend;
 pub mod blocking;
 pub mod burst;
 pub mod counter;
+pub mod crash_checks;
 pub mod faults;
 pub mod http;
 pub mod order_checks;

@@ -5,6 +5,7 @@
 //! directory of its own (`target/tests/order-service`), since the running
 //! `cargo test` holds the lock of the main one.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -19,9 +20,32 @@ pub struct OrderService {
     /// Base URL, such as `http://127.0.0.1:41234`.
     pub url: String,
     port: u16,
+    launch: Launch,
+}
+
+/// How a process is started: its store, its charge delay, and extra flags
+/// and environment variables (the fault knobs).
+#[derive(Debug, Clone)]
+struct Launch {
     store: String,
     charge_delay_ms: u64,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
 }
+
+impl Launch {
+    fn new(store: &str, charge_delay_ms: u64, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self {
+            store: store.to_owned(),
+            charge_delay_ms,
+            args: args.iter().map(|&arg| arg.to_owned()).collect(),
+            env: env.iter().map(|&(name, value)| (name.to_owned(), value.to_owned())).collect(),
+        }
+    }
+}
+
+/// The signal number of SIGABRT, which `std::process::abort` raises.
+const SIGABRT: i32 = 6;
 
 /// The order-service binary, built if need be.
 pub fn binary() -> &'static Path {
@@ -49,19 +73,27 @@ impl OrderService {
     /// Starts the service on a free port with `--store store` and the given
     /// charge delay, and waits until `/healthz` answers.
     pub async fn start(store: &str, charge_delay_ms: u64) -> Self {
-        Self::start_on(free_port(), store, charge_delay_ms).await
+        Self::start_with(store, charge_delay_ms, &[], &[]).await
     }
 
-    async fn start_on(port: u16, store: &str, charge_delay_ms: u64) -> Self {
+    /// Like [`Self::start`], with extra flags `args` and environment
+    /// variables `env`, such as `--crash-after-charge` or
+    /// `ORDER_SERVICE_CRASH_AFTER_CHARGE=1`.
+    pub async fn start_with(store: &str, charge_delay_ms: u64, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_on(free_port(), Launch::new(store, charge_delay_ms, args, env)).await
+    }
+
+    async fn start_on(port: u16, launch: Launch) -> Self {
         let child = Command::new(binary())
-            .args(["--addr", &format!("127.0.0.1:{port}"), "--store", store])
-            .args(["--charge-delay-ms", &charge_delay_ms.to_string()])
+            .args(["--addr", &format!("127.0.0.1:{port}"), "--store", &launch.store])
+            .args(["--charge-delay-ms", &launch.charge_delay_ms.to_string()])
+            .args(&launch.args)
+            .envs(launch.env.iter().map(|(name, value)| (name, value)))
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .spawn()
             .expect("spawning order-service");
-        let mut service =
-            Self { child, url: format!("http://127.0.0.1:{port}"), port, store: store.to_owned(), charge_delay_ms };
+        let mut service = Self { child, url: format!("http://127.0.0.1:{port}"), port, launch };
         service.wait_healthy().await;
         service
     }
@@ -110,9 +142,33 @@ impl OrderService {
         None
     }
 
-    /// Starts the same service again, on the same port, after [`Self::kill9`].
+    /// Waits up to `limit` for the process to end by itself, and asserts
+    /// that it aborted (SIGABRT), as a fault knob makes it.
+    pub fn assert_aborts(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for order-service") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "order-service still runs {limit:?} later: the knob did not abort it");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.signal(), Some(SIGABRT), "order-service ended with {status}, not by abort()");
+    }
+
+    /// Starts the same service again, on the same port and with the same
+    /// flags, after [`Self::kill9`] (or a crash).
     pub async fn restart(&mut self) {
-        *self = Self::start_on(self.port, &self.store.clone(), self.charge_delay_ms).await;
+        *self = Self::start_on(self.port, self.launch.clone()).await;
+    }
+
+    /// Starts the service again on the same port and store with other extra
+    /// flags and environment (none: the knobs off); the running process,
+    /// if any, is killed first.
+    pub async fn restart_with(&mut self, args: &[&str], env: &[(&str, &str)]) {
+        self.kill9();
+        let launch = Launch::new(&self.launch.store, self.launch.charge_delay_ms, args, env);
+        *self = Self::start_on(self.port, launch).await;
     }
 }
 

@@ -1,5 +1,6 @@
 //! Black-box tests of the real `order-service` binary on each store: its
-//! HTTP contract, same-key storms, and a process killed mid-payment.
+//! HTTP contract, same-key storms, a process killed mid-payment, and
+//! processes that the fault knobs abort inside a handler.
 
 mod memory;
 #[cfg(feature = "postgres")]

@@ -1,13 +1,19 @@
 //! The order service binary on Postgres: the contract, storms across two
-//! processes, and a process killed in the middle of a payment.
+//! processes, a process killed in the middle of a payment, and processes
+//! that abort inside a transactional handler (after the charge, after the
+//! order insert), with the tables read directly.
 
 use std::time::Duration;
 
+use idem_tests::crash_checks::{
+    ORDER_OWNER, crash_after_charge, crash_after_order_insert, create_after_the_lease, pay_after_the_lease,
+};
 use idem_tests::order_checks::{
-    contract, failure_outcomes, kill_during_payment, sigterm_drains_a_payment_whose_client_left, storms,
+    contract, failure_outcomes, kill_during_payment, sigterm_drains_a_payment_whose_client_left, stats, storms,
 };
 use idem_tests::postgres_server::PostgresServer;
 use idem_tests::service::OrderService;
+use sqlx::PgPool;
 
 fn server(test: &str) -> Option<PostgresServer> {
     PostgresServer::start(test, &[("max_connections", "200")])
@@ -35,4 +41,43 @@ async fn kill_during_a_payment_on_postgres_charges_once_and_sigterm_drains() {
     let mut service = OrderService::start(&pg.url("postgres"), 3000).await;
     kill_during_payment(&mut service).await;
     sigterm_drains_a_payment_whose_client_left(&mut service, Duration::from_millis(3000)).await;
+}
+
+/// Rows of `order_service_payments` for `order_id`.
+async fn payment_rows(db: &PgPool, order_id: &str) -> i64 {
+    let sql = "SELECT count(*) FROM order_service_payments WHERE order_id = $1";
+    sqlx::query_scalar(sql).bind(order_id).fetch_one(db).await.expect("counting payment rows")
+}
+
+/// Rows of `order_service_orders` owned by `owner`.
+async fn order_rows(db: &PgPool, owner: &str) -> i64 {
+    let sql = "SELECT count(*) FROM order_service_orders WHERE owner = $1";
+    sqlx::query_scalar(sql).bind(owner).fetch_one(db).await.expect("counting order rows")
+}
+
+#[actix_web::test]
+async fn a_crash_after_the_charge_on_postgres_leaves_one_charge_and_one_payment_row() {
+    let Some(pg) = server("a_crash_after_the_charge_on_postgres_leaves_one_charge_and_one_payment_row") else { return };
+    let mut service = OrderService::start_with(&pg.url("postgres"), 0, &["--crash-after-charge"], &[]).await;
+    let db = PgPool::connect(&pg.url("postgres")).await.expect("connecting to PostgreSQL");
+    let crashed = crash_after_charge(&mut service).await;
+    // The payment row was written in the handler's transaction, which the
+    // abort left uncommitted; the provider's charge is its own.
+    assert_eq!(payment_rows(&db, &crashed.order_id).await, 0, "the crash left no payment row");
+    pay_after_the_lease(&service, &crashed).await;
+    assert_eq!(payment_rows(&db, &crashed.order_id).await, 1, "one payment row, committed with the response");
+}
+
+#[actix_web::test]
+async fn a_crash_after_the_order_insert_on_postgres_leaves_one_order() {
+    let Some(pg) = server("a_crash_after_the_order_insert_on_postgres_leaves_one_order") else { return };
+    let mut service = OrderService::start_with(&pg.url("postgres"), 0, &["--crash-after-order-insert"], &[]).await;
+    let db = PgPool::connect(&pg.url("postgres")).await.expect("connecting to PostgreSQL");
+    let crashed = crash_after_order_insert(&mut service).await;
+    // The order row was inserted in the handler's transaction, which the
+    // abort left uncommitted.
+    assert_eq!(order_rows(&db, ORDER_OWNER).await, 0, "the crash left no order row");
+    assert_eq!(stats(&service).await.0, crashed.orders_before);
+    create_after_the_lease(&service, &crashed).await;
+    assert_eq!(order_rows(&db, ORDER_OWNER).await, 1, "one order row, committed with the response");
 }
