@@ -10,6 +10,13 @@ use crate::config::StoreUrl;
 use crate::provider::{Ledger, MemoryLedger, PostgresLedger, RedisLedger};
 use crate::repo::{MemoryRepo, PostgresRepo, RedisRepo, Repo, Writes};
 
+/// Most connections of the Postgres store's pool (opened on demand). A
+/// transactional handler holds one for its whole execution, a payment's
+/// wait on the provider included, while the claims, completions and reads
+/// of other requests need theirs: sqlx's default of 10 would turn the 11th
+/// concurrent payment into a 503.
+const POSTGRES_CONNECTIONS: u32 = 32;
+
 /// The idempotency store, the repository and the provider's ledger, sharing
 /// one backend.
 pub struct Backend {
@@ -63,7 +70,8 @@ pub async fn connect(url: &StoreUrl) -> Result<Backend, String> {
         )),
         StoreUrl::Postgres(raw) => {
             let fail = |e: &dyn std::fmt::Display| format!("postgres migration failed: {e}");
-            let store = PostgresStore::connect(raw).await.map_err(|e| e.to_string())?;
+            let pool = PostgresStore::pool_options().max_connections(POSTGRES_CONNECTIONS);
+            let store = PostgresStore::connect_with(raw, pool).await.map_err(|e| e.to_string())?;
             let repo = PostgresRepo::new(store.pool().clone());
             let ledger = PostgresLedger::beside(store.pool());
             // Each takes its own lock, so processes starting together are safe.
