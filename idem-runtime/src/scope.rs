@@ -19,6 +19,7 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
+use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 
 /// Version of the storage key encoding; bumped if the layout ever changes.
@@ -92,17 +93,21 @@ impl StorageKey {
         &self.encoded
     }
 
-    /// A stable key derived from this one and `label`: 64 lower-case hex
-    /// digits, the same in every execution of this key and different for
-    /// every other key or label. Given to a downstream service that
-    /// deduplicates by key (a payment provider), it keeps even an execution
-    /// repeated after a lost lease from repeating the downstream effect.
-    pub fn derive(&self, label: &str) -> String {
+    /// A stable key derived from this one, the request's `fingerprint` and
+    /// `label`: 64 lower-case hex digits, the same in every execution of
+    /// that request under this key, different for every other key, request
+    /// or label. Given to a downstream service that deduplicates by key (a
+    /// payment provider), it keeps even an execution repeated after a lost
+    /// lease from repeating the downstream effect; and a key reused for
+    /// another request after its TTL never meets the first one's effects.
+    pub fn derive(&self, fingerprint: &Fingerprint, label: &str) -> String {
         let mut hash = Sha256::new();
-        for part in ["idem-derived-key", &self.encoded, label] {
+        for part in
+            [b"idem-derived-key/v1".as_slice(), self.encoded.as_bytes(), fingerprint.as_bytes(), label.as_bytes()]
+        {
             hash.update(part.len().to_string().as_bytes());
             hash.update(b":");
-            hash.update(part.as_bytes());
+            hash.update(part);
         }
         hex::encode(hash.finalize())
     }
@@ -136,6 +141,24 @@ impl fmt::Debug for StorageKey {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn derived_keys_depend_on_the_key_the_request_and_the_label() {
+        use crate::fingerprint::{Fingerprint, RequestParts};
+        let request = |body: &'static [u8]| {
+            Fingerprint::of(&RequestParts { method: "POST", path: "/p", query: "", content_type: None, body })
+        };
+        let key =
+            |k: &[u8]| StorageKey::new(Scope::User, Some("alice"), "POST", "/p", &IdempotencyKey::parse(k).unwrap());
+        let derived = key(b"k").derive(&request(b"a"), "charge");
+        assert_eq!(derived, key(b"k").derive(&request(b"a"), "charge"), "stable");
+        assert_eq!(derived.len(), 64);
+        assert_ne!(derived, key(b"k").derive(&request(b"b"), "charge"), "another request under the key");
+        assert_ne!(derived, key(b"j").derive(&request(b"a"), "charge"), "another key");
+        assert_ne!(derived, key(b"k").derive(&request(b"a"), "refund"), "another label");
+        let bob = StorageKey::new(Scope::User, Some("bob"), "POST", "/p", &IdempotencyKey::parse(b"k").unwrap());
+        assert_ne!(derived, bob.derive(&request(b"a"), "charge"), "another subject");
+    }
+
     use proptest::prelude::*;
 
     use super::*;

@@ -14,6 +14,7 @@ use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpMessage, HttpRequest};
 
 use super::problem::{ProblemError, ProblemKind};
+use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 use crate::scope::StorageKey;
 use crate::store::{Attempt, FencingToken};
@@ -64,6 +65,7 @@ pub struct ExecutionContext {
 pub(crate) struct Context {
     key_hash: String,
     storage_key: StorageKey,
+    fingerprint: Fingerprint,
     token: FencingToken,
     attempt: Attempt,
 }
@@ -78,11 +80,18 @@ impl PendingContext {
         req: &HttpRequest,
         key: &IdempotencyKey,
         storage_key: &StorageKey,
+        fingerprint: &Fingerprint,
         token: FencingToken,
         attempt: Attempt,
     ) {
         let Some(Self(slot)) = req.extensions_mut().remove::<Self>() else { return };
-        let context = Context { key_hash: key.short_hash(), storage_key: storage_key.clone(), token, attempt };
+        let context = Context {
+            key_hash: key.short_hash(),
+            storage_key: storage_key.clone(),
+            fingerprint: *fingerprint,
+            token,
+            attempt,
+        };
         // Filled once per request: the claim is won once.
         let _ = slot.set(context);
     }
@@ -108,22 +117,27 @@ impl ExecutionContext {
     }
 
     /// Which execution of the key this is: the first, one after a release,
-    /// or a takeover of an execution whose lease ran out (which may have
-    /// had effects).
+    /// or a takeover of an execution whose lease ran out. Whatever it says,
+    /// an earlier execution may have had effects outside the store (a
+    /// released one rolled back only what it wrote in its `Tx`): reach
+    /// downstream services with [`ExecutionContext::derived_key`].
     pub fn attempt(&self) -> Attempt {
         self.context().attempt
     }
 
     /// A stable key derived from the storage key (scope, subject, route,
-    /// idempotency key) and `label`: 64 hex digits, the same in every
-    /// execution of this key, different for every other key or label.
+    /// idempotency key), the request's fingerprint and `label`: 64 hex
+    /// digits, the same in every execution of this request under this key,
+    /// different for every other key, request or label (a key reused for
+    /// another request after its TTL gets other derived keys).
     ///
     /// Pass it as the idempotency key of a downstream call (a payment
     /// provider's `Idempotency-Key`): an execution repeated after a lost
     /// lease then never repeats the downstream effect. Use one label per
     /// distinct downstream call (`"charge"`, `"refund"`).
     pub fn derived_key(&self, label: &str) -> String {
-        self.context().storage_key.derive(label)
+        let context = self.context();
+        context.storage_key.derive(&context.fingerprint, label)
     }
 }
 
@@ -148,8 +162,15 @@ impl FromRequest for ExecutionContext {
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         ready(match annotated(req) {
             Some(Annotated::Keyed) => {
-                let data = Arc::new(OnceLock::new());
-                req.extensions_mut().insert(PendingContext(Arc::clone(&data)));
+                // One slot per request, shared by every extraction of the
+                // context (a custom extractor may take one too).
+                let mut extensions = req.extensions_mut();
+                let slot = extensions.get::<PendingContext>().map(|PendingContext(slot)| Arc::clone(slot));
+                let data = slot.unwrap_or_else(|| {
+                    let data = Arc::new(OnceLock::new());
+                    extensions.insert(PendingContext(Arc::clone(&data)));
+                    data
+                });
                 Ok(Self { data })
             }
             Some(Annotated::Keyless) => Err(ProblemError::new(

@@ -161,7 +161,7 @@ where
         let claim = engine::claim(&config.store, &storage_key, &fingerprint, &terms, timeout, &config.running).await;
         let claim = match claim {
             Ok(engine::Claimed::Acquired(execution)) => {
-                PendingContext::fill(&req, &key, &storage_key, execution.token(), execution.attempt());
+                PendingContext::fill(&req, &key, &storage_key, &fingerprint, execution.token(), execution.attempt());
                 let claimed = Claimed { config, route, execution };
                 return execute(claimed, req, handler, args).await;
             }

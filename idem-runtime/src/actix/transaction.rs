@@ -73,10 +73,16 @@ use crate::stores::PostgresStore;
 /// | left the transaction aborted (a failed statement) and answered 4xx/5xx | rolled back | that failure stored | the response |
 /// | left it aborted and answered 2xx/3xx | rolled back | released | 500 `transaction-failed` |
 /// | kept the `Tx` past its return | never committed | released | 500 `transaction-failed` |
-/// | – the completion or `COMMIT` failed | rolled back (or committed, answer lost) | released, if rolled back | 503 `store-unavailable`: the retry finds out |
+/// | – the database refused the completion or `COMMIT` (a deferred constraint; a serialization failure or deadlock) | rolled back | released | 500 `transaction-failed` (503 `store-unavailable` with `Retry-After` for class 40) |
+/// | – the completion or `COMMIT` got no answer | rolled back (or committed, answer lost) | released, if rolled back | 503 `store-unavailable`: the retry finds out |
 ///
-/// Only `BEGIN` and `COMMIT` are added to the handler's own statements; the
-/// completion stays one statement. With any other store than
+/// Only `BEGIN ISOLATION LEVEL READ COMMITTED` and `COMMIT` are added to the
+/// handler's own statements; the completion stays one statement. The
+/// `BEGIN` and the completion with its `COMMIT` run on the lease keeper's
+/// thread, never cancelled half way, so the record's row is locked only
+/// for those two round trips whatever the application's threads do. Do not
+/// send `COMMIT`, `ROLLBACK` or `SET TRANSACTION` through the connection:
+/// the runtime owns the transaction's boundaries and its isolation level. With any other store than
 /// `PostgresStore` (a wrapper around one included) the extractor fails with
 /// a 500 `not-configured` problem naming the store: a handler that asks for
 /// a transaction never runs without one. On a request without a key

@@ -13,7 +13,7 @@ use super::execute::{Claimed, Ending, call, releases, settle};
 use super::problem::{self, ProblemKind};
 use super::retryable::MarkRetryable;
 use super::transaction::{PendingTx, postgres};
-use crate::engine::transaction::{Committed, PgTransaction, begin, roll_back};
+use crate::engine::transaction::{Commit, Committed, PgTransaction, Plain, begin, commit_plain, roll_back};
 use crate::observe::{Outcome, count};
 
 /// What a client is told when the transaction's outcome is not known.
@@ -77,15 +77,22 @@ where
         return captured.into_response();
     }
     let stored = captured.to_stored(&config);
-    match execution.commit(&store, tx, &stored).await {
+    let Some(Commit { committed, execution, response: stored }) = execution.commit(store, tx, stored).await else {
+        count(&route, Outcome::StoreError);
+        return problem::retry_after(ProblemKind::StoreUnavailable, UNKNOWN, Duration::from_secs(1));
+    };
+    match committed {
         Committed::Done => {
             count(&route, Outcome::Executed);
             captured.into_response()
         }
         Committed::LeaseLost => {
+            // Rolled back: if the key is still ours after all (only our
+            // clock said the lease ran out), a tombstone lets the retry run.
+            let _ = execution.try_release().await;
             count(&route, Outcome::LeaseLost);
-            let detail = "this request's lease was lost while it ran, so its transaction was rolled back; another \
-                          execution owns the key: retry to get its response";
+            let detail = "this request's lease was lost while it ran, so its transaction was rolled back and \
+                          nothing was kept; retry to get the key's outcome";
             problem::retry_after(ProblemKind::LeaseLost, detail, Duration::from_secs(1))
         }
         // The handler's own writes are gone. A failure it answered is kept
@@ -98,8 +105,19 @@ where
         Committed::Aborted => {
             tracing::error!("the handler answered a success, but a statement of its transaction had failed");
             settle(route, execution, Ending::Release).await;
-            let detail = "a statement of the request's transaction failed, so nothing was committed; retry";
+            let detail = "a statement of the request's transaction failed, so nothing was committed";
             problem::response(ProblemKind::TransactionFailed, detail)
+        }
+        Committed::RolledBack { transient } => {
+            settle(route, execution, Ending::Release).await;
+            if transient {
+                let detail = "the request's transaction could not be committed (a conflict with another \
+                              transaction); nothing was kept, retry";
+                problem::retry_after(ProblemKind::StoreUnavailable, detail, Duration::from_secs(1))
+            } else {
+                let detail = "the database refused to commit the request's transaction; nothing was kept";
+                problem::response(ProblemKind::TransactionFailed, detail)
+            }
         }
         Committed::Unknown => {
             // Rolled back for sure if the claim is still ours to release;
@@ -145,20 +163,21 @@ where
         let detail = "the request handler kept its transaction past its return, so it was never committed";
         return problem::response(ProblemKind::TransactionFailed, detail);
     };
-    if response.is_retryable() {
+    // As with a key: the mark counts on failures only.
+    let failure = response.status().is_client_error() || response.status().is_server_error();
+    if failure && response.is_retryable() {
         roll_back(tx, config.store_timeout).await;
         return response;
     }
-    match tokio::time::timeout(config.store_timeout, tx.commit()).await {
-        Ok(Ok(())) => response,
-        Ok(Err(error)) => {
-            tracing::error!(%error, "committing the handler's transaction failed");
-            problem::response(ProblemKind::TransactionFailed, "the request's transaction could not be committed")
+    match commit_plain(tx, config.store_timeout).await {
+        Plain::Done => response,
+        Plain::Aborted if failure => response,
+        Plain::Aborted => {
+            tracing::error!("the handler answered a success, but a statement of its transaction had failed");
+            let detail = "a statement of the request's transaction failed, so nothing was committed";
+            problem::response(ProblemKind::TransactionFailed, detail)
         }
-        Err(_) => {
-            tracing::error!("committing the handler's transaction timed out; its outcome is unknown");
-            problem::retry_after(ProblemKind::StoreUnavailable, UNKNOWN_KEYLESS, Duration::from_secs(1))
-        }
+        Plain::Failed => problem::retry_after(ProblemKind::StoreUnavailable, UNKNOWN_KEYLESS, Duration::from_secs(1)),
     }
 }
 

@@ -52,6 +52,15 @@ pub(crate) fn spawn(work: impl std::future::Future<Output = ()> + Send + 'static
     KEEPER.get_or_init(start).runtime.spawn(work);
 }
 
+/// Like [`spawn`], with a handle to await `work`'s output from anywhere.
+/// Dropping the handle does not cancel `work`.
+#[cfg(feature = "postgres")]
+pub(crate) fn spawn_joined<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> tokio::task::JoinHandle<T> {
+    KEEPER.get_or_init(start).runtime.spawn(work)
+}
+
 fn start() -> Keeper {
     let (inbox, leases) = unbounded_channel();
     let runtime = tokio::runtime::Builder::new_current_thread()

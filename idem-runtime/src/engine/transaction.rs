@@ -3,18 +3,31 @@
 //! so a crash at any instant leaves both or neither.
 //!
 //! The transaction is opened after the claim, on the store's pool (one
-//! `BEGIN`); the work writes in it; then [`Execution::commit`] runs the
-//! fenced completion *inside* it and commits. The completion's `UPDATE`
-//! takes the record's row lock: from then on a concurrent claim of the key
-//! waits for the `COMMIT` and finds the record completed, and a lease that
-//! was lost before makes the `UPDATE` match nothing, so everything rolls
-//! back. Extra statements: `BEGIN` and `COMMIT`, nothing else.
+//! `BEGIN ISOLATION LEVEL READ COMMITTED`); the work writes in it; then
+//! [`Execution::commit`] runs the fenced completion *inside* it and
+//! commits. The completion's `UPDATE` takes the record's row lock: from then
+//! on a concurrent claim of the key waits for the `COMMIT` and finds the
+//! record completed, and a lease that was lost before makes the `UPDATE`
+//! match nothing, so everything rolls back. Extra statements: `BEGIN` and
+//! `COMMIT`, nothing else.
+//!
+//! Two things run on the lease keeper's runtime rather than where the work
+//! ran, and are never cancelled half way:
+//!
+//! - `BEGIN`: sqlx (0.9) returns a connection whose `BEGIN` was cut short to
+//!   the pool *inside* that transaction, where later claims and completions
+//!   would run uncommitted. A `BEGIN` that outlasts its timeout finishes on
+//!   its own, and its transaction is rolled back when dropped.
+//! - the completion and the `COMMIT`: between the two the record's row is
+//!   locked, and the keeper's renewals of every lease wait for that lock.
+//!   An application thread blocked by a handler must not stretch it.
 
+use std::future::Future;
 use std::time::Duration;
 
 use sqlx::{Postgres, Transaction};
 
-use super::Execution;
+use super::{Execution, keeper};
 use crate::observe::{STORE_LATENCY_METRIC, store_call};
 use crate::record::StoredResponse;
 use crate::store::{Fence, StoreError};
@@ -27,6 +40,10 @@ pub(crate) type PgTransaction = Transaction<'static, Postgres>;
 /// ignores everything until the rollback.
 const IN_FAILED_TRANSACTION: &str = "25P02";
 
+/// SQLSTATE class 40: serialization failure, deadlock. Trying again may
+/// work.
+const TRANSACTION_ROLLBACK: &str = "40";
+
 /// How a transactional execution ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Committed {
@@ -36,37 +53,175 @@ pub(crate) enum Committed {
     /// back, nothing of this execution remains.
     LeaseLost,
     /// One of the work's own statements failed, leaving the transaction
-    /// aborted: everything was rolled back, the claim is still held.
+    /// aborted: everything was rolled back; the claim is still held.
     Aborted,
-    /// The completion or the commit failed or timed out: the transaction
-    /// is rolled back, or (a commit whose answer was lost) possibly
+    /// The server refused the completion or the `COMMIT` (a deferred
+    /// constraint, a serialization failure): everything was rolled back.
+    /// `transient`: trying again may work (SQLSTATE class 40).
+    RolledBack {
+        /// Whether the same request may succeed when tried again.
+        transient: bool,
+    },
+    /// No answer to the completion or the `COMMIT` (a broken connection, a
+    /// timeout): rolled back, or (a `COMMIT` whose answer was lost)
     /// committed. Either way a retry of the same request finds out safely.
     Unknown,
 }
 
-/// Opens the transaction of an execution on `store`'s pool, after its
-/// claim: one `BEGIN`, bounded by `timeout`.
-pub(crate) async fn begin(store: &PostgresStore, timeout: Duration) -> Result<PgTransaction, StoreError> {
-    store_call("postgres", "begin", timeout, store.begin()).await
+/// What [`Execution::commit`] hands back.
+pub(crate) struct Commit {
+    /// How it ended.
+    pub(crate) committed: Committed,
+    /// The execution, to release or settle.
+    pub(crate) execution: Execution,
+    /// The response it tried to store.
+    pub(crate) response: StoredResponse,
 }
 
-/// Rolls `tx` back, bounded by `timeout`; a rollback that fails or times
-/// out is left to the server, which rolls back when the connection goes.
+/// Opens the transaction of an execution on `store`'s pool, after its
+/// claim: one `BEGIN`, awaited at most `timeout`, never cancelled (see the
+/// module's docs).
+pub(crate) async fn begin(store: &PostgresStore, timeout: Duration) -> Result<PgTransaction, StoreError> {
+    let task = keeper::spawn_joined(store.begin());
+    let opened = async {
+        match task.await {
+            Ok(result) => result.map_err(|error| store.error(error)),
+            Err(error) => Err(StoreError::unavailable("postgres", error)),
+        }
+    };
+    store_call("postgres", "begin", timeout, opened).await
+}
+
+/// Rolls `tx` back on the keeper's runtime, awaited at most `timeout`; a
+/// rollback that fails or times out is left to the server, which rolls back
+/// when the connection goes.
 pub(crate) async fn roll_back(tx: PgTransaction, timeout: Duration) {
-    match tokio::time::timeout(timeout, tx.rollback()).await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => tracing::warn!(%error, "rolling back the handler's transaction failed"),
-        Err(_) => tracing::warn!("rolling back the handler's transaction timed out"),
-    }
+    let rollback = keeper::spawn_joined(async move {
+        match tokio::time::timeout(timeout, tx.rollback()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "rolling back the handler's transaction failed"),
+            Err(_) => tracing::warn!("rolling back the handler's transaction timed out"),
+        }
+    });
+    let _ = rollback.await;
+}
+
+/// How committing a transaction without a claim (a request without a key)
+/// ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Plain {
+    /// Committed.
+    Done,
+    /// A statement of the work had failed: rolled back, nothing committed.
+    Aborted,
+    /// The `COMMIT` failed or was not answered.
+    Failed,
+}
+
+/// Commits a transaction that has no claim: first a probe, since a `COMMIT`
+/// of an aborted transaction answers success (it rolls back), then the
+/// `COMMIT`, on the keeper's runtime.
+pub(crate) async fn commit_plain(tx: PgTransaction, timeout: Duration) -> Plain {
+    let commit = keeper::spawn_joined(async move {
+        let mut tx = tx;
+        match tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(&mut *tx)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(sqlx::Error::Database(error))) if error.code().as_deref() == Some(IN_FAILED_TRANSACTION) => {
+                let _ = tokio::time::timeout(timeout, tx.rollback()).await;
+                return Plain::Aborted;
+            }
+            _ => return Plain::Failed,
+        }
+        match tokio::time::timeout(timeout, tx.commit()).await {
+            Ok(Ok(())) => Plain::Done,
+            Ok(Err(error)) => {
+                tracing::error!(%error, "committing the handler's transaction failed");
+                Plain::Failed
+            }
+            Err(_) => {
+                tracing::error!("committing the handler's transaction timed out; its outcome is unknown");
+                Plain::Failed
+            }
+        }
+    });
+    commit.await.unwrap_or(Plain::Failed)
 }
 
 impl Execution {
+    /// Writes `response` as the fenced completion inside `tx` and commits,
+    /// on the keeper's runtime: the work's writes and the response become
+    /// visible together, or not at all. `None` only if that task panicked
+    /// (the execution is then gone; its lease runs out).
+    pub(crate) async fn commit(
+        self,
+        store: PostgresStore,
+        tx: PgTransaction,
+        response: StoredResponse,
+    ) -> Option<Commit> {
+        let task = keeper::spawn_joined(async move {
+            let committed = self.commit_here(&store, tx, &response).await;
+            Commit { committed, execution: self, response }
+        });
+        match task.await {
+            Ok(commit) => Some(commit),
+            Err(error) => {
+                tracing::error!(%error, "committing the handler's transaction failed unexpectedly");
+                None
+            }
+        }
+    }
+
+    async fn commit_here(&self, store: &PostgresStore, mut tx: PgTransaction, response: &StoredResponse) -> Committed {
+        if !self.is_held() {
+            tracing::warn!("the lease was lost before the transaction could commit; rolling back");
+            rolled_back_here(tx, self.timeout).await;
+            return Committed::LeaseLost;
+        }
+        let complete = store.complete_on(&mut *tx, self.key(), self.token(), response, self.ttl);
+        let (what, error) = match self.timed("complete", complete).await {
+            Ok(Fence::Held) => match self.timed("commit", tx.commit()).await {
+                Ok(()) => return Committed::Done,
+                Err(error) => ("the transaction's COMMIT", error),
+            },
+            Ok(_) => {
+                tracing::warn!("the lease was lost before the transaction could commit; rolling back");
+                rolled_back_here(tx, self.timeout).await;
+                return Committed::LeaseLost;
+            }
+            Err(Some(sqlx::Error::Database(error))) if error.code().as_deref() == Some(IN_FAILED_TRANSACTION) => {
+                tracing::warn!("a statement of the handler's transaction failed; rolling back");
+                rolled_back_here(tx, self.timeout).await;
+                return Committed::Aborted;
+            }
+            Err(error) => {
+                rolled_back_here(tx, self.timeout).await;
+                ("completing in the transaction", error)
+            }
+        };
+        match error {
+            // The server answered: the transaction is rolled back.
+            Some(sqlx::Error::Database(error)) => {
+                let transient = error.code().is_some_and(|code| code.starts_with(TRANSACTION_ROLLBACK));
+                tracing::error!(%error, "{what} failed; everything was rolled back");
+                Committed::RolledBack { transient }
+            }
+            Some(error) => {
+                tracing::error!(error = %store.error(error), "{what} failed; its outcome is unknown");
+                Committed::Unknown
+            }
+            None => {
+                tracing::error!(after = ?self.timeout, "{what} timed out; its outcome is unknown");
+                Committed::Unknown
+            }
+        }
+    }
+
     /// One statement of the transaction, bounded by the store timeout and
     /// timed like any store call; `Err(None)` when it timed out.
     async fn timed<T>(
         &self,
         op: &'static str,
-        statement: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+        statement: impl Future<Output = Result<T, sqlx::Error>>,
     ) -> Result<T, Option<sqlx::Error>> {
         let started = std::time::Instant::now();
         let result = tokio::time::timeout(self.timeout, statement).await;
@@ -74,52 +229,11 @@ impl Execution {
             .record(started.elapsed().as_secs_f64());
         result.map_err(|_| None)?.map_err(Some)
     }
+}
 
-    /// Writes `response` as the fenced completion inside `tx` and commits:
-    /// the work's writes and the response become visible together, or not
-    /// at all.
-    pub(crate) async fn commit(
-        &self,
-        store: &PostgresStore,
-        mut tx: PgTransaction,
-        response: &StoredResponse,
-    ) -> Committed {
-        if !self.is_held() {
-            tracing::warn!("the lease was lost before the transaction could commit; rolling back");
-            roll_back(tx, self.timeout).await;
-            return Committed::LeaseLost;
-        }
-        let complete = store.complete_on(&mut *tx, self.key(), self.token(), response, self.ttl);
-        match self.timed("complete", complete).await {
-            Ok(Fence::Held) => {}
-            Ok(_) => {
-                tracing::warn!("the lease was lost before the transaction could commit; rolling back");
-                roll_back(tx, self.timeout).await;
-                return Committed::LeaseLost;
-            }
-            Err(Some(sqlx::Error::Database(error))) if error.code().as_deref() == Some(IN_FAILED_TRANSACTION) => {
-                tracing::warn!("a statement of the handler's transaction failed; rolling back");
-                roll_back(tx, self.timeout).await;
-                return Committed::Aborted;
-            }
-            Err(error) => {
-                match error {
-                    Some(error) => tracing::error!(error = %store.error(error), "completing in the transaction failed"),
-                    None => tracing::error!(after = ?self.timeout, "completing in the transaction timed out"),
-                }
-                roll_back(tx, self.timeout).await;
-                return Committed::Unknown;
-            }
-        }
-        match self.timed("commit", tx.commit()).await {
-            Ok(()) => Committed::Done,
-            Err(error) => {
-                match error {
-                    Some(error) => tracing::error!(error = %store.error(error), "the transaction's COMMIT failed"),
-                    None => tracing::error!(after = ?self.timeout, "the COMMIT timed out; its outcome is unknown"),
-                }
-                Committed::Unknown
-            }
-        }
+/// Rolls back on the current runtime (already the keeper's).
+async fn rolled_back_here(tx: PgTransaction, timeout: Duration) {
+    if let Ok(Err(error)) = tokio::time::timeout(timeout, tx.rollback()).await {
+        tracing::warn!(%error, "rolling back the handler's transaction failed");
     }
 }

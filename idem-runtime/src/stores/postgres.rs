@@ -278,10 +278,15 @@ impl PostgresStore {
         Ok(fence(query.execute(executor).await?.rows_affected()))
     }
 
-    /// Opens a transaction on the store's pool (`BEGIN`), bounded like any
-    /// operation.
-    pub(crate) async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
-        self.run(self.pool.begin()).await
+    /// Opens a transaction on the store's pool at READ COMMITTED, whatever
+    /// the connection's default (the completion written in it must see the
+    /// lease renewals committed since). Not bounded here: the caller runs it
+    /// where it cannot be cancelled half way (see `engine::transaction`).
+    pub(crate) fn begin(
+        &self,
+    ) -> impl Future<Output = Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error>> + Send + 'static {
+        let pool = self.pool.clone();
+        async move { pool.begin_with("BEGIN ISOLATION LEVEL READ COMMITTED").await }
     }
 
     /// The error `error` maps to, with the server and table named.

@@ -154,6 +154,24 @@ async fn required_context(execution: ExecutionContext, ran: web::Data<Counter>) 
     HttpResponse::Ok().body(execution.key_hash().to_owned())
 }
 
+/// Takes the context twice (as a custom extractor wrapping it would).
+#[idempotent(scope = "route")]
+#[post("/twice")]
+async fn twice(first: ExecutionContext, second: ExecutionContext) -> HttpResponse {
+    HttpResponse::Ok().body(format!("{} {}", first.derived_key("x"), second.derived_key("x")))
+}
+
+#[actix_web::test]
+async fn every_extraction_of_the_context_is_filled() {
+    let app = test::init_service(App::new().app_data(Idem::new(MemoryStore::new())).service(twice)).await;
+    let request = TestRequest::post().uri("/twice").insert_header(("idempotency-key", "k")).to_request();
+    let response = test::call_service(&app, request).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
+    let (first, second) = body.split_once(' ').unwrap();
+    assert_eq!((first.len(), first), (64, second));
+}
+
 #[actix_web::test]
 async fn the_context_exists_only_under_a_claim() {
     let ran = web::Data::new(Counter::default());

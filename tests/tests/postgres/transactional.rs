@@ -50,6 +50,27 @@ async fn write(mut tx: Tx, execution: ExecutionContext, body: String, gate: web:
     HttpResponse::Created().body(format!("{body} {attempt}"))
 }
 
+/// The same without a required key: a request without one still gets a
+/// transaction, committed when the handler returns.
+#[idempotent(scope = "route", required = false)]
+#[post("/keyless")]
+async fn keyless(mut tx: Tx, body: String) -> HttpResponse {
+    sqlx::query("INSERT INTO business_rows (tag, attempt) VALUES ($1, 'none')")
+        .bind(&body)
+        .execute(&mut *tx)
+        .await
+        .expect("inserting the business row");
+    match body.as_str() {
+        "retryable" => HttpResponse::ServiceUnavailable().body("nothing happened").retryable(),
+        "retryable-ok" => HttpResponse::Ok().body("a success is never retryable").retryable(),
+        "abort-ok" => {
+            let _ = sqlx::query("SELECT 1 / 0").execute(&mut *tx).await;
+            HttpResponse::Created().body("looks fine")
+        }
+        _ => HttpResponse::Created().body(body),
+    }
+}
+
 /// A fresh database `name` on the shared server (dropped first if a run
 /// left it), with the business table; its URL, and an admin pool on the
 /// server's `postgres` database.
@@ -113,7 +134,11 @@ fn problem_type(body: &str) -> String {
 macro_rules! app {
     ($store:expr) => {
         test::init_service(
-            App::new().app_data(idem($store.clone())).app_data(web::Data::new(Gate(Semaphore::new(0)))).service(write),
+            App::new()
+                .app_data(idem($store.clone()))
+                .app_data(web::Data::new(Gate(Semaphore::new(0))))
+                .service(write)
+                .service(keyless),
         )
         .await
     };
@@ -228,4 +253,28 @@ async fn a_lease_lost_while_the_handler_runs_rolls_its_writes_back() {
         .execute(&admin)
         .await
         .expect("opening the database again");
+}
+
+/// Without a key there is no claim and nothing is stored, but the handler's
+/// transaction is committed when it returns, and never when a statement of
+/// it failed (a `COMMIT` of an aborted transaction answers success: the
+/// runtime checks first) or when it answered a retryable failure.
+#[actix_web::test]
+async fn a_request_without_a_key_commits_its_transaction_or_nothing() {
+    let Some((url, _admin)) = database("postgres transactional keyless", "idem_tx_keyless").await else { return };
+    let store = store(&url, 4).await;
+    let app = app!(store);
+    let send = |body: &'static str| TestRequest::post().uri("/keyless").set_payload(body).to_request();
+    let ok = text(test::call_service(&app, send("ok")).await).await;
+    assert_eq!(ok, (StatusCode::CREATED, None, "ok".to_owned()));
+    assert_eq!(rows(&store).await, [("ok".to_owned(), "none".to_owned())]);
+    let (status, _, body) = text(test::call_service(&app, send("abort-ok")).await).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    assert_eq!(problem_type(&body), "urn:idem:problem:transaction-failed");
+    let retryable = text(test::call_service(&app, send("retryable")).await).await;
+    assert_eq!(retryable.0, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(rows(&store).await.len(), 1, "neither the aborted nor the retryable one committed");
+    let success = text(test::call_service(&app, send("retryable-ok")).await).await;
+    assert_eq!(success.0, StatusCode::OK);
+    assert_eq!(rows(&store).await.len(), 2, "a success marked retryable is committed like any success");
 }

@@ -2,7 +2,7 @@
 -- in microseconds, one array element per renewal. Returns the (key, token)
 -- of each lease still held, now renewed; any other renewal is lost.
 UPDATE {table} AS cur
-SET lease_until = now() + renewal.lease_us * interval '1 microsecond',
+SET lease_until = greatest(cur.lease_until, now() + renewal.lease_us * interval '1 microsecond'),
     expires_at = greatest(cur.expires_at, now() + renewal.lease_us * interval '1 microsecond')
 FROM unnest($1::text[], $2::bytea[], $3::bigint[]) AS renewal (key, token, lease_us)
 WHERE cur.key = renewal.key

@@ -21,6 +21,13 @@ use crate::store::{Fence, Renewal, StoreError};
 /// second covers a batch still running when the next one starts.
 const RENEWAL_CONNECTIONS: u32 = 2;
 
+/// Longest wait of a renewal batch for a row lock (`lock_timeout` of the
+/// renewal connections). A record's row is locked by a transactional
+/// completion until its `COMMIT` (milliseconds, run on the keeper's
+/// runtime); a batch that waits longer fails as a whole and is tried again
+/// shortly, instead of holding up every lease of the process behind one row.
+const LOCK_TIMEOUT: &str = "250ms";
+
 /// The renewals' own pool, created on first use.
 #[derive(Debug, Default)]
 pub(super) struct RenewalPool {
@@ -38,7 +45,7 @@ impl PostgresStore {
                 PgPoolOptions::new()
                     .max_connections(RENEWAL_CONNECTIONS)
                     .acquire_timeout(self.pool.options().get_acquire_timeout())
-                    .connect_lazy_with((*self.pool.connect_options()).clone())
+                    .connect_lazy_with((*self.pool.connect_options()).clone().options([("lock_timeout", LOCK_TIMEOUT)]))
             })
             .await
     }

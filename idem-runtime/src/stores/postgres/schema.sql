@@ -34,5 +34,16 @@ CREATE TABLE IF NOT EXISTS {table} (
 -- fillfactor leaves room on each page so that renewals and claims of live
 -- keys are HOT updates.
 
+-- A table made before the attempt column gains it (checked first, so that a
+-- table that has it takes no lock).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = '{table}'::regclass AND attname = 'attempt' AND NOT attisdropped) THEN
+        ALTER TABLE {table} ADD COLUMN attempt text;
+    END IF;
+END
+$$;
+
 -- Used by purge_expired: the oldest expired rows first, without a scan.
 CREATE INDEX IF NOT EXISTS {index} ON {table} (expires_at);
