@@ -14,7 +14,7 @@ use syn::parse::Parser;
 use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, Lit, LitBool, LitStr, Token};
 
-use crate::duration::parse_duration;
+use crate::duration::{hint, parse_duration};
 use crate::errors::combine;
 
 /// Every argument, in the order the docs list them.
@@ -202,7 +202,7 @@ impl Args {
     fn set_required(&mut self, arg: &Arg) -> syn::Result<()> {
         let value = arg.value("required", "false")?;
         arg.once(&self.required, "required")?;
-        let required = match value {
+        let required = match ungrouped(value) {
             Expr::Lit(ExprLit { lit: Lit::Bool(LitBool { value, span }), .. }) => arg.given(*value, *span),
             Expr::Lit(ExprLit { lit: Lit::Str(lit), .. }) if matches!(lit.value().as_str(), "true" | "false") => {
                 return Err(syn::Error::new(
@@ -305,9 +305,18 @@ fn edit_distance(a: &str, b: &str) -> usize {
     previous[b.len()]
 }
 
+/// `value` without the invisible groups `macro_rules!` puts around the
+/// fragments it passes on (`$s:literal`, `$e:expr`).
+fn ungrouped(mut value: &Expr) -> &Expr {
+    while let Expr::Group(group) = value {
+        value = &group.expr;
+    }
+    value
+}
+
 /// The string literal of a `name = "..."` argument.
 fn string(value: &Expr, name: &str, example: &str) -> syn::Result<LitStr> {
-    match value {
+    match ungrouped(value) {
         Expr::Lit(ExprLit { lit: Lit::Str(lit), .. }) => Ok(lit.clone()),
         other => Err(syn::Error::new_spanned(
             other,
@@ -323,7 +332,12 @@ fn duration(arg: &Arg, value: &Expr, name: &str, example: &str) -> syn::Result<G
     match parse_duration(&text) {
         Ok(duration) => Ok(arg.given(duration, lit.span())),
         Err(error) => {
-            Err(syn::Error::new(lit.span(), format!("invalid `{name}` \"{}\": {error}", text.escape_debug())))
+            let mut message = format!("invalid `{name}` \"{}\": {error}", text.escape_debug());
+            if let Some(hint) = hint(&text) {
+                message.push_str("; ");
+                message.push_str(&hint);
+            }
+            Err(syn::Error::new(lit.span(), message))
         }
     }
 }
@@ -355,6 +369,19 @@ mod tests {
             Ok(_) => panic!("expected an error"),
             Err(error) => error.into_iter().map(|error| error.to_string()).collect::<Vec<_>>().join("\n"),
         }
+    }
+
+    #[test]
+    fn values_inside_invisible_groups_are_read() {
+        // What `macro_rules!` passes for `$s:literal` / `$e:expr`.
+        let group = |tokens: TokenStream| {
+            proc_macro2::TokenTree::Group(proc_macro2::Group::new(proc_macro2::Delimiter::None, tokens))
+        };
+        let (scope, required, ttl) = (group(quote!("route")), group(quote!(false)), group(quote!("1h")));
+        let args = parse(quote!(scope = #scope, required = #required, ttl = #ttl));
+        assert_eq!(args.scope.map(|given| given.value), Some(Scope::Route));
+        assert_eq!(args.required.map(|given| given.value), Some(false));
+        assert_eq!(args.ttl.map(|given| given.value), Some(Duration::from_secs(3_600)));
     }
 
     #[test]

@@ -113,9 +113,58 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     Ok(Duration::from_secs(total))
 }
 
+/// A hint for a refused duration written the way other tools write
+/// durations (`"500ms"`, `"30min"`, `"24H"`, `"1h 30m"`): what is allowed,
+/// and the fixed text when there is one.
+pub(crate) fn hint(text: &str) -> Option<String> {
+    if text.trim_end().ends_with("ms") && text.trim_end_matches("ms").bytes().all(|b| b.is_ascii_digit()) {
+        return Some(
+            "durations are whole seconds, the smallest unit is `s` (a lease or TTL under a second cannot be \
+             kept across a network): write \"1s\""
+                .to_owned(),
+        );
+    }
+    let words = [
+        ("seconds", "s"),
+        ("second", "s"),
+        ("secs", "s"),
+        ("sec", "s"),
+        ("minutes", "m"),
+        ("minute", "m"),
+        ("mins", "m"),
+        ("min", "m"),
+        ("hours", "h"),
+        ("hour", "h"),
+        ("hrs", "h"),
+        ("hr", "h"),
+        ("days", "d"),
+        ("day", "d"),
+    ];
+    let mut fixed: String = text.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_lowercase();
+    for (word, unit) in words {
+        fixed = fixed.replace(word, unit);
+    }
+    (fixed != text && parse_duration(&fixed).is_ok())
+        .then(|| format!("write \"{fixed}\" (units `s` `m` `h` `d`, lower-case, largest first, no spaces)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hints_fix_durations_written_as_elsewhere() {
+        for (text, fixed) in
+            [("30min", "30m"), ("24H", "24h"), ("1h 30m", "1h30m"), ("2 hours", "2h"), ("10secs", "10s")]
+        {
+            let hint = hint(text).unwrap_or_else(|| panic!("no hint for {text}"));
+            assert!(hint.starts_with(&format!("write \"{fixed}\" (")), "{text}: {hint}");
+            assert!(hint.contains("no spaces"), "{hint}");
+        }
+        assert!(hint("500ms").unwrap().contains("the smallest unit is `s`"));
+        assert_eq!(hint("5w"), None);
+        assert_eq!(hint("0s"), None);
+    }
 
     fn secs(text: &str) -> Result<u64, DurationError> {
         parse_duration(text).map(|d| d.as_secs())

@@ -1,28 +1,14 @@
 //! Code generation: the user's handler, kept whole, inside a wrapper that
-//! hands the request to `__private::handle`.
+//! hands the request to `__private::handle`. Where each attribute goes is
+//! `attrs.rs`'s business.
 
-use proc_macro2::{Delimiter, Group, Ident, Literal, Span, TokenStream};
-use quote::quote;
-use syn::{Attribute, ItemFn, Visibility};
+use proc_macro2::{Delimiter, Group, Ident, Literal, Span, TokenStream, TokenTree};
+use quote::{ToTokens, format_ident, quote};
+use syn::{Attribute, GenericParam, ItemFn, Visibility};
 
 use crate::args::Scope;
+use crate::attrs::{Place, is_lint_level, place};
 use crate::validate::{InFlight, Options};
-
-/// actix-web's route macros (`#[post("/x")]`, `#[actix_web::route(..)]`, ...),
-/// recognised by the last segment of the attribute's path.
-const ROUTE_MACROS: [&str; 11] =
-    ["get", "post", "put", "patch", "delete", "head", "options", "trace", "connect", "route", "routes"];
-
-/// Whether an attribute belongs on the wrapper rather than on the handler.
-///
-/// Route macros must see the wrapper (the function actix-web registers);
-/// docs describe the public item; `cfg` must remove both; `deprecated` warns
-/// the code that registers the handler, not the wrapper that calls it.
-fn belongs_outside(attr: &Attribute) -> bool {
-    let path = attr.path();
-    ["doc", "cfg", "deprecated"].iter().any(|name| path.is_ident(name))
-        || path.segments.last().is_some_and(|segment| ROUTE_MACROS.iter().any(|name| segment.ident == name))
-}
 
 /// Expands a checked handler.
 ///
@@ -34,41 +20,138 @@ fn belongs_outside(attr: &Attribute) -> bool {
 ///     handle(&__IDEM_OPTIONS, req, payload, create_order).await
 /// }
 /// ```
-pub(crate) fn expand(options: &Options, mut function: ItemFn) -> TokenStream {
+///
+/// `args` are the attribute's own tokens, to apply it again after the
+/// attributes that must run first (see `attrs.rs`).
+pub(crate) fn expand(options: &Options, args: &TokenStream, mut function: ItemFn) -> TokenStream {
+    let krate = &options.krate;
+    let (first, rest): (Vec<Attribute>, Vec<Attribute>) =
+        std::mem::take(&mut function.attrs).into_iter().partition(|attr| place(attr) == Place::First);
+    if !first.is_empty() {
+        function.attrs = rest;
+        return quote! {
+            #(#first)*
+            #[#krate::idempotent(#args)]
+            #function
+        };
+    }
     let (outside, inside): (Vec<Attribute>, Vec<Attribute>) =
-        std::mem::take(&mut function.attrs).into_iter().partition(belongs_outside);
+        rest.into_iter().partition(|attr| place(attr) == Place::Wrapper);
     function.attrs = inside;
-    // The handler becomes an item of the wrapper's body: the visibility is the
-    // wrapper's now.
+
+    let private = quote!(#krate::__private);
+    // Names the user can never meet: suffixed with a hash of the handler.
+    let tag = hash(&function.to_token_stream().to_string());
+    let request = Ident::new(&format!("__idem_req_{tag}"), Span::mixed_site());
+    let payload = Ident::new(&format!("__idem_payload_{tag}"), Span::mixed_site());
+    let route_options = Ident::new(&format!("__IDEM_OPTIONS_{tag}"), Span::mixed_site());
+    let options = route_options_value(options, &private);
+
+    // The wrapper: the user's signature (its spans, so that lints such as
+    // `dead_code` report it as the user's item), with actix-web's raw
+    // request and payload as its only arguments.
     let vis = std::mem::replace(&mut function.vis, Visibility::Inherited);
     let name = function.sig.ident.clone();
+    let mut signature = function.sig.clone();
+    signature.inputs = syn::parse_quote!(#request: #private::HttpRequest, #payload: #private::Payload);
+    signature.output = syn::parse_quote!(-> #private::HttpResponse);
 
-    let krate = &options.krate;
-    let private = quote!(#krate::__private);
-    let request = Ident::new("__idem_req", Span::mixed_site());
-    let payload = Ident::new("__idem_payload", Span::mixed_site());
-    let route_options = Ident::new("__IDEM_OPTIONS", Span::mixed_site());
-    let options = route_options_value(options, &private);
+    // The handler's generic parameters, passed on from the wrapper's.
+    let turbofish = generic_arguments(&function);
+    // `Self` exists only in an impl block: there the handler cannot be
+    // nested in the wrapper (an inner function has no `Self`), so it becomes
+    // a hidden associated function beside it.
+    let (handler_item, handler_path, sibling) = if mentions_self(&function) {
+        let hidden = format_ident!("__idem_handler_{}", name);
+        function.sig.ident = hidden.clone();
+        // The wrapper's lint levels do not reach a sibling: it gets them too,
+        // an `expect` as an `allow` (the wrapper's `expect` is met by it).
+        let levels = outside.iter().filter(|attr| is_lint_level(attr)).map(as_allow);
+        function.attrs.splice(0..0, levels);
+        function.attrs.insert(0, syn::parse_quote!(#[doc(hidden)]));
+        (TokenStream::new(), quote!(Self::#hidden #turbofish), function.to_token_stream())
+    } else {
+        (function.to_token_stream(), quote!(#name #turbofish), TokenStream::new())
+    };
+
     // A handler that actix-web cannot call (an argument that is not an
     // extractor, say) fails the bounds of `handle`: report it on the
     // handler's parameter list rather than on the attribute.
     // Only the call's own tokens take that span: the arguments inside keep
     // theirs (the locals' hygiene, the handler's name).
-    let span = function.sig.paren_token.span.join();
-    let arguments = Group::new(Delimiter::Parenthesis, quote!(&#route_options, #request, #payload, #name));
+    let span = signature.paren_token.span.join();
+    let arguments = Group::new(Delimiter::Parenthesis, quote!(&#route_options, #request, #payload, #handler_path));
     let call = respan(quote!(#private::handle #arguments .await), span);
 
-    quote! {
-        #(#outside)*
-        #vis async fn #name(
-            #request: #private::HttpRequest,
-            #payload: #private::Payload,
-        ) -> #private::HttpResponse {
-            #function
+    // The body's braces keep the handler's own spans: rustc then counts the
+    // wrapper as the user's item for lints such as `dead_code` (an unused
+    // handler still warns, and `#[expect(dead_code)]` is met).
+    let mut body = Group::new(
+        Delimiter::Brace,
+        quote! {
+            #handler_item
             const #route_options: #private::RouteOptions = #options;
             #call
-        }
+        },
+    );
+    body.set_span(function.block.brace_token.span.join());
+    quote! {
+        #(#outside)*
+        // actix-web's request is not `Send`, so neither is the wrapper's
+        // future; actix-web does not need it to be.
+        #[allow(clippy::future_not_send, reason = "actix-web handlers need not be Send")]
+        #vis #signature #body
+        #sibling
     }
+}
+
+/// `::<T, N>` for a generic handler, nothing otherwise (lifetimes are
+/// refused by `validate.rs`).
+fn generic_arguments(function: &ItemFn) -> TokenStream {
+    let params: Vec<&Ident> = function
+        .sig
+        .generics
+        .params
+        .iter()
+        .filter_map(|param| match param {
+            GenericParam::Type(param) => Some(&param.ident),
+            GenericParam::Const(param) => Some(&param.ident),
+            GenericParam::Lifetime(_) => None,
+        })
+        .collect();
+    if params.is_empty() { TokenStream::new() } else { quote!(::<#(#params),*>) }
+}
+
+/// Whether the function names `Self` anywhere.
+fn mentions_self(function: &ItemFn) -> bool {
+    fn any_self(tokens: TokenStream) -> bool {
+        tokens.into_iter().any(|token| match token {
+            TokenTree::Ident(ident) => ident == "Self",
+            TokenTree::Group(group) => any_self(group.stream()),
+            _ => false,
+        })
+    }
+    any_self(function.sig.to_token_stream()) || any_self(function.block.to_token_stream())
+}
+
+/// A lint level as an `allow` of the same lints (`expect` would be unmet
+/// on the item where the lint did not fire).
+fn as_allow(attr: &Attribute) -> Attribute {
+    let mut attr = attr.clone();
+    if attr.path().is_ident("expect")
+        && let syn::Meta::List(list) = &mut attr.meta
+    {
+        list.path = syn::parse_quote!(allow);
+    }
+    attr
+}
+
+/// A short, stable hash of `text` (FNV-1a), in hex.
+fn hash(text: &str) -> String {
+    let hash = text
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3));
+    format!("{hash:016x}")
 }
 
 /// `tokens` with the span of every top-level token (and of every group's
@@ -123,7 +206,7 @@ mod tests {
     use crate::args::Args;
 
     fn expand_str(args: TokenStream, function: TokenStream) -> String {
-        let options = match Args::parse(args).and_then(Args::build) {
+        let options = match Args::parse(args.clone()).and_then(Args::build) {
             Ok(options) => options,
             Err(error) => panic!("{error}"),
         };
@@ -131,7 +214,7 @@ mod tests {
             Ok(function) => function,
             Err(error) => panic!("{error}"),
         };
-        expand(&options, function).to_string()
+        expand(&options, &args, function).to_string()
     }
 
     #[test]
@@ -141,30 +224,94 @@ mod tests {
             quote! {
                 /// Creates an order.
                 #[post("/orders")]
+                #[allow(clippy::too_many_arguments)]
                 #[tracing::instrument]
                 pub async fn create_order(body: web::Json<NewOrder>) -> impl Responder { body.0.id }
             },
         );
+        let wrapper =
+            "# [doc = r\" Creates an order.\"] # [post (\"/orders\")] # [allow (clippy :: too_many_arguments)]";
+        assert!(out.starts_with(wrapper), "{out}");
+        assert!(out.contains("pub async fn create_order (__idem_req_"), "{out}");
+        assert!(out.contains(") -> :: idem_runtime :: __private :: HttpResponse {"), "{out}");
+        let inner =
+            "# [tracing :: instrument] async fn create_order (body : web :: Json < NewOrder >) -> impl Responder";
+        assert!(out.contains(inner), "the handler, whole, inside: {out}");
+        assert!(out.contains("scope : :: idem_runtime :: __private :: Scope :: User"), "{out}");
+        assert!(out.contains("__idem_payload_"), "{out}");
+        assert!(out.ends_with(", create_order) . await } }") || out.contains(", create_order) . await"), "{out}");
+    }
+
+    #[test]
+    fn generated_names_are_unique_to_the_handler() {
+        let a = expand_str(
+            quote!(),
+            quote!(
+                async fn a() {}
+            ),
+        );
+        let b = expand_str(
+            quote!(),
+            quote!(
+                async fn b() {}
+            ),
+        );
+        let name = |out: &str| out.split("__idem_req_").nth(1).unwrap()[..16].to_owned();
+        assert_ne!(name(&a), name(&b));
+        assert!(!a.contains("__idem_req :") && !a.contains("__idem_req,"), "{a}");
+    }
+
+    #[test]
+    fn generic_handlers_get_a_generic_wrapper() {
+        let out = expand_str(
+            quote!(),
+            quote!(
+                async fn create<R: Repo, const N: usize>(repo: Data<R>) -> String
+                where
+                    R: Clone,
+                {
+                    todo!()
+                }
+            ),
+        );
+        assert!(out.starts_with("# [allow (clippy :: future_not_send"), "{out}");
+        assert!(out.contains("async fn create < R : Repo , const N : usize > (__idem_req_"), "{out}");
+        assert!(out.contains("where R : Clone"), "{out}");
+        assert!(out.contains(", create :: < R , N >) . await"), "{out}");
+    }
+
+    #[test]
+    fn a_handler_naming_self_becomes_a_hidden_sibling() {
+        let out = expand_str(
+            quote!(),
+            quote! {
+                #[expect(clippy::unused_async)]
+                async fn create(state: Data<Self>) -> String { Self::name() }
+            },
+        );
+        assert!(out.contains(", Self :: __idem_handler_create) . await"), "{out}");
+        assert!(
+            out.contains("# [doc (hidden)] # [allow (clippy :: unused_async)] async fn __idem_handler_create"),
+            "{out}"
+        );
+        assert!(out.starts_with("# [expect (clippy :: unused_async)]"), "{out}");
+    }
+
+    #[test]
+    fn openapi_paths_run_first_then_the_attribute_again() {
+        let out = expand_str(
+            quote!(ttl = "1h"),
+            quote! {
+                #[utoipa::path(post, path = "/orders")]
+                #[post("/orders")]
+                async fn create(body: Json<NewOrder>) -> String { todo!() }
+            },
+        );
         let expected = quote! {
-            #[doc = r" Creates an order."]
+            #[utoipa::path(post, path = "/orders")]
+            #[::idem_runtime::idempotent(ttl = "1h")]
             #[post("/orders")]
-            pub async fn create_order(
-                __idem_req: ::idem_runtime::__private::HttpRequest,
-                __idem_payload: ::idem_runtime::__private::Payload,
-            ) -> ::idem_runtime::__private::HttpResponse {
-                #[tracing::instrument]
-                async fn create_order(body: web::Json<NewOrder>) -> impl Responder { body.0.id }
-                const __IDEM_OPTIONS: ::idem_runtime::__private::RouteOptions =
-                    ::idem_runtime::__private::RouteOptions {
-                        ttl: ::idem_runtime::__private::Duration::from_secs(86400),
-                        lock_ttl: ::idem_runtime::__private::Duration::from_secs(30),
-                        scope: ::idem_runtime::__private::Scope::User,
-                        header: "Idempotency-Key",
-                        required: true,
-                        in_flight: ::idem_runtime::__private::InFlight::Reject,
-                    };
-                ::idem_runtime::__private::handle(&__IDEM_OPTIONS, __idem_req, __idem_payload, create_order).await
-            }
+            async fn create(body: Json<NewOrder>) -> String { todo!() }
         };
         assert_eq!(out, expected.to_string());
     }
@@ -197,17 +344,5 @@ mod tests {
             assert!(out.contains(part), "{part} missing from {out}");
         }
         assert!(!out.contains("idem_runtime"), "{out}");
-    }
-
-    #[test]
-    fn outer_attributes_are_route_macros_docs_cfg_and_deprecated() {
-        let outside = |attr: Attribute| belongs_outside(&attr);
-        assert!(outside(syn::parse_quote!(#[get("/")])));
-        assert!(outside(syn::parse_quote!(#[actix_web::routes])));
-        assert!(outside(syn::parse_quote!(#[cfg(feature = "x")])));
-        assert!(outside(syn::parse_quote!(#[doc = "x"])));
-        assert!(outside(syn::parse_quote!(#[deprecated])));
-        assert!(!outside(syn::parse_quote!(#[allow(clippy::too_many_arguments)])));
-        assert!(!outside(syn::parse_quote!(#[tracing::instrument])));
     }
 }

@@ -6,6 +6,7 @@
 //! [`macro@idempotent`].
 
 mod args;
+mod attrs;
 mod duration;
 mod errors;
 mod expand;
@@ -71,6 +72,7 @@ use syn::Item;
 ///     async fn create_order(body: web::Json<NewOrder>, db: web::Data<Db>) -> impl Responder {
 ///         /* ... */
 ///     }
+///     // Generated names end in a hash of the handler (`__IDEM_OPTIONS_3f2a...`).
 ///     const __IDEM_OPTIONS: ::idem_runtime::__private::RouteOptions =
 ///         ::idem_runtime::__private::RouteOptions {
 ///             ttl: ::idem_runtime::__private::Duration::from_secs(86400),
@@ -85,13 +87,35 @@ use syn::Item;
 /// }
 /// ```
 ///
-/// Route attributes, doc comments, `#[cfg]` and `#[deprecated]` go on the
-/// wrapper, which keeps the handler's name and visibility; every other
-/// attribute (`#[tracing::instrument]`, `#[allow]`, ...) stays on the
-/// handler. `__private` is not a public API: only this attribute may use it.
+/// # Other attributes beside it
 ///
-/// The function must be an `async fn` without `self` and without generic
-/// parameters, as actix-web handlers are.
+/// | attribute | where it goes |
+/// |---|---|
+/// | actix-web's route macros (`#[post("/x")]`, `#[routes]`, `#[actix_web::get("/x")]`), above or below | the wrapper, which actix-web registers |
+/// | doc comments, `#[cfg]`, `#[deprecated]` | the wrapper: they describe, remove or flag the item users see |
+/// | lint levels (`#[allow]`, `#[expect]`, `#[warn]`, `#[deny]`, `#[forbid]`) | the wrapper; the handler is nested in it, so the level reaches both, and an `#[expect]` is met by either |
+/// | `#[utoipa::path(..)]`, below | applied first, to the handler as written (its name, its arguments), then `#[idempotent]` again |
+/// | anything else below (`#[tracing::instrument]`, `#[fastrace::trace]`, ...) | the handler itself, so it instruments the business code once per execution (not replays) |
+///
+/// A bare `#[trace]` or `#[get]` counts as actix-web's only when it takes a
+/// path string (`#[trace("/x")]`); `#[fastrace::trace]` is not a route. An
+/// attribute macro written *above* `#[idempotent]` runs first, on the
+/// handler as written. `#[idempotent]` twice on one handler is a compile
+/// error.
+///
+/// # Handlers it takes
+///
+/// An `async fn` without `self`: free functions, generic ones (type and
+/// const parameters; register `create::<Postgres>` with `.to(..)`) and
+/// associated functions in an `impl` block, `Self` included. Lifetime
+/// parameters and `impl Trait` arguments are refused with a message.
+/// Registered with `.to(..)`, an annotated handler has the wrapper's
+/// signature (`HttpRequest`, `Payload`): unit-test the business function
+/// itself, a plain function the handler calls.
+///
+/// The runtime crate is found under the name the caller's `Cargo.toml`
+/// gives it (a renamed dependency works as is); `crate = ".."` overrides
+/// that. `__private` is not a public API: only this attribute may use it.
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     idempotent2(args.into(), item.into()).into()
@@ -106,9 +130,9 @@ fn idempotent2(args: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -
         }
         Err(error) => return with_error(item, error),
     };
-    let options = args::Args::parse(args).and_then(args::Args::build);
+    let options = args::Args::parse(args.clone()).and_then(args::Args::build);
     match (options, validate::handler(&function)) {
-        (Ok(options), Ok(())) => expand::expand(&options, function),
+        (Ok(options), Ok(())) => expand::expand(&options, &args, function),
         (Err(mut error), Err(more)) => {
             error.combine(more);
             with_error(item, error)

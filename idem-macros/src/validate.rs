@@ -80,9 +80,23 @@ impl Args {
                     let path = given.value;
                     quote!(#path)
                 }
-                None => quote!(::idem_runtime),
+                None => runtime_path(),
             },
         })
+    }
+}
+
+/// The runtime crate as the caller names it in its manifest (a renamed
+/// dependency included), else `::idem_runtime`.
+fn runtime_path() -> TokenStream {
+    match proc_macro_crate::crate_name("idem-runtime") {
+        Ok(proc_macro_crate::FoundCrate::Name(name)) if name != "idem_runtime" => {
+            let name = Ident::new(&name, proc_macro2::Span::call_site());
+            quote!(::#name)
+        }
+        // Itself (its tests, examples and docs, and the library through
+        // `extern crate self as idem_runtime`), or not found.
+        _ => quote!(::idem_runtime),
     }
 }
 
@@ -138,11 +152,32 @@ pub(crate) fn handler(function: &ItemFn) -> syn::Result<()> {
              function; reach shared state through an extractor such as `web::Data<T>`",
         ));
     }
-    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+    for param in &sig.generics.params {
+        if let syn::GenericParam::Lifetime(lifetime) = param {
+            errors.push(syn::Error::new_spanned(
+                lifetime,
+                "an actix-web handler cannot have lifetime parameters: its extractors own what they \
+                 hold (`web::Json<T>`, `web::Data<T>`, `String`); remove the lifetime",
+            ));
+        }
+    }
+    for input in &sig.inputs {
+        if let syn::FnArg::Typed(typed) = input
+            && matches!(*typed.ty, syn::Type::ImplTrait(_))
+        {
+            errors.push(syn::Error::new_spanned(
+                &typed.ty,
+                "an `impl Trait` argument cannot be named when the handler is registered; use a \
+                 type parameter (`async fn create<R: Repo>(repo: web::Data<R>)`) and register \
+                 `create::<MyRepo>`",
+            ));
+        }
+    }
+    for attr in function.attrs.iter().filter(|attr| crate::attrs::is_idempotent(attr)) {
         errors.push(syn::Error::new_spanned(
-            &sig.generics,
-            "`#[idempotent]` does not support generic handlers; write one handler per \
-             concrete type",
+            attr,
+            "`#[idempotent]` is applied twice to this handler (here and above); every request would \
+             claim its key twice and get 409 from itself: keep one",
         ));
     }
     match combine(errors) {
@@ -239,12 +274,24 @@ mod tests {
             }
         );
         assert!(handler(&ok).is_ok());
+        let generic: ItemFn = syn::parse_quote!(
+            async fn f<R: Repo, const N: usize>(repo: Data<R>) -> String
+            where
+                R: Clone,
+            {
+                todo!()
+            }
+        );
+        assert!(handler(&generic).is_ok(), "type and const parameters are supported");
         let bad: ItemFn = syn::parse_quote!(
-            unsafe fn f<T>(&self) {}
+            #[idempotent]
+            unsafe fn f<'a>(&self, repo: impl Repo) {}
         );
         let Err(error) = handler(&bad) else { panic!("expected errors") };
         let messages: Vec<String> = error.into_iter().map(|e| e.to_string()).collect();
-        assert_eq!(messages.len(), 4, "{messages:?}");
+        assert_eq!(messages.len(), 6, "{messages:?}");
+        assert!(messages.iter().any(|m| m.contains("lifetime parameters")), "{messages:?}");
+        assert!(messages.iter().any(|m| m.contains("applied twice")), "{messages:?}");
     }
 
     #[test]

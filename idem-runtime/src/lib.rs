@@ -102,6 +102,9 @@
 //! is in the README.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// `#[idempotent]` names this crate `::idem_runtime`, in it too.
+extern crate self as idem_runtime;
+
 mod actix;
 mod canonical_json;
 mod engine;

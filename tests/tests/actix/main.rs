@@ -4,6 +4,7 @@
 mod concurrency;
 mod context;
 mod lifecycle;
+mod lints;
 mod observability;
 mod problems;
 mod requests;
