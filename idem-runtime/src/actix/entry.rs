@@ -18,15 +18,13 @@ use super::context::{Annotated, PendingContext};
 use super::execute::{Claimed, execute};
 use super::options::{InFlight, RouteOptions};
 use super::problem::{self, ProblemKind};
+use super::route::route_of;
 use crate::engine::{self, Terms};
 use crate::fingerprint::{Fingerprint, RequestParts};
 use crate::key::{IdempotencyKey, KeyError};
 use crate::observe::{Outcome, count};
 use crate::scope::{Scope, StorageKey};
 use crate::store::{Claim, StoreError};
-
-/// The route of a request that matched no pattern (a default service).
-const UNMATCHED_ROUTE: &str = "<unmatched>";
 
 /// Shortest time given to a claim, even at the very end of a wait.
 const MIN_CLAIM_TIMEOUT: Duration = Duration::from_millis(50);
@@ -48,7 +46,7 @@ where
 {
     // The pattern, never the raw path: metric labels and route-scoped keys
     // must not grow with what clients send.
-    let route = req.match_pattern().unwrap_or_else(|| UNMATCHED_ROUTE.to_owned());
+    let route = route_of(&req);
     let span = tracing::info_span!(
         "idempotent",
         method = %req.method(),

@@ -33,6 +33,7 @@ mod execute;
 mod options;
 pub(crate) mod problem;
 mod retryable;
+mod route;
 mod shutdown;
 #[cfg(feature = "postgres")]
 mod transaction;

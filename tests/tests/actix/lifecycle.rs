@@ -96,7 +96,8 @@ macro_rules! app {
                 .service(retryable_responder)
                 .service(panicky)
                 .service(optional)
-                .service(web::resource("/resource").route(web::post().to(by_resource))),
+                .service(web::resource("/resource").route(web::post().to(by_resource)))
+                .service(web::resource(["/multi", "/multi/{id}"]).route(web::post().to(by_resource))),
         )
         .await
     };
@@ -197,6 +198,27 @@ async fn resource_registration_and_custom_header_work() {
     assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
     assert_eq!(test::read_body(retry).await, "call 1");
     assert_eq!(hits.get(), 1);
+}
+
+/// actix-web names a resource's first pattern for every request it matches;
+/// under `scope = "route"` each pattern must still be its own namespace, or
+/// a key used on `/multi` is refused (another request's key) on `/multi/7`.
+#[actix_web::test]
+async fn each_pattern_of_a_resource_is_its_own_route() {
+    let hits = web::Data::new(Counter::default());
+    let app = app!(Idem::new(MemoryStore::new()).store_timeout(TEST_STORE_TIMEOUT), hits);
+    let keyed = |uri: &str| TestRequest::post().uri(uri).insert_header(("x-request-key", "\"same\"")).to_request();
+    let first = test::call_service(&app, keyed("/multi")).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let other = test::call_service(&app, keyed("/multi/7")).await;
+    assert_eq!(other.status(), StatusCode::OK, "the second pattern is another route");
+    assert_eq!(test::read_body(other).await, "call 2");
+    let replay = test::call_service(&app, keyed("/multi/7")).await;
+    assert_eq!(replay.headers().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(test::read_body(replay).await, "call 2");
+    let other_value = test::call_service(&app, keyed("/multi/8")).await;
+    assert_eq!(other_value.status(), StatusCode::UNPROCESSABLE_ENTITY, "same pattern, another request");
+    assert_eq!(hits.get(), 2);
 }
 
 #[actix_web::test]
