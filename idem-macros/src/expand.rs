@@ -124,14 +124,28 @@ fn generic_arguments(function: &ItemFn) -> TokenStream {
 
 /// Whether the function names `Self` anywhere.
 fn mentions_self(function: &ItemFn) -> bool {
-    fn any_self(tokens: TokenStream) -> bool {
-        tokens.into_iter().any(|token| match token {
-            TokenTree::Ident(ident) => ident == "Self",
-            TokenTree::Group(group) => any_self(group.stream()),
-            _ => false,
-        })
+    /// Items that give `Self` a meaning of their own: what they hold (up to
+    /// their braces, or `;`) is not the handler's `Self`.
+    const OWN_SELF: [&str; 5] = ["impl", "trait", "struct", "enum", "union"];
+    fn any_self(tokens: TokenStream, items: bool) -> bool {
+        let mut in_item = false;
+        for token in tokens {
+            match token {
+                TokenTree::Ident(ident) if items && OWN_SELF.iter().any(|item| ident == item) => in_item = true,
+                TokenTree::Group(group) if in_item && group.delimiter() == proc_macro2::Delimiter::Brace => {
+                    in_item = false;
+                }
+                TokenTree::Punct(punct) if in_item && punct.as_char() == ';' => in_item = false,
+                _ if in_item => {}
+                TokenTree::Ident(ident) if ident == "Self" => return true,
+                TokenTree::Group(group) if any_self(group.stream(), items) => return true,
+                _ => {}
+            }
+        }
+        false
     }
-    any_self(function.sig.to_token_stream()) || any_self(function.block.to_token_stream())
+    // The signature holds types only (`-> impl Responder` is not an item).
+    any_self(function.sig.to_token_stream(), false) || any_self(function.block.to_token_stream(), true)
 }
 
 /// A lint level as an `allow` of the same lints (`expect` would be unmet
@@ -295,6 +309,26 @@ mod tests {
             "{out}"
         );
         assert!(out.starts_with("# [expect (clippy :: unused_async)]"), "{out}");
+    }
+
+    #[test]
+    fn self_of_a_local_item_is_not_the_handlers() {
+        let function: ItemFn = syn::parse2(quote! {
+            async fn create() -> impl Responder {
+                struct Local(u8);
+                impl Local { fn new() -> Self { Self(1) } }
+                enum Tree { Leaf, Node(Box<Self>) }
+                struct Unit;
+                Local::new().0.to_string()
+            }
+        })
+        .unwrap();
+        assert!(!mentions_self(&function));
+        let function: ItemFn = syn::parse2(quote! {
+            async fn create() -> impl Into<String> { struct Local; <Self as Named>::NAME }
+        })
+        .unwrap();
+        assert!(mentions_self(&function), "after the local item, Self is the handler's again");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! route `/a`, and under `scope = "route"` both patterns would share one key
 //! namespace. The path's own shape (each parameter replaced by `{name}`,
 //! located through `match_info`) tells them apart: when it is not the shape
-//! of the reported pattern, it is appended to it.
+//! of the reported pattern, it is appended to it. A request that no
+//! resource matched (a default service) has one route, `<unmatched>`.
 
 use actix_web::HttpRequest;
 
@@ -16,6 +17,12 @@ const UNMATCHED_ROUTE: &str = "<unmatched>";
 
 /// The route of `req` (see the module's docs).
 pub(crate) fn route_of(req: &HttpRequest) -> String {
+    // A default service: no resource took the whole path. actix-web may
+    // still report the pattern of a resource whose guard turned the request
+    // away, with none of its parameters: never build on that.
+    if !req.match_info().unprocessed().is_empty() {
+        return UNMATCHED_ROUTE.to_owned();
+    }
     let Some(pattern) = req.match_pattern() else { return UNMATCHED_ROUTE.to_owned() };
     match shape(req) {
         Some(shape) if shape != plain(&pattern) => format!("{pattern} | {shape}"),
@@ -84,7 +91,7 @@ fn plain(pattern: &str) -> String {
 #[cfg(test)]
 mod tests {
     use actix_web::test::{TestRequest, call_service, init_service, read_body};
-    use actix_web::{App, HttpRequest, HttpResponse, web};
+    use actix_web::{App, HttpRequest, HttpResponse, guard, web};
 
     use super::*;
 
@@ -121,5 +128,29 @@ mod tests {
         assert_eq!(route("/b/a").await, "/a | /b/{id}", "a value equal to a static part");
         assert_eq!(route("/orders/12/items/x/y").await, r"/orders/{id:\d+}/items/{tail}*", "single patterns unchanged");
         assert_eq!(route("/t/acme/x/9").await, "/t/{tenant}/x/{id}");
+    }
+
+    #[actix_web::test]
+    async fn default_services_are_one_route_whatever_the_path() {
+        async fn route(req: HttpRequest) -> HttpResponse {
+            HttpResponse::Ok().body(route_of(&req))
+        }
+        // A guard turns POSTs away from both resources, to a default service.
+        let app = init_service(
+            App::new()
+                .service(web::resource("/items/{id}").guard(guard::Get()).to(route))
+                .service(
+                    web::scope("/api")
+                        .service(web::resource("/x/{id}").guard(guard::Get()).to(route))
+                        .default_service(web::to(route)),
+                )
+                .default_service(web::to(route)),
+        )
+        .await;
+        for uri in ["/items/1", "/items/zz-attacker-chosen", "/nowhere", "/api/x/abc", "/api/other"] {
+            let response = call_service(&app, TestRequest::post().uri(uri).to_request()).await;
+            let body = read_body(response).await;
+            assert_eq!(body, UNMATCHED_ROUTE, "{uri}");
+        }
     }
 }

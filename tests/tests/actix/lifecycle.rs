@@ -221,6 +221,28 @@ async fn each_pattern_of_a_resource_is_its_own_route() {
     assert_eq!(hits.get(), 2);
 }
 
+/// A default service behind a guarded resource: actix-web reports that
+/// resource's pattern, but the route is `<unmatched>` for every path, so a
+/// key reused on another path is refused, never run again.
+#[actix_web::test]
+async fn a_default_service_is_one_route_whatever_the_path() {
+    let hits = web::Data::new(Counter::default());
+    let app = test::init_service(
+        App::new()
+            .app_data(Idem::new(MemoryStore::new()).store_timeout(TEST_STORE_TIMEOUT))
+            .app_data(hits.clone())
+            .service(web::resource("/items/{id}").guard(actix_web::guard::Get()).to(HttpResponse::Ok))
+            .default_service(web::to(by_resource)),
+    )
+    .await;
+    let keyed = |uri: &str| TestRequest::post().uri(uri).insert_header(("x-request-key", "\"k\"")).to_request();
+    let first = test::call_service(&app, keyed("/items/1")).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let other = test::call_service(&app, keyed("/items/2")).await;
+    assert_eq!(other.status(), StatusCode::UNPROCESSABLE_ENTITY, "another path under the same key");
+    assert_eq!(hits.get(), 1);
+}
+
 #[actix_web::test]
 async fn oversized_responses_are_not_replayed_nor_run_twice() {
     let hits = web::Data::new(Counter::default());
