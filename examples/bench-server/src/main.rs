@@ -1,0 +1,65 @@
+//! The server `scripts/bench` measures. One small JSON order handler,
+//! served six ways side by side, each under its own path prefix:
+//!
+//! | prefix | what runs |
+//! |---|---|
+//! | `/bare` | the handler, not annotated |
+//! | `/memory`, `/redis`, `/postgres` | the handler under `#[idempotent]` on that store |
+//! | `/hand/redis`, `/hand/postgres` | the anchors: the handler made idempotent by hand, with the least code a careful engineer would write and the same round trips (1 for a replay, 2 for a first execution), without fencing, fingerprints or leases |
+//!
+//! Every path ends in `/orders` and takes `POST` with an `Idempotency-Key`.
+
+mod anchors;
+mod order;
+
+use std::io;
+
+use actix_web::{App, HttpServer, web};
+use clap::Parser;
+use idem_runtime::{Idem, MemoryStore, PostgresStore, RedisStore};
+
+/// Command line.
+#[derive(Parser)]
+struct Args {
+    /// Address to serve on.
+    #[arg(long, default_value = "127.0.0.1:8090")]
+    bind: String,
+    /// The Redis server of `/redis` and `/hand/redis`.
+    #[arg(long, env = "BENCH_REDIS_URL")]
+    redis: String,
+    /// The Postgres server of `/postgres` and `/hand/postgres`.
+    #[arg(long, env = "BENCH_POSTGRES_URL")]
+    postgres: String,
+    /// Connections of each Postgres pool (the store's and the anchor's).
+    #[arg(long, default_value_t = 16)]
+    pg_connections: u32,
+    /// Actix workers (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    workers: usize,
+}
+
+#[actix_web::main]
+async fn main() -> io::Result<()> {
+    let args = Args::parse();
+    let memory = Idem::new(MemoryStore::new());
+    let redis = RedisStore::connect(&args.redis).await.map_err(io::Error::other)?;
+    redis.load_scripts().await.map_err(io::Error::other)?;
+    let redis = Idem::new(redis);
+    let options = PostgresStore::pool_options().max_connections(args.pg_connections);
+    let postgres = PostgresStore::connect_with(&args.postgres, options).await.map_err(io::Error::other)?;
+    postgres.migrate().await.map_err(io::Error::other)?;
+    let postgres = Idem::new(postgres);
+    let anchors = anchors::Anchors::connect(&args.redis, &args.postgres, args.pg_connections).await?;
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(anchors.clone()))
+            .service(web::scope("/bare").service(order::bare))
+            .service(web::scope("/memory").app_data(memory.clone()).service(order::annotated))
+            .service(web::scope("/redis").app_data(redis.clone()).service(order::annotated))
+            .service(web::scope("/postgres").app_data(postgres.clone()).service(order::annotated))
+            .service(web::scope("/hand").service(anchors::by_hand_on_redis).service(anchors::by_hand_on_postgres))
+    });
+    let server = if args.workers > 0 { server.workers(args.workers) } else { server };
+    println!("bench-server listening on {}", args.bind);
+    server.bind(&args.bind)?.run().await
+}

@@ -1,0 +1,261 @@
+"""The measuring half of scripts/bench: drives bench-server with wrk, mode
+by mode, round by round, and prints the table, the ratios of SPEC 12, the
+store round trips per request and the server's CPU time per request.
+
+Round trips are counted in a separate, sequential pass per mode and path
+(so that counting does not slow the timed rounds): Redis through MONITOR
+(commands a script runs are not round trips), Postgres through
+pg_stat_statements.
+"""
+
+import argparse
+import http.client
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+
+ORDER = (
+    '{"customer_id":"cus_8e03978e","amount_cents":1500,"currency":"EUR",'
+    '"lines":[{"sku":"A-1","qty":2},{"sku":"B-7","qty":1}]}'
+)
+
+# (mode, path prefix, store)
+MODES = [
+    ("bare", "/bare", None),
+    ("memory", "/memory", None),
+    ("redis", "/redis", "redis"),
+    ("hand-redis", "/hand/redis", "redis"),
+    ("postgres", "/postgres", "postgres"),
+    ("hand-postgres", "/hand/postgres", "postgres"),
+]
+
+# (mode, its anchor, the target ratio)
+RATIOS = [("memory", "bare", 0.95), ("redis", "hand-redis", 0.90), ("postgres", "hand-postgres", 0.90)]
+
+PATHS = ["replay", "first"]
+
+LUA = """
+wrk.method = "POST"
+wrk.body = [[%s]]
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("tid", threads)
+end
+function init(args)
+  prefix = args[1] .. "-" .. tid .. "-"
+  n = 0
+end
+function request()
+  n = n + 1
+  local key = prefix
+  if args_mode ~= "replay" then key = key .. n end
+  return wrk.format(nil, nil, {["Content-Type"] = "application/json", ["Idempotency-Key"] = key})
+end
+"""
+
+
+def lua_script(work, path):
+    """A wrk script: unique keys per request (first), or one key (replay)."""
+    name = os.path.join(work, f"{path}.lua")
+    text = LUA % ORDER
+    if path == "replay":
+        # One key for every request of the run, whatever the thread.
+        text = text.replace('prefix = args[1] .. "-" .. tid .. "-"', 'prefix = args[1]')
+        text = text.replace('args_mode ~= "replay"', "false")
+    else:
+        text = text.replace('args_mode ~= "replay"', "true")
+    with open(name, "w") as f:
+        f.write(text)
+    return name
+
+
+def post(url, key):
+    """One request; its status."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        conn.request("POST", parts.path, ORDER, {"Content-Type": "application/json", "Idempotency-Key": key})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of a process, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def parse_wrk(text):
+    """requests, req/s, p50 and p99 in ms, non-2xx count, socket errors."""
+    def latency(pct):
+        m = re.search(rf"^\s*{pct}%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)
+        return float(m.group(1)) * UNITS[m.group(2)] if m else float("nan")
+
+    requests = int(re.search(r"(\d+) requests in", text).group(1))
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    errors = re.search(r"Socket errors: (.*)", text)
+    return {
+        "requests": requests,
+        "rate": rate,
+        "p50": latency(50),
+        "p99": latency(99),
+        "non2xx": int(bad.group(1)) if bad else 0,
+        "errors": errors.group(1).strip() if errors else "",
+    }
+
+
+def wrk(args, url, script, key, seconds):
+    command = ["wrk", "-t2", f"-c{args.connections}", f"-d{seconds}s", "--latency", "-s", script, url, "--", key]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return parse_wrk(out)
+
+
+def timed(args, mode, prefix, path, round_):
+    url = f"{args.url}{prefix}/orders"
+    key = f"{path}-{mode}-{round_}-{time.time_ns()}"
+    if path == "replay":
+        status = post(url, key)
+        if status != 201:
+            sys.exit(f"scripts/bench: priming {mode} answered {status}")
+    before = cpu_seconds(args.server_pid)
+    result = wrk(args, url, lua_script(args.work, path), key, args.seconds)
+    result["cpu_us"] = (cpu_seconds(args.server_pid) - before) / max(result["requests"], 1) * 1e6
+    if result["non2xx"] or result["errors"]:
+        print(f"  warning: {mode} {path}: {result['non2xx']} non-2xx, socket errors: {result['errors']}", file=sys.stderr)
+    return result
+
+
+class Monitor:
+    """Counts the commands clients send to Redis (not those scripts run)."""
+
+    def __init__(self, args):
+        self.proc = subprocess.Popen(
+            [args.redis_cli, "-u", args.redis_url, "monitor"], stdout=subprocess.PIPE, text=True, bufsize=1
+        )
+        self.count = 0
+        self.lock = threading.Lock()
+        self.proc.stdout.readline()  # "OK"
+        threading.Thread(target=self.read, daemon=True).start()
+
+    def read(self):
+        for line in self.proc.stdout:
+            if "lua]" not in line and '"PING"' not in line:
+                with self.lock:
+                    self.count += 1
+
+    def take(self):
+        time.sleep(0.3)
+        with self.lock:
+            count, self.count = self.count, 0
+        return count
+
+    def stop(self):
+        self.proc.terminate()
+
+
+def pg_calls(args):
+    sql = "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query NOT ILIKE '%pg_stat_statements%'"
+    out = subprocess.run([args.psql, "-X", "-q", "-At", "-d", args.postgres_url, "-c", sql],
+                         check=True, capture_output=True, text=True).stdout
+    return int(out.strip() or 0)
+
+
+def round_trips(args, monitor, mode, prefix, path, n=200):
+    """Store round trips per request of mode and path, sequentially."""
+    url = f"{args.url}{prefix}/orders"
+    key = f"count-{path}-{mode}-{time.time_ns()}"
+    if path == "replay":
+        post(url, key)
+    monitor.take()
+    pg_before = pg_calls(args)
+    for i in range(n):
+        status = post(url, key if path == "replay" else f"{key}-{i}")
+        if status != 201:
+            sys.exit(f"scripts/bench: {mode} {path} answered {status} while counting")
+    redis = monitor.take() / n
+    pg = (pg_calls(args) - pg_before) / n
+    return {"redis": redis, "postgres": max(pg, 0.0)}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    for name in ["url", "work", "redis-cli", "redis-url", "psql", "postgres-url"]:
+        parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--server-pid", type=int, required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--connections", type=int, default=32)
+    args = parser.parse_args()
+
+    print(f"machine: {os.cpu_count()} CPUs, {platform_line()}")
+    print(f"wrk -t2 -c{args.connections}, {args.seconds}s per mode and path, {args.rounds} rounds, alternating")
+    for mode, prefix, _ in MODES:  # warm-up
+        wrk(args, f"{args.url}{prefix}/orders", lua_script(args.work, "first"), f"warm-{mode}", 1)
+
+    results = {(mode, path): [] for mode, _, _ in MODES for path in PATHS}
+    for round_ in range(args.rounds):
+        order = MODES if round_ % 2 == 0 else list(reversed(MODES))
+        for path in PATHS:
+            for mode, prefix, _ in order:
+                result = timed(args, mode, prefix, path, round_)
+                results[(mode, path)].append(result)
+                print(f"  round {round_ + 1} {path:6} {mode:14} {result['rate']:>10.0f} req/s", file=sys.stderr)
+
+    monitor = Monitor(args)
+    trips = {}
+    for mode, prefix, store in MODES:
+        for path in PATHS:
+            counted = round_trips(args, monitor, mode, prefix, path)
+            trips[(mode, path)] = counted[store] if store else counted["redis"] + counted["postgres"]
+    monitor.stop()
+
+    def median(mode, path, field):
+        return statistics.median(r[field] for r in results[(mode, path)])
+
+    print()
+    print("| mode | path | req/s | p50 ms | p99 ms | store round trips | server CPU µs/req |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for path in PATHS:
+        for mode, _, _ in MODES:
+            print(f"| {mode} | {path} | {median(mode, path, 'rate'):.0f} | {median(mode, path, 'p50'):.2f} | "
+                  f"{median(mode, path, 'p99'):.2f} | {trips[(mode, path)]:.2f} | {median(mode, path, 'cpu_us'):.1f} |")
+    print()
+    print("| ratio (SPEC 12) | replays | first executions | target |")
+    print("|---|---:|---:|---:|")
+    met = True
+    for mode, anchor, target in RATIOS:
+        cells = []
+        for path in PATHS:
+            ratio = median(mode, path, "rate") / median(anchor, path, "rate")
+            met &= ratio >= target
+            cells.append(f"{ratio:.2f}× {'met' if ratio >= target else 'NOT met'}")
+        print(f"| {mode} / {anchor} | {cells[0]} | {cells[1]} | ≥ {target:.2f}× |")
+    print()
+    print("every target met" if met else "some targets are not met")
+
+
+def platform_line():
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        model = "unknown CPU"
+    return f"{model}, {time.strftime('%Y-%m-%d')}"
+
+
+if __name__ == "__main__":
+    main()
