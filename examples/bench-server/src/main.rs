@@ -41,7 +41,8 @@ struct Args {
 #[actix_web::main]
 async fn main() -> io::Result<()> {
     let args = Args::parse();
-    let memory = Idem::new(MemoryStore::new());
+    // Room for every first execution of a run (the default, 256 MiB, fills in about 30 s here).
+    let memory = Idem::new(MemoryStore::with_max_bytes(4 << 30));
     let redis = RedisStore::connect(&args.redis).await.map_err(io::Error::other)?;
     redis.load_scripts().await.map_err(io::Error::other)?;
     let redis = Idem::new(redis);

@@ -6,8 +6,13 @@
 //! living there, and so would every handler sharing that worker. The keeper
 //! runs elsewhere: a blocked worker keeps its leases. Renewals of one store
 //! go out together, one [`Store::renew_many`] call per batch (one round trip
-//! on Redis and Postgres), so the cost per request is one channel message,
-//! not a task and a timer.
+//! on Redis and Postgres), so the cost per request is a push on a list, not
+//! a task and a timer.
+//!
+//! Handing a lease over wakes the keeper only when it would otherwise
+//! sleep past the lease's first renewal (or when the list holds a batch's
+//! worth): under load, leases that end before their first renewal never
+//! wake it, and a request costs no thread switch.
 //!
 //! Schedule: a lease is renewed a third of the way through, counted from
 //! when its last confirmed claim or renewal was *sent*; a lease due soon is
@@ -21,7 +26,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use super::lease::LeaseState;
 use crate::observe::store_call;
@@ -32,17 +39,44 @@ static KEEPER: OnceLock<Keeper> = OnceLock::new();
 
 /// The keeper's inbox and its runtime.
 struct Keeper {
-    inbox: UnboundedSender<Arc<LeaseState>>,
+    inbox: Arc<Inbox>,
     runtime: tokio::runtime::Handle,
 }
+
+/// Leases handed over and not yet taken by the keeper, and when it means to
+/// wake up next.
+#[derive(Default)]
+struct Inbox {
+    state: Mutex<InboxState>,
+    /// Wakes the keeper (a permit is kept if it is not waiting).
+    wake_up: Notify,
+}
+
+#[derive(Default)]
+struct InboxState {
+    leases: Vec<Arc<LeaseState>>,
+    /// The keeper's next wake-up; `None` while it sleeps with nothing to do.
+    wake: Option<Instant>,
+}
+
+/// Leases that wake the keeper whatever their schedule, so that leases
+/// that ended are freed in batches.
+const INBOX_BATCH: usize = 4096;
 
 /// Hands a lease to the keeper, starting it on first use.
 pub(crate) fn keep(lease: Arc<LeaseState>) {
     let keeper = KEEPER.get_or_init(start);
-    if keeper.inbox.send(lease).is_err() {
-        // Only if the keeper thread died: nothing renews, so the lease ends
-        // at its deadline and the completion is refused by its fence.
-        tracing::error!("the idempotency lease keeper is not running; this lease will not be renewed");
+    let due = first_renewal(&lease);
+    let mut inbox = keeper.inbox.state.lock();
+    inbox.leases.push(lease);
+    let wake = inbox.wake.is_none_or(|wake| due < wake) || inbox.leases.len().is_multiple_of(INBOX_BATCH);
+    if wake {
+        // Later leases need not wake it again before it has looked.
+        inbox.wake = Some(Instant::now());
+    }
+    drop(inbox);
+    if wake {
+        keeper.inbox.wake_up.notify_one();
     }
 }
 
@@ -62,7 +96,8 @@ pub(crate) fn spawn_joined<T: Send + 'static>(
 }
 
 fn start() -> Keeper {
-    let (inbox, leases) = unbounded_channel();
+    let inbox = Arc::new(Inbox::default());
+    let leases = Arc::clone(&inbox);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("idem-lease-keeper")
@@ -85,9 +120,14 @@ struct Kept {
     renewing: bool,
 }
 
+/// When a lease is renewed next: a third of the way through.
+fn first_renewal(state: &LeaseState) -> Instant {
+    state.confirmed_sent() + state.lease / 3
+}
+
 impl Kept {
     fn new(state: Arc<LeaseState>) -> Self {
-        let due = state.confirmed_sent() + state.lease / 3;
+        let due = first_renewal(&state);
         Self { state, due, renewing: false }
     }
 
@@ -109,29 +149,20 @@ struct Answer {
     fences: Result<Vec<Fence>, StoreError>,
 }
 
-async fn run(mut inbox: UnboundedReceiver<Arc<LeaseState>>) {
+async fn run(inbox: Arc<Inbox>) {
     let mut kept: HashMap<u64, Kept> = HashMap::new();
     let mut next_id = 0u64;
     let (answers_tx, mut answers) = unbounded_channel::<Answer>();
     let mut wake: Option<Instant> = None;
     loop {
         tokio::select! {
-            lease = inbox.recv() => match lease {
-                Some(lease) => {
-                    // A new lease is due a third of a lease from now: no scan
-                    // needed unless it is due before the next wake-up.
-                    let lease = Kept::new(lease);
-                    let due = lease.due;
-                    kept.insert(next_id, lease);
-                    next_id += 1;
-                    if wake.is_some_and(|wake| wake <= due) {
-                        continue;
-                    }
-                }
-                None => return,
-            },
+            () = inbox.wake_up.notified() => {}
             Some(answer) = answers.recv() => apply(&mut kept, answer),
             () = sleep_until(wake) => {}
+        }
+        for lease in std::mem::take(&mut inbox.state.lock().leases) {
+            kept.insert(next_id, Kept::new(lease));
+            next_id += 1;
         }
         let now = Instant::now();
         kept.retain(|_, k| {
@@ -152,6 +183,16 @@ async fn run(mut inbox: UnboundedReceiver<Arc<LeaseState>>) {
         renew_due(&mut kept, now, &answers_tx);
         wake =
             kept.values().filter(|k| !k.renewing).map(|k| k.due).chain(kept.values().map(|k| k.state.deadline())).min();
+        // Published under the inbox's lock: a lease handed over after this
+        // is compared with this wake-up; one handed over before it is still
+        // in the list, and is taken at once.
+        let mut state = inbox.state.lock();
+        if state.leases.is_empty() {
+            state.wake = wake;
+        } else {
+            drop(state);
+            inbox.wake_up.notify_one();
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 //! The embedded, process-local store.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -13,16 +15,21 @@ use crate::store::{Attempt, Claim, Fence, FencingToken, Store, StoreError};
 
 /// An in-process store: the embedded default, for one server process.
 ///
-/// A response that would take the stored bytes over `max_bytes` is refused
-/// at completion with [`StoreError::Full`] (the runtime then keeps a small
-/// "processed" record instead).
-///
 /// Records live in this process only; use the Redis or Postgres store when
-/// several processes serve the same routes. It is bounded: when it holds
-/// `max_entries` live records or `max_bytes` of stored responses, expired
-/// records are purged first, and if that is not enough new claims fail with
-/// [`StoreError::Full`] (the runtime answers 503) rather than evicting a live
-/// record, which would silently break at-most-once.
+/// several processes serve the same routes.
+///
+/// It is bounded by the bytes it holds (keys, fingerprints, stored
+/// responses and bookkeeping; [`MemoryStore::DEFAULT_MAX_BYTES`] unless set
+/// with [`MemoryStore::with_max_bytes`]). Records are freed as they expire,
+/// through an index by deadline. When the bound is reached, new claims fail
+/// with [`StoreError::Full`] (the runtime answers 503) rather than evicting a
+/// live record, which would silently break at-most-once; the first refusal
+/// of each such episode is logged, naming the setting. A response that
+/// would not fit is refused at completion with [`StoreError::Full`] (the
+/// runtime then keeps a small "processed" record instead).
+///
+/// Its size is published as gauges: [`MemoryStore::BYTES_METRIC`],
+/// [`MemoryStore::RECORDS_METRIC`] and [`MemoryStore::MAX_BYTES_METRIC`].
 #[derive(Debug)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
@@ -32,15 +39,20 @@ pub struct MemoryStore {
 
 #[derive(Debug, Default)]
 struct Inner {
-    records: HashMap<String, Entry>,
-    /// Sum of the sizes of stored responses.
+    records: HashMap<Arc<str>, Entry>,
+    /// Every record's end, soonest first. An entry whose record has moved
+    /// its end (or is gone) is stale and skipped when it comes up.
+    deadlines: BinaryHeap<Reverse<(Instant, Arc<str>)>>,
+    /// What the records take, as [`Entry::size`] counts it.
     bytes: usize,
-    /// When the store last scanned everything for expired records.
-    last_full_purge: Option<Instant>,
+    /// A claim was refused for lack of room, and that was logged.
+    full: bool,
 }
 
 #[derive(Debug)]
 struct Entry {
+    /// The map's own key, shared with the deadline index.
+    key: Arc<str>,
     fingerprint: Fingerprint,
     /// End of the record (its TTL), whatever its state.
     expires_at: Instant,
@@ -55,11 +67,11 @@ enum State {
 }
 
 impl Entry {
-    /// Bytes counted against `max_bytes`: an in-flight record reserves
-    /// room for a small record, so that its completion always has a place,
-    /// at worst for the "processed" problem that replaces a response the
-    /// store refuses.
-    fn size(&self) -> usize {
+    /// Bytes counted against `max_bytes`, besides the key and the fixed
+    /// [`OVERHEAD`]: an in-flight record reserves room for a small record, so
+    /// that its completion always has a place, at worst for the "processed"
+    /// problem that replaces a response the store refuses.
+    fn state_size(&self) -> usize {
         match &self.state {
             State::Completed { response } => response.size(),
             State::InFlight { .. } => RESERVED,
@@ -72,20 +84,24 @@ impl Entry {
     }
 }
 
+/// What a record costs besides its key and state: its map slot, its
+/// entries in the deadline index, the key's allocation and the fingerprint.
+const OVERHEAD: usize = 192;
+
 /// `now + duration`, saturating far in the future instead of overflowing.
 fn deadline(now: Instant, duration: Duration) -> Instant {
     now.checked_add(duration).unwrap_or_else(|| now + FAR_FUTURE)
 }
 
-/// Bytes each in-flight record reserves (see [`Entry::size`]).
+/// Bytes each in-flight record reserves (see [`Entry::state_size`]).
 const RESERVED: usize = 1024;
 
 /// What "forever" means to [`deadline`] (about a century).
 const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
 
-/// Least time between two full purges of a full store: the scan holds the
-/// lock, and a full store must not pay for it on every claim.
-const FULL_PURGE_INTERVAL: Duration = Duration::from_millis(100);
+/// Most expired records freed by one call (besides the one it touches):
+/// a burst of expiries is spread over the calls that follow.
+const FREE_PER_CALL: usize = 64;
 
 impl Default for MemoryStore {
     fn default() -> Self {
@@ -94,24 +110,34 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// Default bound on records (100 000).
-    pub const DEFAULT_MAX_ENTRIES: usize = 100_000;
-    /// Default bound on stored response bytes (256 MiB).
+    /// Default bound on the bytes held (256 MiB: about half a million
+    /// records of a small JSON response).
     pub const DEFAULT_MAX_BYTES: usize = 256 << 20;
+    /// Gauge of the bytes held, as the bound counts them.
+    pub const BYTES_METRIC: &'static str = "idem_memory_store_bytes";
+    /// Gauge of the records held (in flight, completed and released).
+    pub const RECORDS_METRIC: &'static str = "idem_memory_store_records";
+    /// Gauge of the bound on the bytes held.
+    pub const MAX_BYTES_METRIC: &'static str = "idem_memory_store_max_bytes";
 
-    /// A store with the default bounds ([`MemoryStore::DEFAULT_MAX_ENTRIES`],
-    /// [`MemoryStore::DEFAULT_MAX_BYTES`]).
+    /// A store bounded by [`MemoryStore::DEFAULT_MAX_BYTES`].
     pub fn new() -> Self {
-        Self::with_limits(Self::DEFAULT_MAX_ENTRIES, Self::DEFAULT_MAX_BYTES)
+        Self::with_max_bytes(Self::DEFAULT_MAX_BYTES)
     }
 
-    /// A store holding at most `max_entries` records and `max_bytes` of
-    /// stored responses.
+    /// A store holding at most `max_bytes` (keys, fingerprints, responses
+    /// and bookkeeping).
+    pub fn with_max_bytes(max_bytes: usize) -> Self {
+        Self::with_limits(usize::MAX, max_bytes)
+    }
+
+    /// A store holding at most `max_entries` records and `max_bytes`.
     pub fn with_limits(max_entries: usize, max_bytes: usize) -> Self {
+        metrics::gauge!(Self::MAX_BYTES_METRIC).set(max_bytes as f64);
         Self { inner: Mutex::new(Inner::default()), max_entries: max_entries.max(1), max_bytes }
     }
 
-    /// Number of records held, expired ones not yet purged included.
+    /// Number of records held, expired ones not yet freed included.
     pub fn len(&self) -> usize {
         self.inner.lock().records.len()
     }
@@ -120,39 +146,78 @@ impl MemoryStore {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
 
-impl MemoryStore {
-    fn full(&self, records: usize, bytes: usize) -> StoreError {
-        StoreError::Full {
-            store: "memory",
-            detail: format!(
-                "{records} live records of at most {}, {bytes} bytes of at most {}",
-                self.max_entries, self.max_bytes
-            ),
+    /// Bytes held, as the bound counts them.
+    pub fn bytes(&self) -> usize {
+        self.inner.lock().bytes
+    }
+
+    fn full(&self, inner: &mut Inner) -> StoreError {
+        let detail = format!(
+            "{} records, {} bytes of at most {} (MemoryStore::with_max_bytes)",
+            inner.records.len(),
+            inner.bytes,
+            self.max_bytes
+        );
+        if !inner.full {
+            inner.full = true;
+            tracing::error!(
+                records = inner.records.len(),
+                bytes = inner.bytes,
+                max_bytes = self.max_bytes,
+                "the memory store is full: new keys get 503 until records expire; \
+                 raise MemoryStore::with_max_bytes, shorten ttl, or use Redis or Postgres"
+            );
         }
+        StoreError::Full { store: "memory", detail }
+    }
+
+    fn crowded(&self, inner: &Inner, extra: usize) -> bool {
+        inner.records.len() >= self.max_entries || inner.bytes + extra > self.max_bytes
     }
 }
 
 impl Inner {
     fn remove(&mut self, key: &str) {
-        if let Some(entry) = self.records.remove(key) {
-            self.bytes -= entry.size();
+        if let Some((key, entry)) = self.records.remove_entry(key) {
+            self.bytes -= OVERHEAD + key.len() + entry.state_size();
         }
     }
 
-    fn purge(&mut self, now: Instant, batch: usize) -> u64 {
-        let expired: Vec<String> = self
-            .records
-            .iter()
-            .filter(|(_, entry)| entry.expires_at <= now)
-            .map(|(key, _)| key.clone())
-            .take(batch)
-            .collect();
-        for key in &expired {
-            self.remove(key);
+    /// Frees up to `batch` records whose end has come, soonest first.
+    fn free_expired(&mut self, now: Instant, batch: usize) -> u64 {
+        let mut freed = 0;
+        while freed < batch as u64 {
+            match self.deadlines.peek() {
+                Some(Reverse((at, _))) if *at <= now => {}
+                _ => break,
+            }
+            let Some(Reverse((at, key))) = self.deadlines.pop() else { break };
+            // Only the index entry of the record's current end frees it.
+            if self.records.get(&key).is_some_and(|entry| entry.expires_at == at) {
+                self.remove(&key);
+                freed += 1;
+            }
         }
-        expired.len() as u64
+        freed
+    }
+
+    /// Records `key`'s new end in the index.
+    fn index(&mut self, key: Arc<str>, at: Instant) {
+        self.deadlines.push(Reverse((at, key)));
+    }
+
+    /// The index holds one entry per record and per moved end; when stale
+    /// entries outnumber records, it is rebuilt.
+    fn compact(&mut self) {
+        if self.deadlines.len() > 2 * self.records.len() + 1024 {
+            self.deadlines = self.records.values().map(|e| Reverse((e.expires_at, Arc::clone(&e.key)))).collect();
+        }
+    }
+
+    fn publish(&self) {
+        metrics::gauge!(MemoryStore::BYTES_METRIC).set(self.bytes as f64);
+        metrics::gauge!(MemoryStore::RECORDS_METRIC).set(self.records.len() as f64);
     }
 }
 
@@ -171,10 +236,10 @@ impl Store for MemoryStore {
     ) -> Result<Claim, StoreError> {
         let now = Instant::now();
         let mut inner = self.inner.lock();
-        let token = FencingToken::generate();
+        inner.free_expired(now, FREE_PER_CALL);
         let lease_until = deadline(now, lease);
         let expires_at = deadline(now, ttl).max(lease_until);
-        let (bytes, records) = (inner.bytes, inner.records.len());
+        let bytes = inner.bytes;
         let mut took_over = None;
         if let Some(entry) = inner.records.get_mut(key.as_str())
             && entry.expires_at > now
@@ -184,8 +249,8 @@ impl Store for MemoryStore {
             }
             match &entry.state {
                 State::Completed { response } => return Ok(Claim::Replay(response.clone())),
-                State::InFlight { lease_until, .. } if *lease_until > now => {
-                    return Ok(Claim::InFlight { retry_after: *lease_until - now });
+                &State::InFlight { lease_until, .. } if lease_until > now => {
+                    return Ok(Claim::InFlight { retry_after: lease_until - now });
                 }
                 // A tombstone or a lapsed lease of this same request: take it over.
                 State::InFlight { .. } | State::Released => {
@@ -194,48 +259,63 @@ impl Store for MemoryStore {
                         _ => (0, Attempt::Takeover),
                     };
                     if bytes + extra > self.max_bytes {
-                        return Err(self.full(records, bytes));
+                        return Err(self.full(&mut inner));
                     }
-                    let state = State::InFlight { token, lease_until };
-                    *entry = Entry { fingerprint: *fingerprint, expires_at, state };
-                    took_over = Some((extra, attempt));
+                    let token = FencingToken::generate();
+                    entry.fingerprint = *fingerprint;
+                    entry.expires_at = expires_at;
+                    entry.state = State::InFlight { token, lease_until };
+                    took_over = Some((Arc::clone(&entry.key), extra, token, attempt));
                 }
             }
         }
-        if let Some((extra, attempt)) = took_over {
+        if let Some((stored_key, extra, token, attempt)) = took_over {
             inner.bytes += extra;
+            inner.index(stored_key, expires_at);
             return Ok(Claim::Acquired { token, attempt });
         }
+        // No record, or an expired one.
         inner.remove(key.as_str());
-        let crowded =
-            |inner: &Inner| inner.records.len() >= self.max_entries || inner.bytes + RESERVED > self.max_bytes;
-        if crowded(&inner) {
-            if inner.last_full_purge.is_none_or(|at| now.duration_since(at) >= FULL_PURGE_INTERVAL) {
-                inner.last_full_purge = Some(now);
-                inner.purge(now, usize::MAX);
-            }
-            if crowded(&inner) {
-                return Err(self.full(inner.records.len(), inner.bytes));
+        let size = OVERHEAD + key.as_str().len() + RESERVED;
+        if self.crowded(&inner, size) {
+            inner.free_expired(now, usize::MAX);
+            if self.crowded(&inner, size) {
+                return Err(self.full(&mut inner));
             }
         }
-        inner.bytes += RESERVED;
-        let entry = Entry { fingerprint: *fingerprint, expires_at, state: State::InFlight { token, lease_until } };
-        inner.records.insert(key.as_str().to_owned(), entry);
+        if inner.full {
+            inner.full = false;
+            tracing::info!(bytes = inner.bytes, "the memory store has room again");
+        }
+        let token = FencingToken::generate();
+        let stored_key: Arc<str> = Arc::from(key.as_str());
+        let state = State::InFlight { token, lease_until };
+        let entry = Entry { key: Arc::clone(&stored_key), fingerprint: *fingerprint, expires_at, state };
+        inner.records.insert(Arc::clone(&stored_key), entry);
+        inner.bytes += size;
+        inner.index(stored_key, expires_at);
+        inner.compact();
+        inner.publish();
         Ok(Claim::Acquired { token, attempt: Attempt::First })
     }
 
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
         let now = Instant::now();
         let mut inner = self.inner.lock();
-        match inner.records.get_mut(key.as_str()) {
+        let moved = match inner.records.get_mut(key.as_str()) {
             Some(entry) if entry.owned_by(token, now) => {
                 let lease_until = deadline(now, lease);
                 entry.state = State::InFlight { token, lease_until };
+                let moved = lease_until > entry.expires_at;
                 entry.expires_at = entry.expires_at.max(lease_until);
-                Ok(Fence::Held)
+                moved.then(|| (Arc::clone(&entry.key), entry.expires_at))
             }
-            _ => Ok(Fence::Lost),
+            _ => return Ok(Fence::Lost),
+        };
+        if let Some((stored_key, at)) = moved {
+            inner.index(stored_key, at);
         }
+        Ok(Fence::Held)
     }
 
     async fn complete(
@@ -249,7 +329,7 @@ impl Store for MemoryStore {
         let mut inner = self.inner.lock();
         let size = response.size();
         let bytes = inner.bytes;
-        match inner.records.get_mut(key.as_str()) {
+        let (stored_key, expires_at) = match inner.records.get_mut(key.as_str()) {
             Some(entry) if entry.owned_by(token, now) => {
                 // The record's reservation always holds a small one.
                 let total = bytes - RESERVED + size;
@@ -257,18 +337,23 @@ impl Store for MemoryStore {
                     return Err(StoreError::Full {
                         store: "memory",
                         detail: format!(
-                            "a stored response of {size} bytes does not fit: {bytes} bytes of at most {} in use",
+                            "a stored response of {size} bytes does not fit: {bytes} bytes of at most {} in use \
+                             (MemoryStore::with_max_bytes)",
                             self.max_bytes
                         ),
                     });
                 }
                 entry.state = State::Completed { response: response.clone() };
                 entry.expires_at = deadline(now, ttl);
-                inner.bytes = total;
-                Ok(Fence::Held)
+                (Arc::clone(&entry.key), entry.expires_at)
             }
-            _ => Ok(Fence::Lost),
-        }
+            _ => return Ok(Fence::Lost),
+        };
+        inner.bytes = bytes - RESERVED + size;
+        inner.index(stored_key, expires_at);
+        inner.free_expired(now, FREE_PER_CALL);
+        inner.publish();
+        Ok(Fence::Held)
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
@@ -304,6 +389,99 @@ impl Store for MemoryStore {
     }
 
     async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
-        Ok(self.inner.lock().purge(Instant::now(), batch))
+        let mut inner = self.inner.lock();
+        let freed = inner.free_expired(Instant::now(), batch);
+        inner.publish();
+        Ok(freed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fingerprint::RequestParts;
+    use crate::key::IdempotencyKey;
+    use crate::scope::Scope;
+
+    fn key(n: usize) -> StorageKey {
+        let key = IdempotencyKey::parse(format!("k-{n}").as_bytes()).unwrap();
+        StorageKey::new(Scope::Global, None, "POST", "/", &key)
+    }
+
+    fn fingerprint() -> Fingerprint {
+        Fingerprint::of(&RequestParts { method: "POST", path: "/", query: "", content_type: None, body: b"{}" })
+    }
+
+    fn response() -> StoredResponse {
+        StoredResponse { status: 201, headers: vec![], body: vec![b'x'; 100].into() }
+    }
+
+    /// Claims and completes `key`.
+    async fn keep(store: &MemoryStore, key: &StorageKey, ttl: Duration) -> Result<(), StoreError> {
+        let Claim::Acquired { token, .. } = store.claim(key, &fingerprint(), ttl / 2, ttl).await? else {
+            panic!("not acquired");
+        };
+        assert_eq!(store.complete(key, token, &response(), ttl).await?, Fence::Held);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn records_are_freed_as_they_expire() {
+        let store = MemoryStore::new();
+        for n in 0..200 {
+            keep(&store, &key(n), Duration::from_millis(40)).await.unwrap();
+        }
+        assert_eq!(store.len(), 200);
+        let one = store.bytes() / 200;
+        assert!(one >= OVERHEAD + 100, "{one} bytes a record");
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        // Each call frees a bounded batch of the expired records, soonest
+        // first, without scanning the live ones.
+        for n in 1000..1004 {
+            keep(&store, &key(n), Duration::from_secs(60)).await.unwrap();
+        }
+        assert_eq!(store.len(), 4);
+        assert_eq!(store.bytes(), 4 * one);
+    }
+
+    #[tokio::test]
+    async fn a_full_store_refuses_new_keys_until_records_expire() {
+        let store = MemoryStore::with_max_bytes(4 * (OVERHEAD + 40 + RESERVED));
+        let mut kept = 0;
+        let refused = loop {
+            match keep(&store, &key(kept), Duration::from_millis(60)).await {
+                Ok(()) => kept += 1,
+                Err(error) => break error,
+            }
+        };
+        assert!(matches!(&refused, StoreError::Full { detail, .. } if detail.contains("with_max_bytes")), "{refused}");
+        assert!(kept >= 3, "{kept} kept");
+        // Replays of what is kept still work while full.
+        assert!(matches!(
+            store.claim(&key(0), &fingerprint(), Duration::from_secs(1), Duration::from_secs(1)).await,
+            Ok(Claim::Replay(_))
+        ));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        keep(&store, &key(999), Duration::from_secs(60)).await.unwrap();
+        assert_eq!(store.len(), 1, "the expired records made room");
+    }
+
+    #[tokio::test]
+    async fn stale_index_entries_never_free_a_live_record() {
+        let store = MemoryStore::new();
+        let k = key(1);
+        let Claim::Acquired { token, .. } =
+            store.claim(&k, &fingerprint(), Duration::from_millis(20), Duration::from_millis(30)).await.unwrap()
+        else {
+            panic!()
+        };
+        // Completed with a long TTL: its claim-time end is now stale.
+        store.complete(&k, token, &response(), Duration::from_secs(60)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(store.purge_expired(100).await.unwrap(), 0);
+        assert!(matches!(
+            store.claim(&k, &fingerprint(), Duration::from_secs(1), Duration::from_secs(1)).await,
+            Ok(Claim::Replay(_))
+        ));
     }
 }

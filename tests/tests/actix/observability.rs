@@ -105,6 +105,7 @@ async fn outcomes_are_counted_and_the_key_never_logged() {
 
     let mut outcomes = std::collections::BTreeMap::new();
     let mut claim_latencies = 0;
+    let mut gauges = std::collections::BTreeMap::new();
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
         let labels: Vec<_> = key.key().labels().map(|l| (l.key().to_owned(), l.value().to_owned())).collect();
         let label = |name: &str| labels.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
@@ -112,6 +113,9 @@ async fn outcomes_are_counted_and_the_key_never_logged() {
             ("idem_requests_total", DebugValue::Counter(n)) => {
                 assert_eq!(label("route").as_deref(), Some("/orders"));
                 outcomes.insert(label("outcome").unwrap(), n);
+            }
+            (name, DebugValue::Gauge(value)) if name.starts_with("idem_memory_store_") => {
+                gauges.insert(name.to_owned(), value.into_inner());
             }
             ("idem_store_call_seconds", DebugValue::Histogram(samples)) if label("op").as_deref() == Some("claim") => {
                 assert_eq!(label("store").as_deref(), Some("memory"));
@@ -123,6 +127,11 @@ async fn outcomes_are_counted_and_the_key_never_logged() {
     let expected: std::collections::BTreeMap<String, u64> =
         [("executed", 1), ("replayed", 1), ("mismatch", 1), ("rejected", 1)].map(|(k, v)| (k.to_owned(), v)).into();
     assert_eq!(outcomes, expected);
+    // The memory store's size: one record (the replay and the refusals add none).
+    assert_eq!(gauges.get("idem_memory_store_records"), Some(&1.0), "{gauges:?}");
+    assert!(gauges.get("idem_memory_store_bytes").is_some_and(|&bytes| bytes > 0.0), "{gauges:?}");
+    let max = idem_runtime::MemoryStore::DEFAULT_MAX_BYTES as f64;
+    assert_eq!(gauges.get("idem_memory_store_max_bytes"), Some(&max), "{gauges:?}");
     assert_eq!(claim_latencies, 3, "one claim per request that reached the store");
 
     let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
