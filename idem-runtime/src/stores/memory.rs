@@ -476,7 +476,7 @@ mod tests {
             panic!()
         };
         // Completed with a long TTL: its claim-time end is now stale.
-        store.complete(&k, token, &response(), Duration::from_secs(60)).await.unwrap();
+        assert_eq!(store.complete(&k, token, &response(), Duration::from_secs(60)).await.unwrap(), Fence::Held);
         tokio::time::sleep(Duration::from_millis(60)).await;
         assert_eq!(store.purge_expired(100).await.unwrap(), 0);
         assert!(matches!(
