@@ -56,9 +56,14 @@ fn serve(store: &Arc<dyn Store>, hits: &web::Data<Hits>) -> TestServer {
 /// A worker blocked for 1.5 × `lock_ttl` keeps its own lease and its
 /// neighbour's: duplicates sent meanwhile to another server get 409, and
 /// each handler runs once. Must be called inside an actix system.
-pub async fn a_blocked_worker_keeps_every_lease_on_it(store: Arc<dyn Store>) {
+///
+/// `first` and `second` are the two servers' stores: two handles on one
+/// backend, as two processes have (a connection pool shared by two actix
+/// systems would stall the second on connections the blocked one opened),
+/// or the same memory store.
+pub async fn a_blocked_worker_keeps_every_lease_on_it(first: Arc<dyn Store>, second: Arc<dyn Store>) {
     let hits = web::Data::new(Hits::default());
-    let (first, second) = (serve(&store, &hits), serve(&store, &hits));
+    let (first, second) = (serve(&first, &hits), serve(&second, &hits));
     let (polite_key, blocking_key) = (fresh_key(), fresh_key());
     let polite_url = first.at("/polite");
     let polite_first = actix_web::rt::spawn({

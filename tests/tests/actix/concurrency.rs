@@ -175,5 +175,5 @@ async fn a_dropped_request_future_does_not_cancel_the_handler() {
 #[actix_web::test]
 async fn a_blocked_worker_keeps_every_lease_on_it() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    idem_tests::blocking::a_blocked_worker_keeps_every_lease_on_it(store).await;
+    idem_tests::blocking::a_blocked_worker_keeps_every_lease_on_it(Arc::clone(&store), store).await;
 }

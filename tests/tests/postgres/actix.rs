@@ -65,6 +65,10 @@ async fn a_postgres_outage_is_503_without_running_the_handler_and_recovers() {
 #[actix_web::test]
 async fn a_blocked_worker_keeps_every_lease_on_it() {
     let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", "postgres_actix blocked worker") else { return };
-    let store = postgres_store(&url, POOL_SIZE).await;
-    idem_tests::blocking::a_blocked_worker_keeps_every_lease_on_it(std::sync::Arc::new(store)).await;
+    let (first, second) = (postgres_store(&url, POOL_SIZE).await, postgres_store(&url, POOL_SIZE).await);
+    idem_tests::blocking::a_blocked_worker_keeps_every_lease_on_it(
+        std::sync::Arc::new(first),
+        std::sync::Arc::new(second),
+    )
+    .await;
 }

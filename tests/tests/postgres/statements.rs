@@ -142,6 +142,59 @@ async fn replay_is_one_statement_and_first_execution_two() {
     admin.close().await;
 }
 
+/// WAL records written by the statements of [`DATABASE`] since the last reset.
+async fn wal_records(admin: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(wal_records), 0)::bigint FROM pg_stat_statements
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)",
+    )
+    .bind(DATABASE)
+    .fetch_one(admin)
+    .await
+    .expect("reading pg_stat_statements")
+}
+
+/// The row version of `key` (`xmin` and `ctid`): any update changes it.
+async fn version(store: &PostgresStore, key: &idem_runtime::store::StorageKey) -> String {
+    let sql = format!("SELECT xmin::text || ' ' || ctid::text FROM {} WHERE key = $1", store.table_name());
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(key.as_str()).fetch_one(store.pool()).await.expect("row version")
+}
+
+/// A replay, a 409 and a 422 are reads: no WAL, the row untouched (SPEC 12:
+/// a replay never writes to Postgres). Before, each rewrote the row.
+#[tokio::test(flavor = "multi_thread")]
+async fn replays_and_refusals_never_write() {
+    let Some((_server, admin, store)) = counting_server("postgres_statements reads").await else { return };
+    let done = fresh_key();
+    let Claim::Acquired { token, .. } = store.claim(&done, &fingerprint("a"), LEASE, TTL).await.unwrap() else {
+        panic!("claim not acquired");
+    };
+    assert_eq!(store.complete(&done, token, &response(b"kept"), LEASE).await.unwrap(), Fence::Held);
+    let busy = fresh_key();
+    assert!(matches!(store.claim(&busy, &fingerprint("b"), LEASE, TTL).await.unwrap(), Claim::Acquired { .. }));
+    let (done_before, busy_before) = (version(&store, &done).await, version(&store, &busy).await);
+
+    reset(&admin).await;
+    for _ in 0..5 {
+        assert_eq!(store.claim(&done, &fingerprint("a"), LEASE, TTL).await.unwrap(), Claim::Replay(response(b"kept")));
+        assert_eq!(store.claim(&done, &fingerprint("x"), LEASE, TTL).await.unwrap(), Claim::Mismatch);
+        assert!(matches!(store.claim(&busy, &fingerprint("b"), LEASE, TTL).await.unwrap(), Claim::InFlight { .. }));
+        assert_eq!(store.claim(&busy, &fingerprint("x"), LEASE, TTL).await.unwrap(), Claim::Mismatch);
+    }
+    let (statements, total) = executed(&admin).await;
+    assert_eq!(total, 20, "one statement each: {statements:#?}");
+    assert_eq!(wal_records(&admin).await, 0, "no WAL: {statements:#?}");
+    assert_eq!(version(&store, &done).await, done_before, "the completed row was not rewritten");
+    assert_eq!(version(&store, &busy).await, busy_before, "the in-flight row was not rewritten");
+
+    // A claim that must write still does: a new key.
+    reset(&admin).await;
+    assert!(matches!(store.claim(&fresh_key(), &fingerprint("n"), LEASE, TTL).await.unwrap(), Claim::Acquired { .. }));
+    assert!(wal_records(&admin).await > 0, "a won claim writes");
+    store.pool().close().await;
+    admin.close().await;
+}
+
 /// Inserts one row in its transaction.
 #[idempotent(scope = "route")]
 #[post("/tx")]

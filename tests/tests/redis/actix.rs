@@ -63,6 +63,11 @@ async fn a_redis_outage_is_503_without_running_the_handler_and_recovers() {
 
 #[actix_web::test]
 async fn a_blocked_worker_keeps_every_lease_on_it() {
-    let Some(store) = redis_store("a_blocked_worker_keeps_every_lease_on_it").await else { return };
-    idem_tests::blocking::a_blocked_worker_keeps_every_lease_on_it(std::sync::Arc::new(store)).await;
+    let Some(first) = redis_store("a_blocked_worker_keeps_every_lease_on_it").await else { return };
+    let Some(second) = redis_store("a_blocked_worker_keeps_every_lease_on_it").await else { return };
+    idem_tests::blocking::a_blocked_worker_keeps_every_lease_on_it(
+        std::sync::Arc::new(first),
+        std::sync::Arc::new(second),
+    )
+    .await;
 }
