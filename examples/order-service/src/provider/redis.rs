@@ -45,8 +45,12 @@ impl RedisLedger {
     /// the service) to `url`.
     pub async fn connect(url: &str) -> Result<Self, redis::RedisError> {
         let client = redis::Client::open(url)?;
-        let connection = ConnectionManager::new_with_config(client, idem_runtime::RedisStore::default_config()).await?;
-        Ok(Self { connection, charge_once: Script::new(CHARGE_ONCE) })
+        let mut connection =
+            ConnectionManager::new_with_config(client, idem_runtime::RedisStore::default_config()).await?;
+        let charge_once = Script::new(CHARGE_ONCE);
+        // Loaded now: every charge is then one EVALSHA, the first included.
+        charge_once.load_async(&mut connection).await?;
+        Ok(Self { connection, charge_once })
     }
 }
 

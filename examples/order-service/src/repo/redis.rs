@@ -48,8 +48,14 @@ impl RedisRepo {
     /// fail-fast timeouts) to `url`.
     pub async fn connect(url: &str) -> Result<Self, redis::RedisError> {
         let client = redis::Client::open(url)?;
-        let connection = ConnectionManager::new_with_config(client, idem_runtime::RedisStore::default_config()).await?;
-        Ok(Self { connection, insert_order: Script::new(INSERT_ORDER) })
+        let mut connection =
+            ConnectionManager::new_with_config(client, idem_runtime::RedisStore::default_config()).await?;
+        let insert_order = Script::new(INSERT_ORDER);
+        // Loaded now: every insert is then one EVALSHA, the first included,
+        // and a first execution of `POST /orders` three round trips in all
+        // (claim, insert, completion).
+        insert_order.load_async(&mut connection).await?;
+        Ok(Self { connection, insert_order })
     }
 }
 
