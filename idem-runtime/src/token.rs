@@ -10,11 +10,14 @@ use std::fmt;
 pub struct FencingToken(u128);
 
 impl FencingToken {
-    /// A fresh random token, from the thread's cryptographic generator
-    /// (ChaCha, seeded and reseeded from the operating system): no system
-    /// call per claim.
+    /// A fresh random token, straight from the operating system (a
+    /// user-space generator would repeat its tokens in both halves of a
+    /// `fork`).
     pub fn generate() -> Self {
-        Self(rand::random())
+        let mut bytes = [0u8; 16];
+        // The OS random source failing is not something a request can recover from.
+        getrandom::fill(&mut bytes).expect("the operating system's random source failed");
+        Self(u128::from_be_bytes(bytes))
     }
 
     /// The token as 16 big-endian bytes.

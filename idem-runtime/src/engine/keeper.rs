@@ -22,6 +22,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -50,6 +51,17 @@ struct Inbox {
     state: Mutex<InboxState>,
     /// Wakes the keeper (a permit is kept if it is not waiting).
     wake_up: Notify,
+    /// The keeper thread has ended (it panicked): nothing renews.
+    stopped: AtomicBool,
+}
+
+/// Marks the inbox stopped when the keeper thread ends, however it ends.
+struct Stopped(Arc<Inbox>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.0.stopped.store(true, Ordering::Release);
+    }
 }
 
 #[derive(Default)]
@@ -66,6 +78,12 @@ const INBOX_BATCH: usize = 4096;
 /// Hands a lease to the keeper, starting it on first use.
 pub(crate) fn keep(lease: Arc<LeaseState>) {
     let keeper = KEEPER.get_or_init(start);
+    if keeper.inbox.stopped.load(Ordering::Acquire) {
+        // Nothing renews: the lease ends at its deadline and the
+        // completion is refused by its fence.
+        tracing::error!("the idempotency lease keeper is not running; this lease will not be renewed");
+        return;
+    }
     let due = first_renewal(&lease);
     let mut inbox = keeper.inbox.state.lock();
     inbox.leases.push(lease);
@@ -106,7 +124,10 @@ fn start() -> Keeper {
     let handle = runtime.handle().clone();
     std::thread::Builder::new()
         .name("idem-lease-keeper".into())
-        .spawn(move || runtime.block_on(run(leases)))
+        .spawn(move || {
+            let _stopped = Stopped(Arc::clone(&leases));
+            runtime.block_on(run(leases));
+        })
         .expect("starting the lease keeper thread");
     Keeper { inbox, runtime: handle }
 }
@@ -160,7 +181,10 @@ async fn run(inbox: Arc<Inbox>) {
             Some(answer) = answers.recv() => apply(&mut kept, answer),
             () = sleep_until(wake) => {}
         }
-        for lease in std::mem::take(&mut inbox.state.lock().leases) {
+        // Taken under the lock, filed after it: handing over never waits
+        // for the filing.
+        let handed_over = std::mem::take(&mut inbox.state.lock().leases);
+        for lease in handed_over {
             kept.insert(next_id, Kept::new(lease));
             next_id += 1;
         }

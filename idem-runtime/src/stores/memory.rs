@@ -84,9 +84,11 @@ impl Entry {
     }
 }
 
-/// What a record costs besides its key and state: its map slot, its
-/// entries in the deadline index, the key's allocation and the fingerprint.
-const OVERHEAD: usize = 192;
+/// What a record costs besides its key and state, an estimate on the
+/// generous side: its map slot (with the map's slack), two entries in the
+/// deadline index, the key's allocation, the fingerprint, and the
+/// allocations of a stored response's body and headers.
+const OVERHEAD: usize = 384;
 
 /// `now + duration`, saturating far in the future instead of overflowing.
 fn deadline(now: Instant, duration: Duration) -> Instant {
@@ -202,9 +204,12 @@ impl Inner {
         freed
     }
 
-    /// Records `key`'s new end in the index.
+    /// Records `key`'s new end in the index (and rebuilds the index when
+    /// stale entries pile up: one key claimed, released and claimed again
+    /// adds one each time).
     fn index(&mut self, key: Arc<str>, at: Instant) {
         self.deadlines.push(Reverse((at, key)));
+        self.compact();
     }
 
     /// The index holds one entry per record and per moved end; when stale
@@ -272,6 +277,7 @@ impl Store for MemoryStore {
         if let Some((stored_key, extra, token, attempt)) = took_over {
             inner.bytes += extra;
             inner.index(stored_key, expires_at);
+            inner.publish();
             return Ok(Claim::Acquired { token, attempt });
         }
         // No record, or an expired one.
@@ -294,7 +300,6 @@ impl Store for MemoryStore {
         inner.records.insert(Arc::clone(&stored_key), entry);
         inner.bytes += size;
         inner.index(stored_key, expires_at);
-        inner.compact();
         inner.publish();
         Ok(Claim::Acquired { token, attempt: Attempt::First })
     }
@@ -363,6 +368,7 @@ impl Store for MemoryStore {
             Some(entry) if entry.owned_by(token, now) => {
                 entry.state = State::Released;
                 inner.bytes -= RESERVED;
+                inner.publish();
                 Ok(Fence::Held)
             }
             _ => Ok(Fence::Lost),
@@ -464,6 +470,22 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         keep(&store, &key(999), Duration::from_secs(60)).await.unwrap();
         assert_eq!(store.len(), 1, "the expired records made room");
+    }
+
+    #[tokio::test]
+    async fn the_index_stays_small_when_one_key_is_claimed_again_and_again() {
+        let store = MemoryStore::new();
+        let k = key(7);
+        for _ in 0..20_000 {
+            let Claim::Acquired { token, .. } =
+                store.claim(&k, &fingerprint(), Duration::from_secs(30), Duration::from_secs(3600)).await.unwrap()
+            else {
+                panic!("not acquired");
+            };
+            assert_eq!(store.release(&k, token).await.unwrap(), Fence::Held);
+        }
+        let index = store.inner.lock().deadlines.len();
+        assert!(index <= 2 + 1024 + 1, "{index} index entries for one record");
     }
 
     #[tokio::test]
