@@ -73,7 +73,11 @@ impl<'a> Parser<'a> {
             return None;
         }
         self.eat(b'{')?;
-        let mut members: Vec<(Cow<'a, str>, Vec<u8>)> = Vec::new();
+        // Each value is written at the end of `out` as it is read, then the
+        // members are laid out again in key order: one copy per object, no
+        // buffer per member.
+        let start = out.len();
+        let mut members: Vec<(Cow<'a, str>, std::ops::Range<usize>)> = Vec::new();
         self.skip_ws();
         if self.eat(b'}').is_none() {
             loop {
@@ -82,9 +86,9 @@ impl<'a> Parser<'a> {
                 self.skip_ws();
                 self.eat(b':')?;
                 self.skip_ws();
-                let mut value = Vec::new();
-                self.value(&mut value, depth)?;
-                members.push((key, value));
+                let from = out.len() - start;
+                self.value(out, depth)?;
+                members.push((key, from..out.len() - start));
                 self.skip_ws();
                 if self.eat(b',').is_none() {
                     self.eat(b'}')?;
@@ -92,8 +96,11 @@ impl<'a> Parser<'a> {
                 }
             }
         }
+        let values = out.split_off(start);
         // Stable: members with equal keys keep their relative order.
-        members.sort_by(|a, b| a.0.cmp(&b.0));
+        if !members.is_sorted_by(|a, b| a.0 <= b.0) {
+            members.sort_by(|a, b| a.0.cmp(&b.0));
+        }
         out.push(b'{');
         for (index, (key, value)) in members.iter().enumerate() {
             if index > 0 {
@@ -101,7 +108,7 @@ impl<'a> Parser<'a> {
             }
             write_string(out, key);
             out.push(b':');
-            out.extend_from_slice(value);
+            out.extend_from_slice(&values[value.clone()]);
         }
         out.push(b'}');
         Some(())
@@ -258,5 +265,59 @@ mod tests {
         assert!(canon(&ok).is_some());
         let too_deep = format!("{}{}", "[".repeat(MAX_DEPTH + 1), "]".repeat(MAX_DEPTH + 1));
         assert_eq!(canon(&too_deep), None);
+    }
+
+    /// A JSON value with integer numbers (kept as written either way) and
+    /// members written in a shuffled order, with whitespace.
+    fn written(value: &serde_json::Value, seed: &mut u64) -> String {
+        let mut next = || {
+            *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (*seed >> 33) as usize
+        };
+        match value {
+            serde_json::Value::Object(map) => {
+                let mut members: Vec<_> = map.iter().collect();
+                for i in (1..members.len()).rev() {
+                    members.swap(i, next() % (i + 1));
+                }
+                let parts: Vec<String> = members
+                    .into_iter()
+                    .map(|(k, v)| format!("{} : {}", serde_json::to_string(k).unwrap(), written(v, seed)))
+                    .collect();
+                format!("{{ {} }}", parts.join(" ,\n"))
+            }
+            serde_json::Value::Array(items) => {
+                format!("[ {} ]", items.iter().map(|v| written(v, seed)).collect::<Vec<_>>().join(", "))
+            }
+            other => serde_json::to_string(other).unwrap(),
+        }
+    }
+
+    fn json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::Bool),
+            any::<i64>().prop_map(|n| serde_json::json!(n)),
+            "\\PC{0,8}".prop_map(serde_json::Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::Array),
+                proptest::collection::btree_map("\\PC{0,6}", inner, 0..6)
+                    .prop_map(|map| serde_json::Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Any member order and whitespace gives serde_json's sorted,
+        /// compact form (integers only: serde_json rewrites other numbers).
+        #[test]
+        fn any_order_and_spacing_is_the_sorted_compact_form(value in json(), seed in proptest::prelude::any::<u64>()) {
+            let mut seed = seed;
+            let text = written(&value, &mut seed);
+            proptest::prop_assert_eq!(canon(&text), Some(serde_json::to_string(&value).unwrap()), "{}", text);
+        }
     }
 }

@@ -83,9 +83,24 @@ impl StorageKey {
     }
 
     fn from_parts(scope: &str, subject: &str, method: &str, route: &str, key: &str) -> Self {
-        let digest = hex::encode(Sha256::digest(encode(scope, subject, method, route, key).as_bytes()));
-        let (tag, rest) = digest.split_at(32);
-        Self { encoded: format!("idem:v{FORMAT_VERSION}:{{{tag}}}:{rest}") }
+        // The hash of `encode(..)`, fed part by part (no intermediate string).
+        let mut hasher = Sha256::new();
+        hasher.update(b"v");
+        hasher.update(decimal(FORMAT_VERSION as usize, &mut [0; 20]));
+        for part in [scope, subject, method, route, key] {
+            hasher.update(b"|");
+            hasher.update(decimal(part.len(), &mut [0; 20]));
+            hasher.update(b":");
+            hasher.update(part.as_bytes());
+        }
+        let digest = hasher.finalize();
+        let mut encoded = String::with_capacity(PREFIX.len() + 68);
+        encoded.push_str(PREFIX);
+        encoded.push('{');
+        push_hex(&mut encoded, &digest[..16]);
+        encoded.push_str("}:");
+        push_hex(&mut encoded, &digest[16..]);
+        Self { encoded }
     }
 
     /// The full encoded key, as stores should use it.
@@ -120,7 +135,35 @@ impl StorageKey {
     }
 }
 
-/// The injective encoding of the tuple: each part as `<byte length>:<bytes>`.
+/// What every storage key starts with.
+const PREFIX: &str = "idem:v1:";
+const _: () = assert!(FORMAT_VERSION == 1, "PREFIX names the format version");
+
+/// `n` in decimal, written into `buf`.
+fn decimal(mut n: usize, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
+/// Appends `bytes` in lower-case hex.
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
+}
+
+/// The injective encoding of the tuple: each part as `<byte length>:<bytes>`
+/// (what [`StorageKey::from_parts`] hashes).
+#[cfg_attr(not(test), allow(dead_code))]
 fn encode(scope: &str, subject: &str, method: &str, route: &str, key: &str) -> String {
     let mut body = format!("v{FORMAT_VERSION}");
     for part in [scope, subject, method, route, key] {
@@ -141,6 +184,23 @@ impl fmt::Debug for StorageKey {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_key_is_the_hash_of_the_encoding_as_written_before() {
+        use sha2::{Digest, Sha256};
+        let long = "k".repeat(255);
+        for (scope, subject, method, route, key) in [
+            ("user", "alice", "POST", "/orders", "abc"),
+            ("route", "", "PUT", "/orders/{id}", long.as_str()),
+            ("global", "", "", "", "1"),
+            ("user", "a:b|c", "POST", "/x", "é"),
+        ] {
+            let digest = hex::encode(Sha256::digest(encode(scope, subject, method, route, key).as_bytes()));
+            let (tag, rest) = digest.split_at(32);
+            let expected = format!("idem:v1:{{{tag}}}:{rest}");
+            assert_eq!(StorageKey::from_parts(scope, subject, method, route, key).as_str(), expected);
+        }
+    }
+
     #[test]
     fn derived_keys_depend_on_the_key_the_request_and_the_label() {
         use crate::fingerprint::{Fingerprint, RequestParts};
