@@ -1,6 +1,21 @@
 //! Fencing tokens: proof that an execution still owns its key.
 
+use std::cell::RefCell;
 use std::fmt;
+
+/// Tokens drawn per system call.
+const BATCH: usize = 32;
+
+/// A thread's batch of random bytes, and the process it was drawn in.
+struct Batch {
+    bytes: [u8; BATCH * 16],
+    next: usize,
+    pid: u32,
+}
+
+thread_local! {
+    static BATCH_OF_THREAD: RefCell<Batch> = const { RefCell::new(Batch { bytes: [0; BATCH * 16], next: BATCH, pid: 0 }) };
+}
 
 /// An opaque, unguessable proof of ownership of an in-flight record.
 ///
@@ -10,14 +25,28 @@ use std::fmt;
 pub struct FencingToken(u128);
 
 impl FencingToken {
-    /// A fresh random token, straight from the operating system (a
-    /// user-space generator would repeat its tokens in both halves of a
-    /// `fork`).
+    /// A fresh random token from the operating system's generator, drawn
+    /// in batches per thread (one system call for 32 tokens). A batch
+    /// is never used by two processes: a thread that finds itself in
+    /// another process (after a `fork`) draws a new one first.
     pub fn generate() -> Self {
-        let mut bytes = [0u8; 16];
-        // The OS random source failing is not something a request can recover from.
-        getrandom::fill(&mut bytes).expect("the operating system's random source failed");
-        Self(u128::from_be_bytes(bytes))
+        BATCH_OF_THREAD.with(|batch| {
+            let mut batch = batch.borrow_mut();
+            let pid = std::process::id();
+            if batch.next == BATCH || batch.pid != pid {
+                // The OS random source failing is not something a request can recover from.
+                getrandom::fill(&mut batch.bytes).expect("the operating system's random source failed");
+                batch.next = 0;
+                batch.pid = pid;
+            }
+            let at = batch.next * 16;
+            batch.next += 1;
+            let mut token = [0u8; 16];
+            token.copy_from_slice(&batch.bytes[at..at + 16]);
+            // Used bytes are wiped: a token is never kept where it was drawn.
+            batch.bytes[at..at + 16].fill(0);
+            Self(u128::from_be_bytes(token))
+        })
     }
 
     /// The token as 16 big-endian bytes.
@@ -60,5 +89,12 @@ mod tests {
         assert_eq!(FencingToken::from_bytes(a.to_bytes()), a);
         assert_eq!(FencingToken::from_hex("12"), None);
         assert_eq!(FencingToken::from_hex(&"g".repeat(32)), None);
+    }
+
+    #[test]
+    fn batches_never_repeat_a_token() {
+        let tokens: std::collections::HashSet<_> = (0..BATCH * 10).map(|_| FencingToken::generate()).collect();
+        assert_eq!(tokens.len(), BATCH * 10);
+        assert!(!tokens.contains(&FencingToken(0)), "a wiped slot is never handed out");
     }
 }
