@@ -8,6 +8,7 @@ use std::time::Duration;
 use idem_tests::crash_checks::{
     crash_after_charge, crash_after_order_insert, create_after_the_lease, pay_after_the_lease,
 };
+use idem_tests::http::{fresh_key, send};
 use idem_tests::order_checks::{
     contract, failure_outcomes, kill_during_payment, sigterm_drains_a_payment_whose_client_left, stats, storms,
 };
@@ -60,4 +61,63 @@ async fn a_crash_after_the_order_insert_on_redis_leaves_one_order() {
     // id from the derived key, and the repository keeps the first order.
     assert_eq!(stats(&service).await.0, crashed.orders_before + 1, "the order was written before the crash");
     create_after_the_lease(&service, &crashed).await;
+}
+
+/// The commands clients send to a Redis server, as `MONITOR` shows them
+/// (those a script runs are marked `lua]` there and left out).
+struct Monitor {
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Monitor {
+    fn start(url: &str) -> Self {
+        use std::io::{BufRead, BufReader, Write};
+        let address = url.trim_start_matches("redis://").trim_end_matches('/');
+        let mut stream = std::net::TcpStream::connect(address).expect("connecting to redis for MONITOR");
+        stream.write_all(b"MONITOR\r\n").expect("sending MONITOR");
+        let mut reader = BufReader::new(stream);
+        let mut ok = String::new();
+        reader.read_line(&mut ok).expect("reading MONITOR's answer");
+        assert_eq!(ok.trim(), "+OK");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in reader.lines() {
+                let Ok(line) = line else { return };
+                if !line.contains("lua]") && !line.contains("\"PING\"") {
+                    kept.lock().unwrap().push(line);
+                }
+            }
+        });
+        Self { lines }
+    }
+
+    fn take(&self) -> Vec<String> {
+        std::thread::sleep(Duration::from_millis(300));
+        std::mem::take(&mut *self.lines.lock().unwrap())
+    }
+}
+
+/// SPEC 12 and issue 13: a first execution of `POST /orders` on Redis is
+/// three round trips in all (claim, the order's insert, completion), the
+/// very first one included; a replay is one.
+#[actix_web::test]
+async fn a_first_order_on_redis_is_three_round_trips_and_a_replay_one() {
+    let Some(redis) = RedisServer::start("a_first_order_on_redis_is_three_round_trips_and_a_replay_one") else {
+        return;
+    };
+    let service = OrderService::start(&redis.url(), 0).await;
+    let monitor = Monitor::start(&redis.url());
+    let _ = monitor.take();
+    let key = fresh_key();
+    let body = r#"{"customer_id":"cus_1","amount_cents":1200,"currency":"EUR"}"#;
+    let first = send(&service.at("/orders"), Some("dora"), Some(&key), Some(body)).await;
+    assert_eq!(first.status.as_u16(), 201, "{first:?}");
+    let commands = monitor.take();
+    assert_eq!(commands.len(), 3, "claim, insert, completion: {commands:#?}");
+    assert!(commands.iter().all(|c| c.contains("\"EVALSHA\"")), "{commands:#?}");
+    let replay = send(&service.at("/orders"), Some("dora"), Some(&key), Some(body)).await;
+    assert_eq!(replay.replayed.as_deref(), Some("true"), "{replay:?}");
+    let commands = monitor.take();
+    assert_eq!(commands.len(), 1, "the claim alone: {commands:#?}");
 }
