@@ -17,7 +17,7 @@ pub(crate) const MAX_DEPTH: usize = 128;
 /// Canonical form of `body`, or `None` if it is not a single JSON document.
 pub(crate) fn canonicalize(body: &[u8]) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(body).ok()?;
-    let mut parser = Parser { text, pos: 0 };
+    let mut parser = Parser { text, pos: 0, members: Vec::new(), values: Vec::new() };
     let mut out = Vec::with_capacity(body.len());
     parser.skip_ws();
     parser.value(&mut out, 0)?;
@@ -28,6 +28,12 @@ pub(crate) fn canonicalize(body: &[u8]) -> Option<Vec<u8>> {
 struct Parser<'a> {
     text: &'a str,
     pos: usize,
+    /// The members of the objects being read, innermost last: each object
+    /// uses the part above where it started (no buffer per object).
+    members: Vec<(Cow<'a, str>, std::ops::Range<usize>)>,
+    /// Where an object's values wait while its members are written in key
+    /// order; used as a stack like `members`.
+    values: Vec<u8>,
 }
 
 impl<'a> Parser<'a> {
@@ -51,7 +57,7 @@ impl<'a> Parser<'a> {
             b'[' => self.array(out, depth + 1),
             b'"' => {
                 let string = self.string()?;
-                write_string(out, &string);
+                write_key(out, &string);
                 Some(())
             }
             b't' => self.literal(out, "true"),
@@ -74,10 +80,9 @@ impl<'a> Parser<'a> {
         }
         self.eat(b'{')?;
         // Each value is written at the end of `out` as it is read, then the
-        // members are laid out again in key order: one copy per object, no
-        // buffer per member.
+        // members are laid out again in key order.
         let start = out.len();
-        let mut members: Vec<(Cow<'a, str>, std::ops::Range<usize>)> = Vec::new();
+        let first = self.members.len();
         self.skip_ws();
         if self.eat(b'}').is_none() {
             loop {
@@ -88,7 +93,7 @@ impl<'a> Parser<'a> {
                 self.skip_ws();
                 let from = out.len() - start;
                 self.value(out, depth)?;
-                members.push((key, from..out.len() - start));
+                self.members.push((key, from..out.len() - start));
                 self.skip_ws();
                 if self.eat(b',').is_none() {
                     self.eat(b'}')?;
@@ -96,7 +101,10 @@ impl<'a> Parser<'a> {
                 }
             }
         }
-        let values = out.split_off(start);
+        let base = self.values.len();
+        self.values.extend_from_slice(&out[start..]);
+        out.truncate(start);
+        let members = &mut self.members[first..];
         // Stable: members with equal keys keep their relative order.
         if !members.is_sorted_by(|a, b| a.0 <= b.0) {
             members.sort_by(|a, b| a.0.cmp(&b.0));
@@ -106,11 +114,13 @@ impl<'a> Parser<'a> {
             if index > 0 {
                 out.push(b',');
             }
-            write_string(out, key);
+            write_key(out, key);
             out.push(b':');
-            out.extend_from_slice(&values[value.clone()]);
+            out.extend_from_slice(&self.values[base + value.start..base + value.end]);
         }
         out.push(b'}');
+        self.members.truncate(first);
+        self.values.truncate(base);
         Some(())
     }
 
@@ -145,15 +155,16 @@ impl<'a> Parser<'a> {
         let bytes = self.text.as_bytes();
         let mut escaped = false;
         loop {
-            match bytes.get(self.pos)? {
+            let rest = bytes.get(self.pos..)?;
+            self.pos += rest.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+            match bytes[self.pos] {
                 b'"' => break,
                 b'\\' => {
                     escaped = true;
                     self.pos += 2;
                 }
                 // Control characters must be escaped in JSON.
-                0..=0x1f => return None,
-                _ => self.pos += 1,
+                _ => return None,
             }
         }
         self.pos += 1;
@@ -194,6 +205,19 @@ impl<'a> Parser<'a> {
         while self.peek().is_some_and(|b| b.is_ascii_digit()) {
             self.pos += 1;
         }
+    }
+}
+
+/// Writes a string the parser read: one it borrowed has no backslash and
+/// no control character (the parser refuses those), so nothing to escape.
+fn write_key(out: &mut Vec<u8>, value: &Cow<'_, str>) {
+    match value {
+        Cow::Borrowed(plain) => {
+            out.push(b'"');
+            out.extend_from_slice(plain.as_bytes());
+            out.push(b'"');
+        }
+        Cow::Owned(decoded) => write_string(out, decoded),
     }
 }
 
