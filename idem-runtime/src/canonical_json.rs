@@ -210,6 +210,7 @@ impl<'a> Parser<'a> {
 
 /// Writes a string the parser read: one it borrowed has no backslash and
 /// no control character (the parser refuses those), so nothing to escape.
+#[allow(clippy::ptr_arg, reason = "borrowed or owned is what tells whether it may need escaping")]
 fn write_key(out: &mut Vec<u8>, value: &Cow<'_, str>) {
     match value {
         Cow::Borrowed(plain) => {
