@@ -16,6 +16,7 @@
 //! Each part is length-prefixed before hashing, so no two different
 //! requests can feed the hash the same bytes (`/a` + `b=1` vs `/ab` + `=1`).
 
+use std::borrow::Cow;
 use std::fmt;
 
 use sha2::{Digest, Sha256};
@@ -105,8 +106,13 @@ impl fmt::Debug for Fingerprint {
 
 /// The essence of a `Content-Type` (`type/subtype`, lower case, no
 /// parameters).
-fn media_type(content_type: &str) -> String {
-    content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase()
+fn media_type(content_type: &str) -> Cow<'_, str> {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    if essence.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(essence.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(essence)
+    }
 }
 
 /// Whether a media type (as [`media_type`] gives it) is JSON:

@@ -24,6 +24,12 @@ pub(crate) fn route_of(req: &HttpRequest) -> String {
         return UNMATCHED_ROUTE.to_owned();
     }
     let Some(pattern) = req.match_pattern() else { return UNMATCHED_ROUTE.to_owned() };
+    // No parameter on either side (most routes): the shape is the path.
+    let info = req.match_info();
+    if info.iter().next().is_none() && !pattern.contains('{') {
+        let path = info.as_str();
+        return if path == pattern { pattern } else { format!("{pattern} | {path}") };
+    }
     match shape(req) {
         Some(shape) if shape != plain(&pattern) => format!("{pattern} | {shape}"),
         _ => pattern,
@@ -112,6 +118,7 @@ mod tests {
         let app = init_service(
             App::new()
                 .service(web::resource(["/a", "/b/{id}"]).route(web::post().to(route)))
+                .service(web::resource(["/p", "/q"]).route(web::post().to(route)))
                 .service(web::resource(r"/orders/{id:\d+}/items/{tail}*").route(web::post().to(route)))
                 .service(web::scope("/t/{tenant}").service(web::resource("/x/{id}").route(web::post().to(route)))),
         )
@@ -126,6 +133,8 @@ mod tests {
         assert_eq!(route("/a").await, "/a");
         assert_eq!(route("/b/7").await, "/a | /b/{id}", "the second pattern is told apart");
         assert_eq!(route("/b/a").await, "/a | /b/{id}", "a value equal to a static part");
+        assert_eq!(route("/p").await, "/p");
+        assert_eq!(route("/q").await, "/p | /q", "patterns without parameters are told apart too");
         assert_eq!(route("/orders/12/items/x/y").await, r"/orders/{id:\d+}/items/{tail}*", "single patterns unchanged");
         assert_eq!(route("/t/acme/x/9").await, "/t/{tenant}/x/{id}");
     }
