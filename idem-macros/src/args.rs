@@ -18,7 +18,8 @@ use crate::duration::{hint, parse_duration};
 use crate::errors::combine;
 
 /// Every argument, in the order the docs list them.
-const NAMES: [&str; 8] = ["ttl", "scope", "lock_ttl", "header", "required", "in_flight", "wait", "crate"];
+const NAMES: [&str; 10] =
+    ["ttl", "scope", "key", "fingerprint_headers", "lock_ttl", "header", "required", "in_flight", "wait", "crate"];
 
 /// A value given in the attribute, with the spans of its name and literal.
 pub(crate) struct Given<T> {
@@ -37,6 +38,17 @@ pub(crate) enum Scope {
     Global,
 }
 
+/// Where the key comes from (`key = "..."`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum KeySource {
+    /// The `header` argument's header.
+    Header,
+    /// A path parameter, by name.
+    Path(String),
+    /// An RFC 6901 JSON pointer into the body.
+    Json(String),
+}
+
 /// What a concurrent duplicate gets (`in_flight = "..."`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum InFlightMode {
@@ -50,6 +62,8 @@ pub(crate) enum InFlightMode {
 pub(crate) struct Args {
     pub(crate) ttl: Option<Given<Duration>>,
     pub(crate) scope: Option<Given<Scope>>,
+    pub(crate) key: Option<Given<KeySource>>,
+    pub(crate) fingerprint_headers: Option<Given<Vec<String>>>,
     pub(crate) lock_ttl: Option<Given<Duration>>,
     pub(crate) header: Option<Given<String>>,
     pub(crate) required: Option<Given<bool>>,
@@ -133,6 +147,8 @@ impl Args {
         match name.as_deref() {
             Some("ttl") => self.set_ttl(arg),
             Some("scope") => self.set_scope(arg),
+            Some("key") => self.set_key(arg),
+            Some("fingerprint_headers") => self.set_fingerprint_headers(arg),
             Some("lock_ttl") => self.set_lock_ttl(arg),
             Some("header") => self.set_header(arg),
             Some("required") => self.set_required(arg),
@@ -170,6 +186,72 @@ impl Args {
             }
         };
         self.scope = Some(arg.given(scope, lit.span()));
+        Ok(())
+    }
+
+    fn set_key(&mut self, arg: &Arg) -> syn::Result<()> {
+        let value = arg.value("key", "\"json:/id\"")?;
+        arg.once(&self.key, "key")?;
+        let lit = string(value, "key", "\"json:/id\"")?;
+        let text = lit.value();
+        let source = key_source(&text).map_err(|problem| {
+            syn::Error::new(
+                lit.span(),
+                format!(
+                    "invalid `key` \"{}\": {problem}; expected \"header\", \"path:NAME\" (a path parameter) \
+                     or \"json:/POINTER\" (an RFC 6901 pointer into the body, such as \"json:/id\")",
+                    text.escape_debug()
+                ),
+            )
+        })?;
+        self.key = Some(arg.given(source, lit.span()));
+        Ok(())
+    }
+
+    fn set_fingerprint_headers(&mut self, arg: &Arg) -> syn::Result<()> {
+        const EXAMPLE: &str = "[\"x-account-id\"]";
+        let value = arg.value("fingerprint_headers", EXAMPLE)?;
+        arg.once(&self.fingerprint_headers, "fingerprint_headers")?;
+        let Expr::Array(array) = ungrouped(value) else {
+            return Err(syn::Error::new_spanned(
+                value,
+                format!(
+                    "`fingerprint_headers` expects a list of header names, for example `fingerprint_headers = {EXAMPLE}`"
+                ),
+            ));
+        };
+        let mut names: Vec<String> = Vec::new();
+        let mut errors = Vec::new();
+        for element in &array.elems {
+            let lit = match string(element, "fingerprint_headers", EXAMPLE) {
+                Ok(lit) => lit,
+                Err(error) => {
+                    errors.push(error);
+                    continue;
+                }
+            };
+            let name = lit.value().to_ascii_lowercase();
+            if let Some(problem) = header_name_problem(&name) {
+                errors.push(syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "invalid header name \"{}\" in `fingerprint_headers`: {problem}",
+                        lit.value().escape_debug()
+                    ),
+                ));
+            } else if names.contains(&name) {
+                errors.push(syn::Error::new(
+                    lit.span(),
+                    format!("`fingerprint_headers` names \"{name}\" twice (header names ignore case); keep one"),
+                ));
+            } else {
+                names.push(name);
+            }
+        }
+        if let Some(error) = combine(errors) {
+            return Err(error);
+        }
+        self.fingerprint_headers = Some(arg.given(names, array.bracket_token.span.join()));
         Ok(())
     }
 
@@ -342,6 +424,37 @@ fn duration(arg: &Arg, value: &Expr, name: &str, example: &str) -> syn::Result<G
     }
 }
 
+/// Reads a key source: `header`, `path:NAME` or `json:/POINTER`.
+fn key_source(text: &str) -> Result<KeySource, String> {
+    if text == "header" {
+        return Ok(KeySource::Header);
+    }
+    if let Some(name) = text.strip_prefix("path:") {
+        if name.is_empty() {
+            return Err("the path parameter's name is missing".to_owned());
+        }
+        if let Some(bad) = name.chars().find(|&ch| !(ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')) {
+            return Err(format!(
+                "{bad:?} cannot be part of a path parameter's name (write the name alone: \"path:id\" for `{{id}}`)"
+            ));
+        }
+        return Ok(KeySource::Path(name.to_owned()));
+    }
+    if let Some(pointer) = text.strip_prefix("json:") {
+        if !pointer.starts_with('/') {
+            return Err("a JSON pointer starts with `/` (\"json:/id\", \"json:/data/object/id\")".to_owned());
+        }
+        let mut chars = pointer.chars();
+        while let Some(ch) = chars.next() {
+            if ch == '~' && !matches!(chars.next(), Some('0' | '1')) {
+                return Err("in a JSON pointer `~` must be followed by `0` (for `~`) or `1` (for `/`)".to_owned());
+            }
+        }
+        return Ok(KeySource::Json(pointer.to_owned()));
+    }
+    Err("unknown key source".to_owned())
+}
+
 /// Why `name` is not an HTTP header name (an RFC 9110 token), if it is not.
 fn header_name_problem(name: &str) -> Option<String> {
     if name.is_empty() {
@@ -415,7 +528,8 @@ mod tests {
 
     #[test]
     fn unknown_argument_lists_the_allowed_ones() {
-        let allowed = "`ttl`, `scope`, `lock_ttl`, `header`, `required`, `in_flight`, `wait`, `crate`";
+        let allowed = "`ttl`, `scope`, `key`, `fingerprint_headers`, `lock_ttl`, `header`, `required`, `in_flight`, \
+                       `wait`, `crate`";
         assert_eq!(
             error(quote!(tll = "24h")),
             format!("unknown argument `tll`; expected one of {allowed} (did you mean `ttl`?)")
@@ -423,6 +537,27 @@ mod tests {
         assert_eq!(error(quote!(expiry = "24h")), format!("unknown argument `expiry`; expected one of {allowed}"));
         assert!(error(quote!(inflight = "wait")).ends_with("(did you mean `in_flight`?)"));
         assert!(error(quote!(Lock_TTL = "1m")).ends_with("(did you mean `lock_ttl`?)"));
+    }
+
+    #[test]
+    fn reads_key_sources_and_fingerprint_headers() {
+        let args = parse(quote!(key = "json:/data/object/id", fingerprint_headers = ["X-Account-Id", "x-tenant"]));
+        assert_eq!(args.key.map(|g| g.value), Some(KeySource::Json("/data/object/id".into())));
+        assert_eq!(args.fingerprint_headers.map(|g| g.value), Some(vec!["x-account-id".into(), "x-tenant".into()]));
+        assert_eq!(parse(quote!(key = "path:order_id")).key.map(|g| g.value), Some(KeySource::Path("order_id".into())));
+        assert_eq!(parse(quote!(key = "header")).key.map(|g| g.value), Some(KeySource::Header));
+        assert_eq!(
+            parse(quote!(key = "json:/a~1b/~0c")).key.map(|g| g.value),
+            Some(KeySource::Json("/a~1b/~0c".into()))
+        );
+        assert!(error(quote!(key = "json:id")).contains("a JSON pointer starts with `/`"));
+        assert!(error(quote!(key = "json:/a~2")).contains("`~` must be followed by `0`"));
+        assert!(error(quote!(key = "path:")).contains("name is missing"));
+        assert!(error(quote!(key = "path:{id}")).contains("'{' cannot be part"));
+        assert!(error(quote!(key = "query:id")).contains("unknown key source"));
+        assert!(error(quote!(fingerprint_headers = "x-a")).contains("expects a list of header names"));
+        assert!(error(quote!(fingerprint_headers = ["x a"])).contains("invalid header name"));
+        assert!(error(quote!(fingerprint_headers = ["X-A", "x-a"])).contains("twice"));
     }
 
     #[test]

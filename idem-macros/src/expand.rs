@@ -6,7 +6,7 @@ use proc_macro2::{Delimiter, Group, Ident, Literal, Span, TokenStream, TokenTree
 use quote::{ToTokens, format_ident, quote};
 use syn::{Attribute, GenericParam, ItemFn, Visibility};
 
-use crate::args::Scope;
+use crate::args::{KeySource, Scope};
 use crate::attrs::{Place, is_lint_level, place};
 use crate::validate::{InFlight, Options};
 
@@ -194,6 +194,18 @@ fn route_options_value(options: &Options, private: &TokenStream) -> TokenStream 
         Scope::Global => quote!(Global),
     };
     let header = Literal::string(&options.header);
+    let key = match &options.key {
+        KeySource::Header => quote!(#private::KeySource::Header),
+        KeySource::Path(name) => {
+            let name = Literal::string(name);
+            quote!(#private::KeySource::Path(#name))
+        }
+        KeySource::Json(pointer) => {
+            let pointer = Literal::string(pointer);
+            quote!(#private::KeySource::Json(#pointer))
+        }
+    };
+    let fingerprint_headers = options.fingerprint_headers.iter().map(|name| Literal::string(name));
     let required = options.required;
     let in_flight = match options.in_flight {
         InFlight::Reject => quote!(#private::InFlight::Reject),
@@ -207,6 +219,8 @@ fn route_options_value(options: &Options, private: &TokenStream) -> TokenStream 
             ttl: #ttl,
             lock_ttl: #lock_ttl,
             scope: #private::Scope::#scope,
+            key: #key,
+            fingerprint_headers: &[#(#fingerprint_headers),*],
             header: #header,
             required: #required,
             in_flight: #in_flight,

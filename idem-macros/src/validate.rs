@@ -7,7 +7,7 @@ use proc_macro2::{Ident, TokenStream, TokenTree};
 use quote::quote;
 use syn::ItemFn;
 
-use crate::args::{Args, Given, InFlightMode, Scope};
+use crate::args::{Args, Given, InFlightMode, KeySource, Scope};
 use crate::errors::combine;
 
 /// Default of `ttl`.
@@ -28,6 +28,8 @@ pub(crate) struct Options {
     pub(crate) ttl: Duration,
     pub(crate) lock_ttl: Duration,
     pub(crate) scope: Scope,
+    pub(crate) key: KeySource,
+    pub(crate) fingerprint_headers: Vec<String>,
     pub(crate) header: String,
     pub(crate) required: bool,
     pub(crate) in_flight: InFlight,
@@ -61,10 +63,21 @@ impl Args {
             ));
         }
 
+        let key = self.key.as_ref().map_or(KeySource::Header, |given| given.value.clone());
+        if let (Some(header), false) = (&self.header, key == KeySource::Header) {
+            errors.push(argument_error(
+                header,
+                "`header` only applies with `key = \"header\"` (the default); this route reads its key \
+                 from the path or the body: remove `header`",
+            ));
+        }
+
         if let Some(error) = combine(errors) {
             return Err(error);
         }
         Ok(Options {
+            key,
+            fingerprint_headers: self.fingerprint_headers.map(|given| given.value).unwrap_or_default(),
             ttl,
             lock_ttl,
             scope: self.scope.map_or(SCOPE, |given| given.value),
@@ -236,6 +249,8 @@ mod tests {
         assert_eq!(options.lock_ttl, Duration::from_secs(30));
         assert_eq!(options.scope, Scope::User, "the safe scope is the default");
         assert_eq!(options.header, "Idempotency-Key");
+        assert_eq!(options.key, KeySource::Header);
+        assert!(options.fingerprint_headers.is_empty());
         assert!(options.required);
         assert!(matches!(options.in_flight, InFlight::Reject));
         assert_eq!(options.krate.to_string(), ":: idem_runtime");
@@ -257,6 +272,13 @@ mod tests {
         assert!(text.starts_with("`ttl` (20s) must be longer than `lock_ttl` (30s, the default)"), "{text}");
         let text = message(build(quote!(lock_ttl = "2d")));
         assert!(text.contains("`ttl` (1d, the default)"), "{text}");
+    }
+
+    #[test]
+    fn header_needs_a_header_key() {
+        let text = message(build(quote!(key = "json:/id", header = "X-Key")));
+        assert!(text.starts_with("`header` only applies with `key = \"header\"`"), "{text}");
+        assert!(build(quote!(key = "header", header = "X-Key")).is_ok());
     }
 
     #[test]

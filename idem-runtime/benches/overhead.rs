@@ -69,7 +69,14 @@ fn pieces(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(body.len() as u64));
         group.bench_with_input(BenchmarkId::new("fingerprint", name), &content_type, |b, &content_type| {
             b.iter(|| {
-                Fingerprint::of(&RequestParts { method: "POST", path: "/orders", query: "", content_type, body: &body })
+                Fingerprint::of(&RequestParts {
+                    method: "POST",
+                    path: "/orders",
+                    query: "",
+                    headers: &[],
+                    content_type,
+                    body: &body,
+                })
             })
         });
     }

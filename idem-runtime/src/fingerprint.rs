@@ -13,6 +13,9 @@
 //! `application/merge-patch+json` is another request, as `text/plain` and a
 //! form are. A missing `Content-Type` counts as an empty media type.
 //!
+//! A route's `fingerprint_headers` count too, each with all its values in
+//! order: an absent header differs from an empty one.
+//!
 //! Each part is length-prefixed before hashing, so no two different
 //! requests can feed the hash the same bytes (`/a` + `b=1` vs `/ab` + `=1`).
 
@@ -36,6 +39,9 @@ pub struct RequestParts<'a> {
     pub path: &'a str,
     /// The query string without the `?`, empty if none.
     pub query: &'a str,
+    /// The route's `fingerprint_headers`, each with its values in order
+    /// (none when absent, which differs from one empty value).
+    pub headers: &'a [(&'a str, Vec<&'a [u8]>)],
     /// The `Content-Type` header, if any.
     pub content_type: Option<&'a str>,
     /// The request body.
@@ -54,6 +60,18 @@ impl Fingerprint {
         field(parts.method.as_bytes());
         field(parts.path.as_bytes());
         field(parts.query.as_bytes());
+        // Only routes with fingerprint headers hash this part: the
+        // fingerprints of every other route stay what they were.
+        if !parts.headers.is_empty() {
+            field(b"headers");
+            for (name, values) in parts.headers {
+                field(name.as_bytes());
+                field(&(values.len() as u64).to_be_bytes());
+                for value in values {
+                    field(value);
+                }
+            }
+        }
         // The media type tells what the bytes mean, JSON or not: the same
         // bytes as text and as a form, or the same document as
         // `application/json` and as `application/merge-patch+json`, are two
@@ -129,7 +147,7 @@ mod tests {
     use super::*;
 
     fn parts<'a>(path: &'a str, query: &'a str, ct: Option<&'a str>, body: &'a [u8]) -> RequestParts<'a> {
-        RequestParts { method: "POST", path, query, content_type: ct, body }
+        RequestParts { method: "POST", path, query, headers: &[], content_type: ct, body }
     }
 
     #[test]
@@ -191,6 +209,28 @@ mod tests {
         let a = Fingerprint::of(&parts("/a", "b=1", None, b""));
         let b = Fingerprint::of(&parts("/ab", "=1", None, b""));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn fingerprint_headers_count_absent_empty_and_order() {
+        let with =
+            |headers: &[(&str, Vec<&[u8]>)]| Fingerprint::of(&RequestParts { headers, ..parts("/o", "", None, b"x") });
+        let none = Fingerprint::of(&parts("/o", "", None, b"x"));
+        let absent = with(&[("x-account-id", vec![])]);
+        let empty = with(&[("x-account-id", vec![b""])]);
+        let a = with(&[("x-account-id", vec![b"a"])]);
+        let b = with(&[("x-account-id", vec![b"b"])]);
+        let ab = with(&[("x-account-id", vec![b"a", b"b"])]);
+        let ba = with(&[("x-account-id", vec![b"b", b"a"])]);
+        let all = [none, absent, empty, a, b, ab, ba];
+        for (i, x) in all.iter().enumerate() {
+            for y in &all[i + 1..] {
+                assert_ne!(x, y);
+            }
+        }
+        assert_eq!(a, with(&[("x-account-id", vec![b"a"])]));
+        // Names and values stay apart.
+        assert_ne!(with(&[("x-a", vec![b"b"])]), with(&[("x-ab", vec![])]));
     }
 
     #[test]

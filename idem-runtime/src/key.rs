@@ -95,6 +95,28 @@ impl IdempotencyKey {
         Ok(Self(key))
     }
 
+    /// A natural key: a value the request already carries (a path
+    /// parameter, a string or integer in the body), taken as it is. The
+    /// rules of a header key hold: 1 to 255 visible ASCII characters.
+    pub fn natural(value: &str) -> Result<Self, KeyError> {
+        if value.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if let Some(byte) = value.bytes().find(|&b| !is_visible(b)) {
+            return Err(KeyError::Malformed {
+                reason: if byte.is_ascii() {
+                    "it contains a space or a control character"
+                } else {
+                    "it contains a non-ASCII character"
+                },
+            });
+        }
+        if value.len() > MAX_KEY_LEN {
+            return Err(KeyError::TooLong { len: value.len() });
+        }
+        Ok(Self(value.to_owned()))
+    }
+
     /// The key as the client meant it (unquoted, unescaped).
     pub fn as_str(&self) -> &str {
         &self.0

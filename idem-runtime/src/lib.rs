@@ -168,6 +168,6 @@ pub mod __private {
     pub use ::actix_web::{HttpRequest, HttpResponse};
     pub use ::core::time::Duration;
 
-    pub use crate::actix::{InFlight, RouteOptions, handle};
+    pub use crate::actix::{InFlight, KeySource, RouteOptions, handle};
     pub use crate::scope::Scope;
 }

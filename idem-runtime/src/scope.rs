@@ -205,7 +205,14 @@ mod tests {
     fn derived_keys_depend_on_the_key_the_request_and_the_label() {
         use crate::fingerprint::{Fingerprint, RequestParts};
         let request = |body: &'static [u8]| {
-            Fingerprint::of(&RequestParts { method: "POST", path: "/p", query: "", content_type: None, body })
+            Fingerprint::of(&RequestParts {
+                method: "POST",
+                path: "/p",
+                query: "",
+                headers: &[],
+                content_type: None,
+                body,
+            })
         };
         let key =
             |k: &[u8]| StorageKey::new(Scope::User, Some("alice"), "POST", "/p", &IdempotencyKey::parse(k).unwrap());

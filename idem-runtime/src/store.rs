@@ -36,6 +36,7 @@
 //!     method: "POST",
 //!     path: "/orders",
 //!     query: "",
+//!     headers: &[],
 //!     content_type: Some("application/json"),
 //!     body: br#"{"amount_cents": 500}"#,
 //! });

@@ -16,12 +16,12 @@ use super::capture::{REPLAYED_HEADER, replay};
 use super::config::{Config, Idem};
 use super::context::{Annotated, PendingContext};
 use super::execute::{Claimed, execute};
+use super::key_source::{Early, from_body, read_early};
 use super::options::{InFlight, RouteOptions};
 use super::problem::{self, ProblemKind};
 use super::route::route_of;
 use crate::engine::{self, Terms};
 use crate::fingerprint::{Fingerprint, RequestParts};
-use crate::key::{IdempotencyKey, KeyError};
 use crate::observe::{Outcome, count};
 use crate::scope::{Scope, StorageKey};
 use crate::store::{Claim, StoreError};
@@ -85,17 +85,13 @@ where
         tracing::error!(route = %route, "{detail}");
         return reject(&route, ProblemKind::NotConfigured, &format!("the route {route} is misconfigured: {detail}"));
     }
-    // 1. The key.
-    let key = match read_key(&req, options) {
-        Ok(Some(key)) => key,
-        Ok(None) => return run_without_key(&config, req, payload, handler).await,
+    // 1. The key, from the header or the path; a key in the body is read
+    // once the body is in (step 3).
+    let early = match read_early(&req, options, &route) {
+        Ok(Early::Absent) => return run_without_key(&config, req, payload, handler).await,
+        Ok(early) => early,
         Err((kind, detail)) => return reject(&route, kind, &detail),
     };
-    let span = tracing::Span::current();
-    if !span.is_disabled() {
-        // A short hash identifies the key in traces; never the key itself.
-        span.record("key", key.short_hash());
-    }
     // 2. The subject.
     let subject = match (options.scope, &config.subject) {
         (Scope::User, None) => {
@@ -120,11 +116,31 @@ where
             return response;
         }
     };
-    // 4. The fingerprint.
+    let key = match early {
+        Early::Key(key) => Some(key),
+        Early::InBody(pointer) => match from_body(&body, pointer, options.required) {
+            Ok(key) => key,
+            Err((kind, detail)) => return reject(&route, kind, &detail),
+        },
+        Early::Absent => None,
+    };
+    let Some(key) = key else { return run_without_key(&config, req, Payload::from(body), handler).await };
+    let span = tracing::Span::current();
+    if !span.is_disabled() {
+        // A short hash identifies the key in traces; never the key itself.
+        span.record("key", key.short_hash());
+    }
+    // 4. The fingerprint, with the route's fingerprint headers.
+    let headers: Vec<(&str, Vec<&[u8]>)> = options
+        .fingerprint_headers
+        .iter()
+        .map(|&name| (name, req.headers().get_all(name).map(|value| value.as_bytes()).collect()))
+        .collect();
     let fingerprint = Fingerprint::of(&RequestParts {
         method: req.method().as_str(),
         path: req.path(),
         query: req.query_string(),
+        headers: &headers,
         content_type: req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
         body: &body,
     });
@@ -225,26 +241,6 @@ pub(super) fn config_of(req: &HttpRequest) -> Option<Arc<Config>> {
 fn reject(route: &str, kind: ProblemKind, detail: &str) -> HttpResponse {
     count(route, Outcome::Rejected);
     problem::response(kind, detail)
-}
-
-/// The key, `None` when it is absent and not required, or a 400.
-fn read_key(req: &HttpRequest, options: &RouteOptions) -> Result<Option<IdempotencyKey>, (ProblemKind, String)> {
-    let mut values = req.headers().get_all(options.header);
-    let header = || options.header.to_owned();
-    let error = match (values.next(), values.next()) {
-        (None, _) if !options.required => return Ok(None),
-        (None, _) => KeyError::Missing { header: header() },
-        (Some(_), Some(_)) => KeyError::Repeated { header: header() },
-        (Some(value), None) => match IdempotencyKey::parse(value.as_bytes()) {
-            Ok(key) => return Ok(Some(key)),
-            Err(error) => error,
-        },
-    };
-    let kind = match error {
-        KeyError::Missing { .. } => ProblemKind::MissingKey,
-        _ => ProblemKind::InvalidKey,
-    };
-    Err((kind, format!("{error} (header `{}`)", options.header)))
 }
 
 /// `required = false` and no key: the handler runs as if not annotated

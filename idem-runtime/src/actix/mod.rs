@@ -7,7 +7,8 @@
 //!   configuration, reads the key and the subject, buffers the body
 //!   (`body.rs`), fingerprints it, runs the handler's extractors, then
 //!   claims the key and dispatches on the answer: execute, replay, 409,
-//!   422 or 503.
+//!   422 or 503. `key_source.rs` reads the key where the route says: the
+//!   header, a path parameter or a JSON pointer into the body.
 //! - `execute.rs`: runs a claimed request on a task of its own (its lease
 //!   kept by the engine's keeper thread), then completes (stores the
 //!   response, fenced) or releases the claim, through `crate::engine`.
@@ -30,6 +31,7 @@ mod config;
 mod context;
 mod entry;
 mod execute;
+mod key_source;
 mod options;
 pub(crate) mod problem;
 mod retryable;
@@ -44,7 +46,7 @@ pub use capture::REPLAYED_HEADER;
 pub use config::{Idem, ServerErrorPolicy};
 pub use context::ExecutionContext;
 pub use entry::handle;
-pub use options::{InFlight, RouteOptions};
+pub use options::{InFlight, KeySource, RouteOptions};
 pub use retryable::{MarkRetryable, Retryable};
 #[cfg(feature = "postgres")]
 pub use transaction::Tx;

@@ -14,7 +14,11 @@ pub struct RouteOptions {
     pub lock_ttl: Duration,
     /// Namespace of the key.
     pub scope: Scope,
-    /// Header that carries the key.
+    /// Where the key comes from.
+    pub key: KeySource,
+    /// Request headers that are part of the fingerprint, lower case.
+    pub fingerprint_headers: &'static [&'static str],
+    /// Header that carries the key (with [`KeySource::Header`]).
     pub header: &'static str,
     /// Whether a request without the key is refused (400).
     pub required: bool,
@@ -29,4 +33,17 @@ pub enum InFlight {
     Reject,
     /// Wait up to this long for the first request's response, then 409.
     Wait(Duration),
+}
+
+/// Where a route's key comes from (`key = "..."`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySource {
+    /// The route's key header (`header = ".."`, `Idempotency-Key` unless
+    /// renamed).
+    Header,
+    /// A path parameter, by name: a natural key such as an order id.
+    Path(&'static str),
+    /// An RFC 6901 JSON pointer into the body: a natural key such as an
+    /// event id. A string or an integer there counts.
+    Json(&'static str),
 }

@@ -415,7 +415,14 @@ mod tests {
     }
 
     fn fingerprint() -> Fingerprint {
-        Fingerprint::of(&RequestParts { method: "POST", path: "/", query: "", content_type: None, body: b"{}" })
+        Fingerprint::of(&RequestParts {
+            method: "POST",
+            path: "/",
+            query: "",
+            headers: &[],
+            content_type: None,
+            body: b"{}",
+        })
     }
 
     fn response() -> StoredResponse {

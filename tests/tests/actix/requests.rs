@@ -242,3 +242,8 @@ async fn the_media_type_of_a_json_body_is_part_of_the_request() {
     assert_eq!(patch.assert_problem(422)["type"], "urn:idem:problem:key-reused");
     assert_eq!(hits.get(), 1);
 }
+
+#[actix_web::test]
+async fn natural_keys_and_fingerprint_headers_on_memory() {
+    idem_tests::natural_keys::assert_natural_keys(Idem::new(MemoryStore::new())).await;
+}

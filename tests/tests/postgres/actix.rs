@@ -72,3 +72,9 @@ async fn a_blocked_worker_keeps_every_lease_on_it() {
     )
     .await;
 }
+
+#[actix_web::test]
+async fn natural_keys_and_fingerprint_headers_on_postgres() {
+    let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", "natural keys on postgres") else { return };
+    idem_tests::natural_keys::assert_natural_keys(Idem::new(postgres_store(&url, POOL_SIZE).await)).await;
+}

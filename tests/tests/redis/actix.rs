@@ -71,3 +71,9 @@ async fn a_blocked_worker_keeps_every_lease_on_it() {
     )
     .await;
 }
+
+#[actix_web::test]
+async fn natural_keys_and_fingerprint_headers_on_redis() {
+    let Some(store) = redis_store("natural_keys_and_fingerprint_headers_on_redis").await else { return };
+    idem_tests::natural_keys::assert_natural_keys(Idem::new(store)).await;
+}

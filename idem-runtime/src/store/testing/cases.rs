@@ -35,6 +35,7 @@ pub fn fingerprint(body: &str) -> Fingerprint {
         method: "POST",
         path: "/conformance",
         query: "",
+        headers: &[],
         content_type: None,
         body: body.as_bytes(),
     })

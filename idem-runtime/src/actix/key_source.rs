@@ -1,0 +1,128 @@
+//! Reading a request's key from where its route says (`key = ".."`): the
+//! key header, a path parameter, or a JSON pointer into the body (§4.1 of
+//! the behaviour contract, `docs/contract.md`).
+
+use actix_web::HttpRequest;
+use serde_json::Value;
+
+use super::options::{KeySource, RouteOptions};
+use super::problem::ProblemKind;
+use crate::key::{IdempotencyKey, KeyError};
+
+/// Why a request's key could not be read: the problem to answer with.
+pub(super) type Refusal = (ProblemKind, String);
+
+/// The key as far as it can be read before the body: the key, none (absent
+/// and not required), or the pointer to read it at once the body is in.
+pub(super) enum Early {
+    Key(IdempotencyKey),
+    Absent,
+    InBody(&'static str),
+}
+
+/// Reads the key from the header or the path; a body key waits.
+pub(super) fn read_early(req: &HttpRequest, options: &RouteOptions, route: &str) -> Result<Early, Refusal> {
+    match options.key {
+        KeySource::Header => from_header(req, options),
+        KeySource::Path(name) => from_path(req, name, route),
+        KeySource::Json(pointer) => Ok(Early::InBody(pointer)),
+    }
+}
+
+fn from_header(req: &HttpRequest, options: &RouteOptions) -> Result<Early, Refusal> {
+    let mut values = req.headers().get_all(options.header);
+    let header = || options.header.to_owned();
+    let error = match (values.next(), values.next()) {
+        (None, _) if !options.required => return Ok(Early::Absent),
+        (None, _) => KeyError::Missing { header: header() },
+        (Some(_), Some(_)) => KeyError::Repeated { header: header() },
+        (Some(value), None) => match IdempotencyKey::parse(value.as_bytes()) {
+            Ok(key) => return Ok(Early::Key(key)),
+            Err(error) => error,
+        },
+    };
+    let kind = match error {
+        KeyError::Missing { .. } => ProblemKind::MissingKey,
+        _ => ProblemKind::InvalidKey,
+    };
+    Err((kind, format!("{error} (header `{}`)", options.header)))
+}
+
+fn from_path(req: &HttpRequest, name: &str, route: &str) -> Result<Early, Refusal> {
+    let Some(value) = req.match_info().get(name) else {
+        // The pattern has no such parameter: the route is misconfigured,
+        // whatever the client sends.
+        tracing::error!(route = %route, parameter = name, "key = \"path:..\" names a parameter the route does not have");
+        let detail = format!(
+            "the route {route} reads its idempotency key from the path parameter `{name}`, which its pattern \
+             does not have"
+        );
+        return Err((ProblemKind::NotConfigured, detail));
+    };
+    IdempotencyKey::natural(value)
+        .map(Early::Key)
+        .map_err(|error| (ProblemKind::InvalidKey, format!("{error} (path parameter `{name}`)")))
+}
+
+/// Reads the key at `pointer` in a JSON `body`: a string or an integer.
+/// `None` when nothing is there and the key is not required.
+pub(super) fn from_body(body: &[u8], pointer: &str, required: bool) -> Result<Option<IdempotencyKey>, Refusal> {
+    let invalid =
+        |what: &str| (ProblemKind::InvalidKey, format!("{what} (the key is read from the body at `{pointer}`)"));
+    let document: Value = serde_json::from_slice(body).map_err(|_| invalid("the body is not JSON"))?;
+    let text = match document.pointer(pointer) {
+        None | Some(Value::Null) if !required => return Ok(None),
+        None | Some(Value::Null) => {
+            let detail = format!("the body has no value at `{pointer}`, where this route reads its idempotency key");
+            return Err((ProblemKind::MissingKey, detail));
+        }
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Number(number)) if number.is_i64() || number.is_u64() => number.to_string(),
+        Some(_) => return Err(invalid("the idempotency key must be a JSON string or integer")),
+    };
+    IdempotencyKey::natural(&text).map(Some).map_err(|error| invalid(&error.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(body: &str, pointer: &str) -> Result<Option<String>, (ProblemKind, String)> {
+        from_body(body.as_bytes(), pointer, true).map(|key| key.map(|key| key.as_str().to_owned()))
+    }
+
+    #[test]
+    fn strings_and_integers_are_keys() {
+        assert_eq!(key(r#"{"id":"evt_1"}"#, "/id"), Ok(Some("evt_1".into())));
+        assert_eq!(key(r#"{"data":{"object":{"id":42}}}"#, "/data/object/id"), Ok(Some("42".into())));
+        assert_eq!(key(r#"{"a/b":{"~":"x"}}"#, "/a~1b/~0"), Ok(Some("x".into())));
+        assert_eq!(key(r#"{"n":-7}"#, "/n"), Ok(Some("-7".into())));
+    }
+
+    #[test]
+    fn anything_else_is_a_400() {
+        for (body, pointer) in [
+            (r#"{"id":1.5}"#, "/id"),
+            (r#"{"id":true}"#, "/id"),
+            (r#"{"id":[1]}"#, "/id"),
+            (r#"{"id":{"x":1}}"#, "/id"),
+            (r#"{"id":""}"#, "/id"),
+            (r#"{"id":"a b"}"#, "/id"),
+            ("not json", "/id"),
+        ] {
+            let Err((kind, detail)) = key(body, pointer) else { panic!("{body} must be refused") };
+            assert_eq!(kind, ProblemKind::InvalidKey, "{body}: {detail}");
+            assert!(detail.contains("`/id`"), "{detail}");
+        }
+        let long = format!(r#"{{"id":"{}"}}"#, "k".repeat(256));
+        assert!(matches!(key(&long, "/id"), Err((ProblemKind::InvalidKey, _))));
+    }
+
+    #[test]
+    fn missing_is_400_when_required_and_none_otherwise() {
+        for body in [r#"{"other":1}"#, r#"{"id":null}"#] {
+            assert!(matches!(key(body, "/id"), Err((ProblemKind::MissingKey, _))), "{body}");
+            assert_eq!(from_body(body.as_bytes(), "/id", false), Ok(None), "{body}");
+        }
+    }
+}

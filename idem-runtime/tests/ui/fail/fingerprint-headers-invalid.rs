@@ -1,0 +1,23 @@
+// `fingerprint_headers` takes a list of valid header names, each once.
+use actix_web::{HttpResponse, post};
+use idem_runtime::idempotent;
+
+#[idempotent(fingerprint_headers = "x-account-id")]
+#[post("/a")]
+async fn not_a_list() -> HttpResponse {
+    HttpResponse::Ok().finish()
+}
+
+#[idempotent(fingerprint_headers = ["x account", 7])]
+#[post("/b")]
+async fn bad_names() -> HttpResponse {
+    HttpResponse::Ok().finish()
+}
+
+#[idempotent(fingerprint_headers = ["X-Account-Id", "x-account-id"])]
+#[post("/c")]
+async fn twice() -> HttpResponse {
+    HttpResponse::Ok().finish()
+}
+
+fn main() {}
