@@ -22,3 +22,4 @@ pub mod redis_server;
 pub mod server;
 pub mod service;
 pub mod slow_store;
+pub mod webhook_checks;

@@ -4,6 +4,7 @@ use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Parser};
 
 use crate::faults::Faults;
+use crate::webhooks::signature::WebhookSecret;
 
 /// The order service's configuration: flag, then environment, then default.
 #[derive(Debug, Parser)]
@@ -23,6 +24,18 @@ pub struct Config {
     /// Latency of the simulated payment provider, in milliseconds.
     #[arg(long = "charge-delay-ms", env = "ORDER_SERVICE_CHARGE_DELAY_MS", default_value_t = 0)]
     pub charge_delay_ms: u64,
+
+    /// The secret the payment provider signs its webhook deliveries with.
+    /// Prefer the environment variable: the value is never printed.
+    #[arg(
+        long,
+        env = "ORDER_SERVICE_WEBHOOK_SECRET",
+        hide_env_values = true,
+        default_value = "whsec_test",
+        hide_default_value = true
+    )]
+    #[arg(value_parser = WebhookSecret::read)]
+    pub webhook_secret: WebhookSecret,
 
     /// Fault injection, for tests: abort the process right after the
     /// payment provider recorded a charge, before the handler returns.
@@ -144,5 +157,8 @@ mod tests {
         assert!(!format!("{config:?}").contains("s3cret"));
         let help = Config::command().render_help().to_string();
         assert!(help.contains("IDEM_STORE") && !help.contains("IDEM_STORE="), "{help}");
+        assert!(help.contains("ORDER_SERVICE_WEBHOOK_SECRET") && !help.contains("whsec_test"), "{help}");
+        let config = Config::try_parse_from(["order-service", "--webhook-secret", "whsec_s3cret"]).unwrap();
+        assert!(!format!("{config:?}").contains("s3cret"), "{config:?}");
     }
 }

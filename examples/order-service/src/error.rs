@@ -33,6 +33,13 @@ pub enum ApiError {
     /// retry must never charge again).
     #[error("the payment provider timed out after charging; the charge stands")]
     ProviderTimeout,
+    /// A webhook delivery whose signature does not check out (400; nothing
+    /// recorded).
+    #[error(transparent)]
+    Signature(#[from] crate::webhooks::signature::SignatureError),
+    /// The service is set up wrong (500).
+    #[error("the service is misconfigured: {0}")]
+    Misconfigured(&'static str),
 }
 
 impl ApiError {
@@ -45,6 +52,8 @@ impl ApiError {
             Self::Declined => ("card-declined", "Card declined"),
             Self::ProviderUnavailable => ("provider-unavailable", "Payment provider unavailable"),
             Self::ProviderTimeout => ("provider-timeout", "Payment provider timed out"),
+            Self::Signature(_) => ("invalid-signature", "Invalid webhook signature"),
+            Self::Misconfigured(_) => ("misconfigured", "Service misconfigured"),
         }
     }
 }
@@ -52,7 +61,8 @@ impl ApiError {
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
-            Self::Invalid(_) => StatusCode::BAD_REQUEST,
+            Self::Invalid(_) | Self::Signature(_) => StatusCode::BAD_REQUEST,
+            Self::Misconfigured(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Backend(_) | Self::ProviderUnavailable => StatusCode::SERVICE_UNAVAILABLE,

@@ -9,6 +9,7 @@ mod model;
 mod provider;
 mod repo;
 mod routes;
+mod webhooks;
 
 use std::time::Duration;
 
@@ -43,9 +44,14 @@ async fn main() -> std::io::Result<()> {
         faults: config.faults(),
         metrics,
     });
+    let secret = web::Data::new(config.webhook_secret.clone());
     let app_idem = idem.clone();
     let server = HttpServer::new(move || {
-        App::new().app_data(app_idem.clone()).app_data(state.clone()).configure(|routes| configure(routes, &writes))
+        App::new()
+            .app_data(app_idem.clone())
+            .app_data(state.clone())
+            .app_data(secret.clone())
+            .configure(|routes| configure(routes, &writes))
     })
     // SIGTERM and SIGINT are handled below: drain first, then stop.
     .disable_signals()

@@ -204,6 +204,8 @@ pub struct Stats {
     pub orders_created: u64,
     /// Charges the payment provider captured.
     pub charges: u64,
+    /// Refunds the provider reported through its webhook, one per event.
+    pub refunds: u64,
 }
 
 #[cfg(test)]
@@ -249,8 +251,8 @@ mod tests {
             serde_json::to_string(&payment.body()).unwrap(),
             r#"{"amount_cents":1500,"id":"p1","order_id":"o1","status":"captured"}"#
         );
-        let stats = Stats { orders_created: 2, charges: 1 };
-        assert_eq!(serde_json::to_string(&stats).unwrap(), r#"{"orders_created":2,"charges":1}"#);
+        let stats = Stats { orders_created: 2, charges: 1, refunds: 3 };
+        assert_eq!(serde_json::to_string(&stats).unwrap(), r#"{"orders_created":2,"charges":1,"refunds":3}"#);
     }
 
     #[test]

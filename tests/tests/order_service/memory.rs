@@ -18,6 +18,7 @@ async fn contract_on_the_memory_store() {
 async fn storms_on_the_memory_store_run_once() {
     let service = OrderService::start("memory", 200).await;
     storms(&[&service]).await;
+    idem_tests::webhook_checks::webhooks(&[&service]).await;
 }
 
 /// The memory backend loses everything in a crash (idempotency records,

@@ -29,6 +29,7 @@ async fn storms_across_two_processes_on_one_redis_run_once() {
     let first = OrderService::start(&redis.url(), 200).await;
     let second = OrderService::start(&redis.url(), 200).await;
     storms(&[&first, &second]).await;
+    idem_tests::webhook_checks::webhooks(&[&first, &second]).await;
 }
 
 #[actix_web::test]

@@ -19,6 +19,8 @@ pub struct MemoryRepo {
 struct Inner {
     orders: HashMap<String, Order>,
     by_owner: HashMap<String, Vec<String>>,
+    /// Charge refunded, by the provider event that said so.
+    refunds: HashMap<String, String>,
 }
 
 #[async_trait]
@@ -50,6 +52,20 @@ impl Repo for MemoryRepo {
     async fn orders_created(&self) -> Result<u64, RepoError> {
         Ok(self.inner.lock().orders.len() as u64)
     }
+
+    async fn record_refund(&self, event_id: &str, charge_id: &str) -> Result<bool, RepoError> {
+        match self.inner.lock().refunds.entry(event_id.to_owned()) {
+            Entry::Occupied(_) => Ok(false),
+            Entry::Vacant(slot) => {
+                slot.insert(charge_id.to_owned());
+                Ok(true)
+            }
+        }
+    }
+
+    async fn refunds(&self) -> Result<u64, RepoError> {
+        Ok(self.inner.lock().refunds.len() as u64)
+    }
 }
 
 #[cfg(test)]
@@ -70,5 +86,14 @@ mod tests {
         assert_eq!(again, first, "the first order, unchanged");
         assert_eq!(repo.orders_of("alice").await.unwrap(), vec![first]);
         assert_eq!(repo.orders_created().await.unwrap(), 1);
+    }
+
+    #[actix_web::test]
+    async fn an_event_is_recorded_once() {
+        let repo = MemoryRepo::default();
+        assert!(repo.record_refund("evt_1", "ch_1").await.unwrap());
+        assert!(!repo.record_refund("evt_1", "ch_1").await.unwrap());
+        assert!(repo.record_refund("evt_2", "ch_1").await.unwrap());
+        assert_eq!(repo.refunds().await.unwrap(), 2);
     }
 }

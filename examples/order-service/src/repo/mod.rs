@@ -40,6 +40,12 @@ pub trait Repo: Send + Sync + 'static {
     async fn orders_of(&self, owner: &str) -> Result<Vec<Order>, RepoError>;
     /// How many orders were created.
     async fn orders_created(&self) -> Result<u64, RepoError>;
+    /// Records the refund the provider's event `event_id` reports, unless
+    /// that event was recorded already; true if this call recorded it.
+    /// Atomic: one record per event id, however many deliveries try.
+    async fn record_refund(&self, event_id: &str, charge_id: &str) -> Result<bool, RepoError>;
+    /// How many refunds were recorded.
+    async fn refunds(&self) -> Result<u64, RepoError>;
 }
 
 /// Order writes without a transaction, on memory and Redis.

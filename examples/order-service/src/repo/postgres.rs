@@ -29,6 +29,11 @@ CREATE TABLE IF NOT EXISTS order_service_payments (
     status       text NOT NULL
 );
 CREATE INDEX IF NOT EXISTS order_service_payments_order ON order_service_payments (order_id);
+CREATE TABLE IF NOT EXISTS order_service_refunds (
+    event_id    text PRIMARY KEY,
+    charge_id   text NOT NULL,
+    recorded_at timestamptz NOT NULL DEFAULT now()
+);
 ";
 
 /// The order with id `$1`, as [`order_of`] reads it.
@@ -102,6 +107,21 @@ impl Repo for PostgresRepo {
 
     async fn orders_created(&self) -> Result<u64, RepoError> {
         let count: i64 = sqlx::query_scalar("SELECT count(*) FROM order_service_orders")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(fail)?;
+        Ok(count.max(0) as u64)
+    }
+
+    async fn record_refund(&self, event_id: &str, charge_id: &str) -> Result<bool, RepoError> {
+        let sql = "INSERT INTO order_service_refunds (event_id, charge_id) VALUES ($1, $2) \
+                   ON CONFLICT (event_id) DO NOTHING";
+        let done = sqlx::query(sql).bind(event_id).bind(charge_id).execute(&self.pool).await.map_err(fail)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn refunds(&self) -> Result<u64, RepoError> {
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM order_service_refunds")
             .fetch_one(&self.pool)
             .await
             .map_err(fail)?;

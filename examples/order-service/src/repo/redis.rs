@@ -8,6 +8,18 @@ use super::{InsertOrder, Repo, RepoError};
 use crate::model::Order;
 
 const ORDERS_CREATED: &str = "order-service:orders_created";
+const REFUNDS: &str = "order-service:refunds";
+
+/// Records a provider event's refund unless the event was recorded; only
+/// then counts it. Returns 1 if recorded. One round trip, atomic.
+const RECORD_REFUND: &str = r"
+-- KEYS[1]: the event; KEYS[2]: the refunds counter. ARGV[1]: the charge id.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+    redis.call('INCR', KEYS[2])
+    return 1
+end
+return 0
+";
 
 /// Stores an order unless its id is taken; only then appends it to its
 /// owner's list and counts it. Returns the order stored under the id. One
@@ -28,10 +40,16 @@ return redis.call('GET', KEYS[1])
 pub struct RedisRepo {
     connection: ConnectionManager,
     insert_order: Script,
+    record_refund: Script,
 }
 
 fn order_key(id: &str) -> String {
     format!("order-service:order:{id}")
+}
+
+fn event_key(event_id: &str) -> String {
+    // Length-prefixed, like owners: the id comes from outside.
+    format!("order-service:refund-event:{}:{event_id}", event_id.len())
 }
 
 fn owner_key(owner: &str) -> String {
@@ -55,7 +73,9 @@ impl RedisRepo {
         // and a first execution of `POST /orders` three round trips in all
         // (claim, insert, completion).
         insert_order.load_async(&mut connection).await?;
-        Ok(Self { connection, insert_order })
+        let record_refund = Script::new(RECORD_REFUND);
+        record_refund.load_async(&mut connection).await?;
+        Ok(Self { connection, insert_order, record_refund })
     }
 }
 
@@ -93,6 +113,20 @@ impl Repo for RedisRepo {
     async fn orders_created(&self) -> Result<u64, RepoError> {
         let mut connection = self.connection.clone();
         let count: Option<u64> = connection.get(ORDERS_CREATED).await.map_err(fail)?;
+        Ok(count.unwrap_or(0))
+    }
+
+    async fn record_refund(&self, event_id: &str, charge_id: &str) -> Result<bool, RepoError> {
+        let mut connection = self.connection.clone();
+        let mut invocation = self.record_refund.key(event_key(event_id));
+        invocation.key(REFUNDS).arg(charge_id);
+        let recorded: i64 = invocation.invoke_async(&mut connection).await.map_err(fail)?;
+        Ok(recorded == 1)
+    }
+
+    async fn refunds(&self) -> Result<u64, RepoError> {
+        let mut connection = self.connection.clone();
+        let count: Option<u64> = connection.get(REFUNDS).await.map_err(fail)?;
         Ok(count.unwrap_or(0))
     }
 }

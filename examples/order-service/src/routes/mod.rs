@@ -65,7 +65,13 @@ pub fn configure(config: &mut web::ServiceConfig, writes: &Writes) {
             .service(direct::create_payment),
         Writes::Transactional => config.service(transactional::create_order).service(transactional::create_payment),
     };
-    config.service(list_orders).service(get_order).service(stats).service(metrics).service(healthz);
+    config
+        .service(crate::webhooks::provider_event)
+        .service(list_orders)
+        .service(get_order)
+        .service(stats)
+        .service(metrics)
+        .service(healthz);
 }
 
 /// The id of the order an execution creates: the same in every execution of
@@ -113,12 +119,13 @@ async fn list_orders(user: User, state: web::Data<AppState>) -> Result<HttpRespo
 }
 
 /// Side-effect counts across every process sharing the backend: orders
-/// created, and charges at the provider.
+/// created, charges at the provider, refunds it reported.
 #[get("/stats")]
 async fn stats(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let orders_created = state.repo.orders_created().await?;
     let charges = state.provider.charges().await?;
-    Ok(HttpResponse::Ok().json(Stats { orders_created, charges }))
+    let refunds = state.repo.refunds().await?;
+    Ok(HttpResponse::Ok().json(Stats { orders_created, charges, refunds }))
 }
 
 /// Prometheus text exposition.
