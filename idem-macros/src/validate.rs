@@ -72,6 +72,31 @@ impl Args {
             ));
         }
 
+        if let (KeySource::Path(name), Some(required)) = (&key, &self.required)
+            && !required.value
+        {
+            errors.push(argument_error(
+                required,
+                format!(
+                    "`required = false` has no effect with `key = \"path:{name}\"`: a request that matches \
+                     the route always has the parameter; remove `required`"
+                ),
+            ));
+        }
+
+        let header = self.header.as_ref().map_or(HEADER, |given| given.value.as_str()).to_ascii_lowercase();
+        if let (Some(given), KeySource::Header) = (&self.fingerprint_headers, &key)
+            && given.value.contains(&header)
+        {
+            errors.push(argument_error(
+                given,
+                format!(
+                    "`fingerprint_headers` names the key's own header \"{header}\": the same key sent quoted \
+                     and bare would be two requests (422); the key is part of every lookup already, remove it"
+                ),
+            ));
+        }
+
         if let Some(error) = combine(errors) {
             return Err(error);
         }
@@ -272,6 +297,17 @@ mod tests {
         assert!(text.starts_with("`ttl` (20s) must be longer than `lock_ttl` (30s, the default)"), "{text}");
         let text = message(build(quote!(lock_ttl = "2d")));
         assert!(text.contains("`ttl` (1d, the default)"), "{text}");
+    }
+
+    #[test]
+    fn pointless_or_harmful_combinations_are_refused() {
+        let text = message(build(quote!(key = "path:id", required = false)));
+        assert!(text.starts_with("`required = false` has no effect with `key = \"path:id\"`"), "{text}");
+        assert!(build(quote!(key = "json:/id", required = false)).is_ok());
+        let text = message(build(quote!(fingerprint_headers = ["Idempotency-Key"])));
+        assert!(text.contains("names the key's own header \"idempotency-key\""), "{text}");
+        assert!(build(quote!(header = "X-Key", fingerprint_headers = ["x-key"])).is_err());
+        assert!(build(quote!(key = "json:/id", fingerprint_headers = ["idempotency-key"])).is_ok());
     }
 
     #[test]

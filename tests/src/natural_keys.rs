@@ -92,6 +92,16 @@ pub async fn assert_natural_keys(idem: Idem) {
     let next = send(&app, TestRequest::post().uri(&format!("/orders/p-{run}/capture")).set_payload("full")).await;
     assert_eq!((next.0, next.1), (StatusCode::CREATED, false), "another order runs: {next:?}");
     assert_eq!(hits.get(), 2);
+    // One id however it is percent-encoded (as `web::Path` decodes it):
+    // never a second capture; another spelling of the path is 422.
+    let plain = format!("/orders/a+b{run}/capture");
+    let first = send(&app, TestRequest::post().uri(&plain).set_payload("full")).await;
+    assert_eq!((first.0, first.1), (StatusCode::CREATED, false), "{first:?}");
+    for spelling in [format!("/orders/a%2Bb{run}/capture"), format!("/orders/a%2bb{run}/capture")] {
+        let other = send(&app, TestRequest::post().uri(&spelling).set_payload("full")).await;
+        assert_eq!(other.0, StatusCode::UNPROCESSABLE_ENTITY, "{spelling}: {other:?}");
+    }
+    assert_eq!(hits.get(), 3);
 
     // The key from the body: an event delivered again runs once.
     let delivery = format!(r#"{{"id":"evt_{run}","type":"charge.refunded"}}"#);
@@ -104,12 +114,12 @@ pub async fn assert_natural_keys(idem: Idem) {
     let forged = format!(r#"{{"id":"evt_{run}","type":"charge.succeeded"}}"#);
     let other = send(&app, json("/events", &forged)).await;
     assert_eq!(other.0, StatusCode::UNPROCESSABLE_ENTITY, "the same id, another event: {other:?}");
-    assert_eq!(hits.get(), 3);
+    assert_eq!(hits.get(), 4);
     let numeric = format!(r#"{{"id":{},"type":"x"}}"#, u64::from_str_radix(&run[..12], 16).unwrap_or(7));
     let first = send(&app, json("/events", &numeric)).await;
     let again = send(&app, json("/events", &numeric)).await;
     assert_eq!((first.0, first.1, again.1), (StatusCode::OK, false, true), "an integer id is a key");
-    assert_eq!(hits.get(), 4);
+    assert_eq!(hits.get(), 5);
     for (body, status, what) in [
         (r#"{"type":"x"}"#, StatusCode::BAD_REQUEST, "no id"),
         (r#"{"id":null}"#, StatusCode::BAD_REQUEST, "a null id"),
@@ -117,6 +127,7 @@ pub async fn assert_natural_keys(idem: Idem) {
         (r#"{"id":[1,2]}"#, StatusCode::BAD_REQUEST, "an array"),
         (r#"{"id":1.5}"#, StatusCode::BAD_REQUEST, "a fraction"),
         (r#"{"id":true}"#, StatusCode::BAD_REQUEST, "a bool"),
+        (r#"{"id":"evt_a","id":"evt_b"}"#, StatusCode::BAD_REQUEST, "the id twice"),
         (r#"{"id":"two words"}"#, StatusCode::BAD_REQUEST, "a space"),
         ("not json", StatusCode::BAD_REQUEST, "not JSON"),
     ] {
@@ -124,16 +135,18 @@ pub async fn assert_natural_keys(idem: Idem) {
         assert_eq!(got, status, "{what}: {detail}");
         assert!(detail.contains("/id"), "the problem names the pointer ({what}): {detail}");
     }
-    assert_eq!(hits.get(), 4, "a refused key runs nothing");
+    assert_eq!(hits.get(), 5, "a refused key runs nothing");
 
     // Not required: no id runs without idempotency, an id deduplicates.
     let keyless = send(&app, json("/optional", r#"{"data":{}}"#)).await;
     assert_eq!((keyless.0, keyless.1), (StatusCode::OK, false), "{keyless:?}");
+    let empty = send(&app, TestRequest::post().uri("/optional")).await;
+    assert_eq!((empty.0, empty.1), (StatusCode::OK, false), "an empty body has no key: {empty:?}");
     let with_id = format!(r#"{{"data":{{"object":{{"id":"ch_{run}"}}}}}}"#);
     let first = send(&app, json("/optional", &with_id)).await;
     let again = send(&app, json("/optional", &with_id)).await;
     assert_eq!((first.1, again.1), (false, true), "{first:?} {again:?}");
-    assert_eq!(hits.get(), 6);
+    assert_eq!(hits.get(), 8);
 
     // Fingerprint headers: the same key and body for another account is
     // another request.
@@ -153,11 +166,11 @@ pub async fn assert_natural_keys(idem: Idem) {
     }
     let again = send(&app, transfer_for(Some("acct_a"))).await;
     assert_eq!(again, (StatusCode::CREATED, true, first.2), "the same account replays");
-    assert_eq!(hits.get(), 7);
+    assert_eq!(hits.get(), 9);
 
     // A path key the pattern does not have is the route's fault: 500.
     let (status, _, detail) = send(&app, TestRequest::post().uri("/misnamed/o-1")).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{detail}");
     assert!(detail.contains("/misnamed/{order_id}") && detail.contains("`orderid`"), "{detail}");
-    assert_eq!(hits.get(), 7);
+    assert_eq!(hits.get(), 9);
 }

@@ -31,7 +31,7 @@ pub struct Config {
         long,
         env = "ORDER_SERVICE_WEBHOOK_SECRET",
         hide_env_values = true,
-        default_value = "whsec_test",
+        default_value = crate::webhooks::signature::DEFAULT_SECRET,
         hide_default_value = true
     )]
     #[arg(value_parser = WebhookSecret::read)]

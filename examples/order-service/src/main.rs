@@ -44,6 +44,12 @@ async fn main() -> std::io::Result<()> {
         faults: config.faults(),
         metrics,
     });
+    if config.webhook_secret.is_default() {
+        tracing::warn!(
+            "the webhook secret is the public default (whsec_test); set --webhook-secret or \
+             ORDER_SERVICE_WEBHOOK_SECRET outside tests"
+        );
+    }
     let secret = web::Data::new(config.webhook_secret.clone());
     let app_idem = idem.clone();
     let server = HttpServer::new(move || {

@@ -2,7 +2,10 @@
 //! key header, a path parameter, or a JSON pointer into the body (§4.1 of
 //! the behaviour contract, `docs/contract.md`).
 
+use std::fmt;
+
 use actix_web::HttpRequest;
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use super::options::{KeySource, RouteOptions};
@@ -59,9 +62,15 @@ fn from_path(req: &HttpRequest, name: &str, route: &str) -> Result<Early, Refusa
         );
         return Err((ProblemKind::NotConfigured, detail));
     };
-    IdempotencyKey::natural(value)
-        .map(Early::Key)
-        .map_err(|error| (ProblemKind::InvalidKey, format!("{error} (path parameter `{name}`)")))
+    // The value as `web::Path` gives it to the handler, fully decoded: one
+    // id sent as `a+b`, `a%2Bb` or `a%2bb` is one key (the raw path still
+    // counts in the fingerprint, so another spelling gets 422, never a
+    // second execution).
+    let invalid = |detail: String| (ProblemKind::InvalidKey, format!("{detail} (path parameter `{name}`)"));
+    let decoded = percent_encoding::percent_decode_str(value)
+        .decode_utf8()
+        .map_err(|_| invalid("the idempotency key is not UTF-8 once decoded".to_owned()))?;
+    IdempotencyKey::natural(&decoded).map(Early::Key).map_err(|error| invalid(error.to_string()))
 }
 
 /// Reads the key at `pointer` in a JSON `body`: a string or an integer.
@@ -69,7 +78,13 @@ fn from_path(req: &HttpRequest, name: &str, route: &str) -> Result<Early, Refusa
 pub(super) fn from_body(body: &[u8], pointer: &str, required: bool) -> Result<Option<IdempotencyKey>, Refusal> {
     let invalid =
         |what: &str| (ProblemKind::InvalidKey, format!("{what} (the key is read from the body at `{pointer}`)"));
-    let document: Value = serde_json::from_slice(body).map_err(|_| invalid("the body is not JSON"))?;
+    if body.is_empty() && !required {
+        return Ok(None);
+    }
+    let Strict(document) = serde_json::from_slice(body).map_err(|error| {
+        let what = if error.is_data() { error.to_string() } else { "the body is not JSON".to_owned() };
+        invalid(&what)
+    })?;
     let text = match document.pointer(pointer) {
         None | Some(Value::Null) if !required => return Ok(None),
         None | Some(Value::Null) => {
@@ -78,9 +93,81 @@ pub(super) fn from_body(body: &[u8], pointer: &str, required: bool) -> Result<Op
         }
         Some(Value::String(text)) => text.clone(),
         Some(Value::Number(number)) if number.is_i64() || number.is_u64() => number.to_string(),
-        Some(_) => return Err(invalid("the idempotency key must be a JSON string or integer")),
+        Some(_) => {
+            return Err(invalid("the idempotency key must be a JSON string or an integer (of at most 64 bits)"));
+        }
     };
     IdempotencyKey::natural(&text).map(Some).map_err(|error| invalid(&error.to_string()))
+}
+
+/// A JSON document whose objects have no member twice. With a duplicate,
+/// parsers disagree on which one counts (serde_json keeps the last, others
+/// the first): the key could name another event than the one the handler
+/// acts on.
+struct Strict(Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::from(value))
+    }
+
+    fn visit_f64<E: de::Error>(self, value: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(value).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut values = Vec::new();
+        while let Some(Strict(value)) = seq.next_element()? {
+            values.push(value);
+        }
+        Ok(Value::Array(values))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut members = serde_json::Map::new();
+        while let Some(name) = map.next_key::<String>()? {
+            let Strict(value) = map.next_value()?;
+            if members.contains_key(&name) {
+                return Err(de::Error::custom(format_args!("the body has the member `{name}` twice")));
+            }
+            members.insert(name, value);
+        }
+        Ok(Value::Object(members))
+    }
 }
 
 #[cfg(test)]
@@ -114,12 +201,16 @@ mod tests {
             assert_eq!(kind, ProblemKind::InvalidKey, "{body}: {detail}");
             assert!(detail.contains("`/id`"), "{detail}");
         }
+        let Err((_, detail)) = key(r#"{"id":"a","x":{"id":1,"id":2}}"#, "/id") else { panic!("a duplicate") };
+        assert!(detail.contains("the member `id` twice"), "{detail}");
         let long = format!(r#"{{"id":"{}"}}"#, "k".repeat(256));
         assert!(matches!(key(&long, "/id"), Err((ProblemKind::InvalidKey, _))));
     }
 
     #[test]
     fn missing_is_400_when_required_and_none_otherwise() {
+        assert_eq!(from_body(b"", "/id", false), Ok(None), "an empty body has no key");
+        assert!(matches!(key("", "/id"), Err((ProblemKind::InvalidKey, _))));
         for body in [r#"{"other":1}"#, r#"{"id":null}"#] {
             assert!(matches!(key(body, "/id"), Err((ProblemKind::MissingKey, _))), "{body}");
             assert_eq!(from_body(body.as_bytes(), "/id", false), Ok(None), "{body}");

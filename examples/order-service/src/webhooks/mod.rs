@@ -42,7 +42,9 @@ pub struct EventData {
 pub async fn provider_event(event: Verified<Event>, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let Verified(event) = event;
     if event.kind == "charge.refunded" {
-        let charge_id = event.data.charge_id.as_deref().unwrap_or_default();
+        let Some(charge_id) = event.data.charge_id.as_deref() else {
+            return Err(ApiError::Invalid("a charge.refunded event needs data.charge_id".to_owned()));
+        };
         state.repo.record_refund(&event.id, charge_id).await?;
     }
     Ok(HttpResponse::Ok().json(json!({ "received": true })))

@@ -26,6 +26,10 @@ pub const HEADER: &str = "provider-signature";
 /// How far the signed timestamp may be from now, either way.
 pub const TOLERANCE: Duration = Duration::from_secs(300);
 
+/// The secret the service starts with when none is given: for tests and
+/// the README's examples only.
+pub const DEFAULT_SECRET: &str = "whsec_test";
+
 /// The shared webhook secret, registered as `web::Data<WebhookSecret>`.
 #[derive(Clone)]
 pub struct WebhookSecret(Vec<u8>);
@@ -36,9 +40,17 @@ impl WebhookSecret {
         Self(secret.as_bytes().to_vec())
     }
 
-    /// Reads `--webhook-secret`; never fails.
-    pub fn read(secret: &str) -> Result<Self, std::convert::Infallible> {
+    /// Reads `--webhook-secret`: an empty one would let anyone sign.
+    pub fn read(secret: &str) -> Result<Self, &'static str> {
+        if secret.trim().is_empty() {
+            return Err("the webhook secret is empty: anyone could sign deliveries");
+        }
         Ok(Self::new(secret))
+    }
+
+    /// Whether this is the public default, `whsec_test`.
+    pub fn is_default(&self) -> bool {
+        self.0 == DEFAULT_SECRET.as_bytes()
     }
 }
 
@@ -72,18 +84,23 @@ pub fn verify(header: Option<&[u8]>, body: &[u8], secret: &[u8], now: SystemTime
     let header = std::str::from_utf8(header).map_err(|_| SignatureError::Malformed("not ASCII"))?;
     let mut timestamp = None;
     let mut signatures = Vec::new();
-    for item in header.split(',') {
-        let (name, value) =
-            item.trim().split_once('=').ok_or(SignatureError::Malformed("an item is not name=value"))?;
+    // Empty items (a trailing comma) are skipped, as Stripe's libraries do.
+    for item in header.split(',').map(str::trim).filter(|item| !item.is_empty()) {
+        let (name, value) = item.split_once('=').ok_or(SignatureError::Malformed("an item is not name=value"))?;
         match name {
             "t" if timestamp.is_some() => return Err(SignatureError::Malformed("two timestamps")),
-            "t" => timestamp = Some(value.parse::<u64>().map_err(|_| SignatureError::Malformed("bad timestamp"))?),
+            // Digits only, and signed as sent: `+T` or `0T` is not `T`.
+            "t" if value.is_empty() || value.len() > 19 || !value.bytes().all(|b| b.is_ascii_digit()) => {
+                return Err(SignatureError::Malformed("the timestamp is not unix seconds"));
+            }
+            "t" => timestamp = Some(value),
             // A value that is not hex matches nothing; other schemes (v0) are ignored.
             "v1" => signatures.extend(hex::decode(value).ok()),
             _ => {}
         }
     }
-    let timestamp = timestamp.ok_or(SignatureError::Malformed("no timestamp"))?;
+    let signed = timestamp.ok_or(SignatureError::Malformed("no timestamp"))?;
+    let timestamp: u64 = signed.parse().map_err(|_| SignatureError::Malformed("the timestamp is not unix seconds"))?;
     if signatures.is_empty() {
         return Err(SignatureError::Malformed("no v1 signature"));
     }
@@ -92,7 +109,7 @@ pub fn verify(header: Option<&[u8]>, body: &[u8], secret: &[u8], now: SystemTime
         return Err(SignatureError::Stale);
     }
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).map_err(|_| SignatureError::Mismatch)?;
-    mac.update(timestamp.to_string().as_bytes());
+    mac.update(signed.as_bytes());
     mac.update(b".");
     mac.update(body);
     // Several v1 values while the secret rotates: any one may match. Each
@@ -153,6 +170,14 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_secret_is_refused() {
+        assert!(WebhookSecret::read("").is_err());
+        assert!(WebhookSecret::read("  ").is_err());
+        assert!(WebhookSecret::read(DEFAULT_SECRET).is_ok_and(|secret| secret.is_default()));
+        assert!(WebhookSecret::read("whsec_live").is_ok_and(|secret| !secret.is_default()));
+    }
+
+    #[test]
     fn rotation_accepts_any_v1() {
         let (t, body) = (1_700_000_000, b"{}".as_slice());
         let header = format!("t={t},v1={},v0=zz,v1={}", sign(b"old", t, body), sign(SECRET, t, body));
@@ -174,5 +199,13 @@ mod tests {
         assert!(matches!(refused(Some(format!("t={t}")), body), Err(SignatureError::Malformed(_))));
         assert!(matches!(refused(Some(format!("t={t},t={t},v1={good}")), body), Err(SignatureError::Malformed(_))));
         assert!(matches!(refused(Some("garbage".into()), body), Err(SignatureError::Malformed(_))));
+        // The timestamp is signed as sent: digits only.
+        for t in [format!("+{t}"), format!("{t}.0"), String::new(), "9".repeat(25)] {
+            let header = format!("t={t},v1={good}");
+            assert!(matches!(refused(Some(header), body), Err(SignatureError::Malformed(_))), "t={t}");
+        }
+        assert_eq!(refused(Some(format!("t=0{t},v1={good}")), body), Err(SignatureError::Mismatch));
+        // A trailing comma is nothing.
+        assert_eq!(refused(Some(format!("t={t},v1={good},")), body), Ok(()));
     }
 }

@@ -1,4 +1,5 @@
-// `fingerprint_headers` takes a list of valid header names, each once.
+// `fingerprint_headers` takes a list of valid header names, each once, and
+// not the key's own header.
 use actix_web::{HttpResponse, post};
 use idem_runtime::idempotent;
 
@@ -17,6 +18,12 @@ async fn bad_names() -> HttpResponse {
 #[idempotent(fingerprint_headers = ["X-Account-Id", "x-account-id"])]
 #[post("/c")]
 async fn twice() -> HttpResponse {
+    HttpResponse::Ok().finish()
+}
+
+#[idempotent(header = "X-Request-Key", fingerprint_headers = ["x-request-key"])]
+#[post("/d")]
+async fn the_key_header() -> HttpResponse {
     HttpResponse::Ok().finish()
 }
 

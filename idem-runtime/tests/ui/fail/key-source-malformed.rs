@@ -1,6 +1,7 @@
 // Malformed key sources, each reported on its literal: an unknown source,
 // a pointer without its leading `/`, a bad `~` escape, a path parameter
-// written with its braces, and `header` beside a key that is not a header.
+// written with its braces, `header` beside a key that is not a header, and
+// `required = false` with a path key (a matched route always has it).
 use actix_web::{HttpResponse, post};
 use idem_runtime::idempotent;
 
@@ -31,6 +32,12 @@ async fn braces() -> HttpResponse {
 #[idempotent(key = "json:/id", header = "X-Event-Key")]
 #[post("/e")]
 async fn header_beside_a_body_key() -> HttpResponse {
+    HttpResponse::Ok().finish()
+}
+
+#[idempotent(key = "path:id", required = false)]
+#[post("/f/{id}")]
+async fn optional_path_key() -> HttpResponse {
     HttpResponse::Ok().finish()
 }
 
