@@ -102,18 +102,7 @@ impl IdempotencyKey {
         if value.is_empty() {
             return Err(KeyError::Empty);
         }
-        if let Some(byte) = value.bytes().find(|&b| !is_visible(b)) {
-            return Err(KeyError::Malformed {
-                reason: if byte.is_ascii() {
-                    "it contains a space or a control character"
-                } else {
-                    "it contains a non-ASCII character"
-                },
-            });
-        }
-        if value.len() > MAX_KEY_LEN {
-            return Err(KeyError::TooLong { len: value.len() });
-        }
+        visible_within_limit(value.as_bytes())?;
         Ok(Self(value.to_owned()))
     }
 
@@ -162,6 +151,13 @@ fn bare(value: &[u8]) -> Result<String, KeyError> {
                      quote the key (`\"abc\";x=1`, or `\"a;b\"` for a key holding `;`)",
         });
     }
+    visible_within_limit(value)?;
+    Ok(value.iter().map(|&b| char::from(b)).collect())
+}
+
+/// Visible ASCII only, at most [`MAX_KEY_LEN`] bytes: the rule of every
+/// key, bare header keys and natural keys alike.
+fn visible_within_limit(value: &[u8]) -> Result<(), KeyError> {
     if let Some(&byte) = value.iter().find(|&&b| !is_visible(b)) {
         return Err(KeyError::Malformed {
             reason: if byte.is_ascii() {
@@ -174,7 +170,7 @@ fn bare(value: &[u8]) -> Result<String, KeyError> {
     if value.len() > MAX_KEY_LEN {
         return Err(KeyError::TooLong { len: value.len() });
     }
-    Ok(value.iter().map(|&b| char::from(b)).collect())
+    Ok(())
 }
 
 /// An RFC 9651 sf-string: `"` chars `"`, with `\"` and `\\` escapes; the

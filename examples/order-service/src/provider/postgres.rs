@@ -7,7 +7,7 @@ use sqlx::{PgPool, Row};
 
 use super::Ledger;
 use crate::model::Charge;
-use crate::repo::{RepoError, create_tables};
+use crate::repo::{RepoError, count, create_tables};
 
 /// The provider's table, created if missing.
 const SCHEMA: &str = r"
@@ -88,10 +88,6 @@ impl Ledger for PostgresLedger {
     }
 
     async fn charges(&self) -> Result<u64, RepoError> {
-        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM order_service_provider_charges")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(fail)?;
-        Ok(count.max(0) as u64)
+        count(&self.pool, "SELECT count(*) FROM order_service_provider_charges").await.map_err(fail)
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 pub use self::memory::MemoryRepo;
-pub use self::postgres::{PostgresRepo, create_tables};
+pub use self::postgres::{PostgresRepo, count, create_tables};
 pub use self::redis::RedisRepo;
 use crate::model::Order;
 

@@ -78,6 +78,12 @@ impl PostgresRepo {
     }
 }
 
+/// The one `count(*)` that `sql` selects.
+pub async fn count(pool: &PgPool, sql: &'static str) -> Result<u64, sqlx::Error> {
+    let count: i64 = sqlx::query_scalar(sql).fetch_one(pool).await?;
+    Ok(count.max(0) as u64)
+}
+
 /// An order from a row of `order_service_orders`.
 pub(super) fn order_of(row: &sqlx::postgres::PgRow) -> Result<Order, RepoError> {
     Ok(Order {
@@ -106,11 +112,7 @@ impl Repo for PostgresRepo {
     }
 
     async fn orders_created(&self) -> Result<u64, RepoError> {
-        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM order_service_orders")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(fail)?;
-        Ok(count.max(0) as u64)
+        count(&self.pool, "SELECT count(*) FROM order_service_orders").await.map_err(fail)
     }
 
     async fn record_refund(&self, event_id: &str, charge_id: &str) -> Result<bool, RepoError> {
@@ -121,10 +123,6 @@ impl Repo for PostgresRepo {
     }
 
     async fn refunds(&self) -> Result<u64, RepoError> {
-        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM order_service_refunds")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(fail)?;
-        Ok(count.max(0) as u64)
+        count(&self.pool, "SELECT count(*) FROM order_service_refunds").await.map_err(fail)
     }
 }
