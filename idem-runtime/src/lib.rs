@@ -110,6 +110,7 @@ mod canonical_json;
 mod engine;
 mod error;
 mod fingerprint;
+pub mod inbox;
 mod key;
 mod observe;
 mod record;

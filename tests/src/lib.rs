@@ -10,6 +10,7 @@ pub mod counter;
 pub mod crash_checks;
 pub mod faults;
 pub mod http;
+pub mod inbox_checks;
 pub mod natural_keys;
 pub mod order_checks;
 pub mod orders;

@@ -33,6 +33,7 @@ use crate::scope::StorageKey;
 use crate::store::{Attempt, Claim, Fence, FencingToken, Store, StoreError};
 
 /// The terms of one claim.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Terms {
     /// The lease of an execution, renewed by the keeper.
     pub(crate) lease: Duration,

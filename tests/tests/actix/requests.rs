@@ -247,3 +247,15 @@ async fn the_media_type_of_a_json_body_is_part_of_the_request() {
 async fn natural_keys_and_fingerprint_headers_on_memory() {
     idem_tests::natural_keys::assert_natural_keys(Idem::new(MemoryStore::new())).await;
 }
+
+#[actix_web::test]
+async fn the_inbox_on_memory() {
+    idem_tests::inbox_checks::assert_inbox(std::sync::Arc::new(MemoryStore::new())).await;
+}
+
+#[actix_web::test]
+async fn the_inbox_completes_once_when_a_lease_is_lost() {
+    let store = idem_tests::faults::FaultyStore::default()
+        .renewals_fail_between(std::time::Duration::ZERO, std::time::Duration::from_secs(3));
+    idem_tests::inbox_checks::assert_lease_loss_completes_once(std::sync::Arc::new(store)).await;
+}

@@ -78,3 +78,9 @@ async fn natural_keys_and_fingerprint_headers_on_postgres() {
     let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", "natural keys on postgres") else { return };
     idem_tests::natural_keys::assert_natural_keys(Idem::new(postgres_store(&url, POOL_SIZE).await)).await;
 }
+
+#[actix_web::test]
+async fn the_inbox_on_postgres() {
+    let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", "the inbox on postgres") else { return };
+    idem_tests::inbox_checks::assert_inbox(std::sync::Arc::new(postgres_store(&url, POOL_SIZE).await)).await;
+}

@@ -77,3 +77,9 @@ async fn natural_keys_and_fingerprint_headers_on_redis() {
     let Some(store) = redis_store("natural_keys_and_fingerprint_headers_on_redis").await else { return };
     idem_tests::natural_keys::assert_natural_keys(Idem::new(store)).await;
 }
+
+#[actix_web::test]
+async fn the_inbox_on_redis() {
+    let Some(store) = redis_store("the_inbox_on_redis").await else { return };
+    idem_tests::inbox_checks::assert_inbox(std::sync::Arc::new(store)).await;
+}

@@ -1,0 +1,230 @@
+//! The inbox: a message consumer's side of "exactly once" (§10 of the
+//! behaviour contract). Queues deliver at least once; [`Inbox::process`]
+//! runs the work of one message id at most once per TTL, on any store, with
+//! the engine the HTTP path uses: a claim, a lease kept by the process-wide
+//! keeper, then a fenced completion, or a release (a tombstone) when the
+//! work fails so that a later delivery runs it.
+//!
+//! ```
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use idem_runtime::MemoryStore;
+//! use idem_runtime::inbox::{Delivery, Inbox};
+//!
+//! let inbox = Inbox::new(MemoryStore::new(), "order-notifier");
+//! match inbox.process("evt_1", |_| async { Ok::<_, std::io::Error>("sent") }).await? {
+//!     Delivery::Processed(sent) => { /* acknowledge the message */ }
+//!     Delivery::Duplicate => { /* processed before: acknowledge it */ }
+//!     Delivery::InProgress { .. } => { /* another consumer has it: leave it for later */ }
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::{self, Claimed, Terms};
+use crate::fingerprint::{Fingerprint, RequestParts};
+use crate::key::{IdempotencyKey, KeyError};
+use crate::observe::Outcome;
+use crate::record::StoredResponse;
+use crate::scope::{Scope, StorageKey};
+use crate::store::{Attempt, Claim, FencingToken, Store, StoreError};
+
+/// The method the storage keys of messages are made with: no HTTP request
+/// has it, so a message id never meets an HTTP key.
+const MESSAGE_METHOD: &str = "MESSAGE";
+
+/// Processes messages by id, at most once per TTL, for one consumer.
+#[derive(Clone)]
+pub struct Inbox {
+    store: Arc<dyn Store>,
+    consumer: Arc<str>,
+    terms: Terms,
+    running: Arc<engine::Running>,
+}
+
+impl std::fmt::Debug for Inbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inbox").field("store", &self.store.kind()).field("consumer", &self.consumer).finish()
+    }
+}
+
+/// What became of one delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum Delivery<T> {
+    /// This delivery ran the work, and its completion is recorded.
+    Processed(T),
+    /// The message was processed before: acknowledge it, do nothing.
+    Duplicate,
+    /// Another delivery of it is being processed right now (here or in
+    /// another process): leave this one for later, do not acknowledge it.
+    InProgress {
+        /// Time left on that delivery's lease.
+        retry_after: Duration,
+    },
+}
+
+/// Why a delivery could not be settled.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InboxError<E> {
+    /// The work failed. Its claim was released: a later delivery runs it
+    /// again. The work must not have had effects it cannot repeat.
+    #[error("processing the message failed; a later delivery will run it again")]
+    Failed(#[source] E),
+    /// The message id is not a key (1 to 255 visible ASCII characters).
+    #[error(transparent)]
+    InvalidId(#[from] KeyError),
+    /// The store failed before the work ran: nothing ran.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The work ran, but the lease was lost before its completion was
+    /// recorded (a stall longer than the lease): another delivery may run
+    /// it. Use [`MessageContext::derived_key`] for downstream calls.
+    #[error("the message was processed, but its lease was lost before that was recorded")]
+    LeaseLost,
+    /// The store timeout is above a third of the lease: the keeper could
+    /// not renew in time, so nothing is claimed.
+    #[error("the inbox's store timeout ({timeout:?}) must be at most a third of its lease ({lease:?})")]
+    Misconfigured {
+        /// The store timeout.
+        timeout: Duration,
+        /// The lease.
+        lease: Duration,
+    },
+    /// A drain has begun ([`Inbox::drain`]): nothing ran.
+    #[error("the inbox is draining; the message was not processed")]
+    Draining,
+}
+
+/// What the work of one delivery knows about it.
+#[derive(Debug, Clone)]
+pub struct MessageContext {
+    key: StorageKey,
+    token: FencingToken,
+    attempt: Attempt,
+}
+
+impl MessageContext {
+    /// Which execution of the message this is: a takeover follows a
+    /// delivery that stopped half way.
+    pub fn attempt(&self) -> Attempt {
+        self.attempt
+    }
+
+    /// The fencing token of this delivery's claim.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// A stable key derived from the message and `label`, the same in
+    /// every delivery: the idempotency key of a downstream call.
+    pub fn derived_key(&self, label: &str) -> String {
+        self.key.derive(&message_fingerprint(&self.key), label)
+    }
+}
+
+impl Inbox {
+    /// An inbox for `consumer` (its ids apart from every other consumer's)
+    /// over `store`: a day of memory, a lease of 30 s, store calls of 5 s.
+    pub fn new(store: impl Store + 'static, consumer: &str) -> Self {
+        Self::from_arc(Arc::new(store), consumer)
+    }
+
+    /// [`Inbox::new`] over a shared store.
+    pub fn from_arc(store: Arc<dyn Store>, consumer: &str) -> Self {
+        let terms =
+            Terms { lease: Duration::from_secs(30), ttl: Duration::from_secs(86_400), timeout: Duration::from_secs(5) };
+        Self { store, consumer: consumer.into(), terms, running: Arc::default() }
+    }
+
+    /// How long a processed id is remembered.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.terms.ttl = ttl;
+        self
+    }
+
+    /// The lease of a delivery in progress, renewed while the work runs.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.terms.lease = lease;
+        self
+    }
+
+    /// Longest wait for one store call.
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.terms.timeout = timeout;
+        self
+    }
+
+    /// Runs `work` for message `id` unless it was processed or is being
+    /// processed. `Ok(value)` completes the message; `Err` releases it for
+    /// a later delivery ([`InboxError::Failed`]).
+    pub async fn process<T, E, F, Fut>(&self, id: &str, work: F) -> Result<Delivery<T>, InboxError<E>>
+    where
+        F: FnOnce(MessageContext) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let Terms { lease, timeout, .. } = self.terms;
+        if timeout.saturating_mul(3) > lease {
+            return Err(InboxError::Misconfigured { timeout, lease });
+        }
+        let key = StorageKey::new(Scope::Route, None, MESSAGE_METHOD, &self.consumer, &IdempotencyKey::natural(id)?);
+        let fingerprint = message_fingerprint(&key);
+        let claimed =
+            engine::claim(&self.store, &key, &fingerprint, &self.terms, self.terms.timeout, &self.running).await?;
+        let execution = match claimed {
+            Claimed::Acquired(execution) => execution,
+            Claimed::Other(Claim::InFlight { retry_after }) => return Ok(Delivery::InProgress { retry_after }),
+            // The fingerprint is the id's: what holds the key is this message.
+            Claimed::Other(_) => return Ok(Delivery::Duplicate),
+            Claimed::Draining => return Err(InboxError::Draining),
+        };
+        if !execution.is_held() {
+            let _ = execution.try_release().await;
+            return Err(InboxError::LeaseLost);
+        }
+        let context = MessageContext { key, token: execution.token(), attempt: execution.attempt() };
+        match work(context).await {
+            Ok(value) => {
+                let done = processed();
+                let first = execution.try_complete(&done).await;
+                match execution.complete(first, &done, &done).await {
+                    Outcome::Executed => Ok(Delivery::Processed(value)),
+                    _ => Err(InboxError::LeaseLost),
+                }
+            }
+            Err(error) => {
+                let _ = match execution.try_release().await {
+                    Some(outcome) => outcome,
+                    None => execution.release().await,
+                };
+                Err(InboxError::Failed(error))
+            }
+        }
+    }
+
+    /// Stops new deliveries and waits up to `timeout` for the running ones.
+    pub async fn drain(&self, timeout: Duration) -> crate::Drained {
+        self.running.drain(timeout).await
+    }
+}
+
+/// A message's fingerprint: its storage key alone, so that every delivery
+/// of one id is "the same request".
+fn message_fingerprint(key: &StorageKey) -> Fingerprint {
+    Fingerprint::of(&RequestParts {
+        method: MESSAGE_METHOD,
+        path: key.as_str(),
+        query: "",
+        headers: &[],
+        content_type: None,
+        body: b"",
+    })
+}
+
+/// What a processed message leaves: no response, just the fact.
+fn processed() -> StoredResponse {
+    StoredResponse { status: 200, headers: Vec::new(), body: bytes::Bytes::new() }
+}
