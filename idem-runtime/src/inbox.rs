@@ -23,7 +23,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::{self, Claimed, Terms};
+use crate::engine::{self, Claimed, Terms, keeper};
 use crate::fingerprint::{Fingerprint, RequestParts};
 use crate::key::{IdempotencyKey, KeyError};
 use crate::observe::Outcome;
@@ -32,8 +32,9 @@ use crate::scope::{Scope, StorageKey};
 use crate::store::{Attempt, Claim, FencingToken, Store, StoreError};
 
 /// The method the storage keys of messages are made with: no HTTP request
-/// has it, so a message id never meets an HTTP key.
-const MESSAGE_METHOD: &str = "MESSAGE";
+/// can have it, so a message id never meets an HTTP key.
+/// Not an HTTP token (`:`), so no request can carry it.
+const MESSAGE_METHOD: &str = "idem:message";
 
 /// Processes messages by id, at most once per TTL, for one consumer.
 #[derive(Clone)]
@@ -69,7 +70,7 @@ pub enum Delivery<T> {
 /// Why a delivery could not be settled.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum InboxError<E> {
+pub enum InboxError<E, T = ()> {
     /// The work failed. Its claim was released: a later delivery runs it
     /// again. The work must not have had effects it cannot repeat.
     #[error("processing the message failed; a later delivery will run it again")]
@@ -80,11 +81,21 @@ pub enum InboxError<E> {
     /// The store failed before the work ran: nothing ran.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The work ran, but the lease was lost before its completion was
-    /// recorded (a stall longer than the lease): another delivery may run
-    /// it. Use [`MessageContext::derived_key`] for downstream calls.
+    /// The work ran and returned this value, but the lease was lost before
+    /// its completion was recorded (a stall longer than the lease): another
+    /// delivery may run it again, or has. Acknowledge the message; use
+    /// [`MessageContext::derived_key`] for downstream calls so that a second
+    /// run repeats none of them.
     #[error("the message was processed, but its lease was lost before that was recorded")]
-    LeaseLost,
+    LeaseLost(T),
+    /// The claim was answered after its lease would have ended (a stalled
+    /// process, a slow store): the work did not run. Do not acknowledge.
+    #[error("the store answered too slowly to hold the message; it was not processed")]
+    NotRun,
+    /// The id's record is not this inbox's (another version's record, or
+    /// a collision): nothing ran. Do not acknowledge; investigate.
+    #[error("the message id's record belongs to something else; the message was not processed")]
+    Conflict,
     /// The store timeout is above a third of the lease: the keeper could
     /// not renew in time, so nothing is claimed.
     #[error("the inbox's store timeout ({timeout:?}) must be at most a third of its lease ({lease:?})")]
@@ -161,7 +172,13 @@ impl Inbox {
     /// Runs `work` for message `id` unless it was processed or is being
     /// processed. `Ok(value)` completes the message; `Err` releases it for
     /// a later delivery ([`InboxError::Failed`]).
-    pub async fn process<T, E, F, Fut>(&self, id: &str, work: F) -> Result<Delivery<T>, InboxError<E>>
+    ///
+    /// Dropping the returned future while the work runs is a crash: the
+    /// lease lapses and a later delivery takes the message over
+    /// ([`Attempt::Takeover`]). Once the work has returned, its completion
+    /// (or release) finishes on the keeper's runtime even if this future is
+    /// dropped. A panic in the work is a crash too.
+    pub async fn process<T, E, F, Fut>(&self, id: &str, work: F) -> Result<Delivery<T>, InboxError<E, T>>
     where
         F: FnOnce(MessageContext) -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -177,31 +194,39 @@ impl Inbox {
         let execution = match claimed {
             Claimed::Acquired(execution) => execution,
             Claimed::Other(Claim::InFlight { retry_after }) => return Ok(Delivery::InProgress { retry_after }),
-            // The fingerprint is the id's: what holds the key is this message.
-            Claimed::Other(_) => return Ok(Delivery::Duplicate),
+            Claimed::Other(Claim::Replay(_)) => return Ok(Delivery::Duplicate),
+            Claimed::Other(_) => return Err(InboxError::Conflict),
             Claimed::Draining => return Err(InboxError::Draining),
         };
         if !execution.is_held() {
-            let _ = execution.try_release().await;
-            return Err(InboxError::LeaseLost);
+            keeper::spawn(async move {
+                let _ = execution.release().await;
+            });
+            return Err(InboxError::NotRun);
         }
-        let context = MessageContext { key, token: execution.token(), attempt: execution.attempt() };
-        match work(context).await {
-            Ok(value) => {
-                let done = processed();
+        let token = execution.token();
+        let context = MessageContext { key, token, attempt: execution.attempt() };
+        let result = work(context).await;
+        // From here on the outcome is settled on the keeper's runtime: a
+        // caller that stops waiting (a timeout, a shutdown) does not leave
+        // a finished work unrecorded.
+        let succeeded = result.is_ok();
+        let settled = keeper::spawn_joined(async move {
+            if succeeded {
+                // The record names its execution: a retry that finds it
+                // after a failed attempt knows it is its own.
+                let done = processed(token);
                 let first = execution.try_complete(&done).await;
-                match execution.complete(first, &done, &done).await {
-                    Outcome::Executed => Ok(Delivery::Processed(value)),
-                    _ => Err(InboxError::LeaseLost),
-                }
+                execution.complete(first, &done, &done).await
+            } else {
+                execution.release().await
             }
-            Err(error) => {
-                let _ = match execution.try_release().await {
-                    Some(outcome) => outcome,
-                    None => execution.release().await,
-                };
-                Err(InboxError::Failed(error))
-            }
+        });
+        let outcome = settled.await.unwrap_or(Outcome::LeaseLost);
+        match result {
+            Ok(value) if outcome == Outcome::Executed => Ok(Delivery::Processed(value)),
+            Ok(value) => Err(InboxError::LeaseLost(value)),
+            Err(error) => Err(InboxError::Failed(error)),
         }
     }
 
@@ -224,7 +249,7 @@ fn message_fingerprint(key: &StorageKey) -> Fingerprint {
     })
 }
 
-/// What a processed message leaves: no response, just the fact.
-fn processed() -> StoredResponse {
-    StoredResponse { status: 200, headers: Vec::new(), body: bytes::Bytes::new() }
+/// What a processed message leaves: the fact, and the execution's token.
+fn processed(token: FencingToken) -> StoredResponse {
+    StoredResponse { status: 200, headers: Vec::new(), body: token.to_hex().into() }
 }

@@ -111,7 +111,7 @@ pub async fn assert_lease_loss_completes_once(store: Arc<dyn Store>) {
         .await;
     assert!(matches!(taken, Ok(Delivery::Processed("takeover"))), "{taken:?}");
     let slow = slow.await.expect("the slow delivery");
-    assert!(matches!(slow, Err(InboxError::LeaseLost)), "{slow:?}");
+    assert!(matches!(slow, Err(InboxError::LeaseLost("slow"))), "the value comes back: {slow:?}");
     assert_eq!(runs.get(), 2);
     let after = inbox.process(&id, |_| async { Ok::<_, std::io::Error>("third") }).await;
     assert!(matches!(after, Ok(Delivery::Duplicate)), "{after:?}");

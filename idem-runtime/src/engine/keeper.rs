@@ -106,7 +106,6 @@ pub(crate) fn spawn(work: impl std::future::Future<Output = ()> + Send + 'static
 
 /// Like [`spawn`], with a handle to await `work`'s output from anywhere.
 /// Dropping the handle does not cancel `work`.
-#[cfg(feature = "postgres")]
 pub(crate) fn spawn_joined<T: Send + 'static>(
     work: impl std::future::Future<Output = T> + Send + 'static,
 ) -> tokio::task::JoinHandle<T> {
