@@ -88,8 +88,8 @@ where
     // 1. The key, from the header or the path; a key in the body is read
     // once the body is in (step 3).
     let early = match read_early(&req, options, &route) {
-        Ok(Early::Absent) => return run_without_key(&config, req, payload, handler).await,
-        Ok(early) => early,
+        Ok(None) => return run_without_key(&config, req, payload, handler).await,
+        Ok(Some(early)) => early,
         Err((kind, detail)) => return reject(&route, kind, &detail),
     };
     // 2. The subject.
@@ -117,14 +117,13 @@ where
         }
     };
     let key = match early {
-        Early::Key(key) => Some(key),
+        Early::Key(key) => key,
         Early::InBody(pointer) => match from_body(&body, pointer, options.required) {
-            Ok(key) => key,
+            Ok(Some(key)) => key,
+            Ok(None) => return run_without_key(&config, req, Payload::from(body), handler).await,
             Err((kind, detail)) => return reject(&route, kind, &detail),
         },
-        Early::Absent => None,
     };
-    let Some(key) = key else { return run_without_key(&config, req, Payload::from(body), handler).await };
     let span = tracing::Span::current();
     if !span.is_disabled() {
         // A short hash identifies the key in traces; never the key itself.

@@ -15,32 +15,32 @@ use crate::key::{IdempotencyKey, KeyError};
 /// Why a request's key could not be read: the problem to answer with.
 pub(super) type Refusal = (ProblemKind, String);
 
-/// The key as far as it can be read before the body: the key, none (absent
-/// and not required), or the pointer to read it at once the body is in.
+/// The key as far as it can be read before the body: the key, or the
+/// pointer to read it at once the body is in.
 pub(super) enum Early {
     Key(IdempotencyKey),
-    Absent,
     InBody(&'static str),
 }
 
-/// Reads the key from the header or the path; a body key waits.
-pub(super) fn read_early(req: &HttpRequest, options: &RouteOptions, route: &str) -> Result<Early, Refusal> {
+/// Reads the key from the header or the path (a body key waits); `None`
+/// when it is absent and not required.
+pub(super) fn read_early(req: &HttpRequest, options: &RouteOptions, route: &str) -> Result<Option<Early>, Refusal> {
     match options.key {
         KeySource::Header => from_header(req, options),
-        KeySource::Path(name) => from_path(req, name, route),
-        KeySource::Json(pointer) => Ok(Early::InBody(pointer)),
+        KeySource::Path(name) => from_path(req, name, route).map(Some),
+        KeySource::Json(pointer) => Ok(Some(Early::InBody(pointer))),
     }
 }
 
-fn from_header(req: &HttpRequest, options: &RouteOptions) -> Result<Early, Refusal> {
+fn from_header(req: &HttpRequest, options: &RouteOptions) -> Result<Option<Early>, Refusal> {
     let mut values = req.headers().get_all(options.header);
     let header = || options.header.to_owned();
     let error = match (values.next(), values.next()) {
-        (None, _) if !options.required => return Ok(Early::Absent),
+        (None, _) if !options.required => return Ok(None),
         (None, _) => KeyError::Missing { header: header() },
         (Some(_), Some(_)) => KeyError::Repeated { header: header() },
         (Some(value), None) => match IdempotencyKey::parse(value.as_bytes()) {
-            Ok(key) => return Ok(Early::Key(key)),
+            Ok(key) => return Ok(Some(Early::Key(key))),
             Err(error) => error,
         },
     };
