@@ -113,6 +113,7 @@ mod fingerprint;
 pub mod inbox;
 mod key;
 mod observe;
+pub mod outbox;
 mod record;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod redact;

@@ -3,8 +3,12 @@
 
 use std::sync::Arc;
 
+use idem_runtime::inbox::Inbox;
+use idem_runtime::outbox::PostgresOutbox;
 use idem_runtime::store::Store;
 use idem_runtime::{MemoryStore, PostgresStore, RedisStore};
+use order_notifier::consumer::CONSUMER;
+use order_notifier::{Consumer, Outlet};
 
 use crate::config::StoreUrl;
 use crate::provider::{Ledger, MemoryLedger, PostgresLedger, RedisLedger};
@@ -28,6 +32,11 @@ pub struct Backend {
     pub writes: Writes,
     /// The simulated payment provider's charges.
     pub ledger: Arc<dyn Ledger>,
+    /// The notifications sent for created orders, as `/stats` counts them.
+    pub outlet: Outlet,
+    /// On the memory store, the notifier that runs in this process (its
+    /// events cannot leave it); elsewhere the `order-notifier` processes.
+    pub notifier: Option<Consumer>,
     /// Where they live, for logs: the store's own `Debug`, which masks any
     /// password.
     pub shown: String,
@@ -39,11 +48,17 @@ pub async fn connect(url: &StoreUrl) -> Result<Backend, String> {
     match url {
         StoreUrl::Memory => {
             let repo = Arc::new(MemoryRepo::default());
+            let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+            let outlet = Outlet::memory();
+            let inbox = Inbox::from_arc(Arc::clone(&store), CONSUMER);
+            let notifier = Consumer::new(Arc::new(repo.outbox().clone()), inbox, outlet.clone());
             Ok(Backend {
-                store: Arc::new(MemoryStore::new()),
+                store,
                 repo: repo.clone(),
                 writes: Writes::Direct(repo),
                 ledger: Arc::new(MemoryLedger::default()),
+                outlet,
+                notifier: Some(notifier),
                 shown: "memory".to_owned(),
             })
         }
@@ -56,12 +71,15 @@ pub async fn connect(url: &StoreUrl) -> Result<Backend, String> {
             let repo =
                 Arc::new(RedisRepo::connect(raw).await.map_err(|e| format!("the order repository on redis: {e}"))?);
             let ledger = RedisLedger::connect(raw).await.map_err(|e| format!("the payment provider on redis: {e}"))?;
+            let outlet = Outlet::redis(raw).await.map_err(|e| format!("the notifications on redis: {e}"))?;
             Ok(Backend {
                 shown: format!("{store:?}"),
                 store: Arc::new(store),
                 repo: repo.clone(),
                 writes: Writes::Direct(repo),
                 ledger: Arc::new(ledger),
+                outlet,
+                notifier: None,
             })
         }
         StoreUrl::Unknown { scheme } => Err(format!(
@@ -78,12 +96,16 @@ pub async fn connect(url: &StoreUrl) -> Result<Backend, String> {
             store.migrate().await.map_err(|e| fail(&e))?;
             repo.migrate().await.map_err(|e| fail(&e))?;
             ledger.migrate().await.map_err(|e| fail(&e))?;
+            PostgresOutbox::new(store.pool().clone()).migrate().await.map_err(|e| fail(&e))?;
+            let outlet = Outlet::postgres(store.pool().clone()).await.map_err(|e| fail(&e))?;
             Ok(Backend {
                 shown: format!("{store:?}"),
                 store: Arc::new(store),
                 repo: Arc::new(repo),
                 writes: Writes::Transactional,
                 ledger: Arc::new(ledger),
+                outlet,
+                notifier: None,
             })
         }
     }

@@ -37,11 +37,16 @@ async fn main() -> std::io::Result<()> {
         std::io::Error::other(e)
     })?;
     let (writes, shown) = (backend.writes, backend.shown);
+    if let Some(notifier) = backend.notifier {
+        // The memory store's events stay in this process: notify here.
+        actix_web::rt::spawn(async move { notifier.run(std::future::pending()).await });
+    }
     let idem = Idem::from_arc(backend.store).subject(user_id);
     let state = web::Data::new(AppState {
         repo: backend.repo,
         provider: Provider::new(backend.ledger, Duration::from_millis(config.charge_delay_ms)),
         faults: config.faults(),
+        outlet: backend.outlet,
         metrics,
     });
     if config.webhook_secret.is_default() {

@@ -1,5 +1,7 @@
 //! Orders, payments and charges, and the validation of what clients send.
 
+use idem_runtime::outbox::Event;
+use order_notifier::OrderCreated;
 use serde::{Deserialize, Serialize};
 
 /// The body of `POST /orders`.
@@ -197,6 +199,19 @@ pub fn uuid_shaped(derived_key: &str) -> String {
     format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
 }
 
+impl Order {
+    /// The `order.created` event this order emits through the outbox.
+    pub fn created_event(&self) -> Event {
+        let created = OrderCreated {
+            order_id: self.id.clone(),
+            owner: self.owner.clone(),
+            amount_cents: self.amount_cents,
+            currency: self.currency.clone(),
+        };
+        created.event()
+    }
+}
+
 /// Side-effect counts across every process sharing the backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Stats {
@@ -206,6 +221,8 @@ pub struct Stats {
     pub charges: u64,
     /// Refunds the provider reported through its webhook, one per event.
     pub refunds: u64,
+    /// Notifications the order notifier sent, one per created order.
+    pub notifications_sent: u64,
 }
 
 #[cfg(test)]
@@ -251,8 +268,11 @@ mod tests {
             serde_json::to_string(&payment.body()).unwrap(),
             r#"{"amount_cents":1500,"id":"p1","order_id":"o1","status":"captured"}"#
         );
-        let stats = Stats { orders_created: 2, charges: 1, refunds: 3 };
-        assert_eq!(serde_json::to_string(&stats).unwrap(), r#"{"orders_created":2,"charges":1,"refunds":3}"#);
+        let stats = Stats { orders_created: 2, charges: 1, refunds: 3, notifications_sent: 2 };
+        assert_eq!(
+            serde_json::to_string(&stats).unwrap(),
+            r#"{"orders_created":2,"charges":1,"refunds":3,"notifications_sent":2}"#
+        );
     }
 
     #[test]

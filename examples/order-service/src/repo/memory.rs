@@ -4,15 +4,18 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
 use async_trait::async_trait;
+use idem_runtime::outbox::MemoryOutbox;
 use parking_lot::Mutex;
 
 use super::{InsertOrder, Repo, RepoError};
 use crate::model::Order;
 
-/// Orders in this process only.
+/// Orders in this process only. Each new order publishes its
+/// `order.created` event to the outbox in the same critical section.
 #[derive(Debug, Default)]
 pub struct MemoryRepo {
     inner: Mutex<Inner>,
+    outbox: MemoryOutbox,
 }
 
 #[derive(Debug, Default)]
@@ -23,6 +26,13 @@ struct Inner {
     refunds: HashMap<String, String>,
 }
 
+impl MemoryRepo {
+    /// The outbox its orders' events go to, for the in-process notifier.
+    pub fn outbox(&self) -> &MemoryOutbox {
+        &self.outbox
+    }
+}
+
 #[async_trait]
 impl InsertOrder for MemoryRepo {
     async fn insert_order(&self, order: &Order) -> Result<Order, RepoError> {
@@ -31,6 +41,7 @@ impl InsertOrder for MemoryRepo {
             Entry::Occupied(first) => Ok(first.get().clone()),
             Entry::Vacant(slot) => {
                 inner.by_owner.entry(order.owner.clone()).or_default().push(order.id.clone());
+                self.outbox.publish(order.created_event());
                 Ok(slot.insert(order.clone()).clone())
             }
         }

@@ -4,6 +4,8 @@ use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 
+use order_notifier::event::STREAM;
+
 use super::{InsertOrder, Repo, RepoError};
 use crate::model::Order;
 
@@ -22,14 +24,18 @@ return 0
 ";
 
 /// Stores an order unless its id is taken; only then appends it to its
-/// owner's list and counts it. Returns the order stored under the id. One
-/// round trip (`EVALSHA`), atomic.
+/// owner's list, counts it and appends its `order.created` event to the
+/// outbox stream (the transactional outbox: the event exists if and only
+/// if the order does). Returns the order stored under the id. One round
+/// trip (`EVALSHA`), atomic.
 const INSERT_ORDER: &str = r"
--- KEYS[1]: the order; KEYS[2]: its owner's list; KEYS[3]: the orders counter.
--- ARGV[1]: the order (JSON); ARGV[2]: its id.
+-- KEYS[1]: the order; KEYS[2]: its owner's list; KEYS[3]: the orders counter;
+-- KEYS[4]: the outbox stream. ARGV[1]: the order (JSON); ARGV[2]: its id;
+-- ARGV[3], ARGV[4], ARGV[5]: the event's id, topic and payload.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
     redis.call('RPUSH', KEYS[2], ARGV[2])
     redis.call('INCR', KEYS[3])
+    redis.call('XADD', KEYS[4], '*', 'id', ARGV[3], 'topic', ARGV[4], 'payload', ARGV[5])
     return ARGV[1]
 end
 return redis.call('GET', KEYS[1])
@@ -83,9 +89,11 @@ impl RedisRepo {
 impl InsertOrder for RedisRepo {
     async fn insert_order(&self, order: &Order) -> Result<Order, RepoError> {
         let json = serde_json::to_string(order).map_err(fail)?;
+        let event = order.created_event();
         let mut connection = self.connection.clone();
         let mut invocation = self.insert_order.key(order_key(&order.id));
-        invocation.key(owner_key(&order.owner)).key(ORDERS_CREATED).arg(json).arg(&order.id);
+        invocation.key(owner_key(&order.owner)).key(ORDERS_CREATED).key(STREAM).arg(json).arg(&order.id);
+        invocation.arg(&event.id).arg(&event.topic).arg(&event.payload);
         let stored: String = invocation.invoke_async(&mut connection).await.map_err(fail)?;
         serde_json::from_str(&stored).map_err(fail)
     }

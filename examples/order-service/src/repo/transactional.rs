@@ -2,6 +2,7 @@
 //! connection of the handler's transaction (`idem_runtime::Tx`), so that
 //! they commit together with the stored response, or not at all.
 
+use idem_runtime::outbox::{Event, PostgresOutbox};
 use sqlx::PgConnection;
 
 use super::RepoError;
@@ -51,4 +52,10 @@ pub async fn insert_payment(tx: &mut PgConnection, payment: &Payment) -> Result<
     .await
     .map_err(fail)?;
     Ok(())
+}
+
+/// Writes `event` to the outbox table in the same transaction: it is
+/// published if and only if the order commits.
+pub async fn publish(tx: &mut PgConnection, event: &Event) -> Result<(), RepoError> {
+    PostgresOutbox::publish(tx, event).await.map_err(fail)
 }

@@ -15,12 +15,13 @@ use actix_web::http::header::LOCATION;
 use actix_web::{FromRequest, HttpRequest, HttpResponse, get, web};
 use idem_runtime::ExecutionContext;
 use metrics_exporter_prometheus::PrometheusHandle;
+use order_notifier::Outlet;
 
 use crate::error::ApiError;
 use crate::faults::Faults;
 use crate::model::{Order, Stats, uuid_shaped};
 use crate::provider::Provider;
-use crate::repo::{Repo, Writes};
+use crate::repo::{Repo, RepoError, Writes};
 
 /// Shared state of the routes.
 pub struct AppState {
@@ -32,6 +33,8 @@ pub struct AppState {
     pub faults: Faults,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
+    /// The notifications sent for created orders.
+    pub outlet: Outlet,
 }
 
 /// The caller, from `X-User-ID`.
@@ -119,13 +122,15 @@ async fn list_orders(user: User, state: web::Data<AppState>) -> Result<HttpRespo
 }
 
 /// Side-effect counts across every process sharing the backend: orders
-/// created, charges at the provider, refunds it reported.
+/// created, charges at the provider, refunds it reported, notifications
+/// the order notifier sent.
 #[get("/stats")]
 async fn stats(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let orders_created = state.repo.orders_created().await?;
     let charges = state.provider.charges().await?;
     let refunds = state.repo.refunds().await?;
-    Ok(HttpResponse::Ok().json(Stats { orders_created, charges, refunds }))
+    let notifications_sent = state.outlet.sent().await.map_err(|e| RepoError::new("notifications", e))?;
+    Ok(HttpResponse::Ok().json(Stats { orders_created, charges, refunds, notifications_sent }))
 }
 
 /// Prometheus text exposition.

@@ -25,6 +25,7 @@ pub(super) async fn create_order(
     new.validate().map_err(ApiError::Invalid)?;
     let order = Order::new(order_id(&execution), &user.0, new);
     rows::insert_order(&mut tx, &order).await?;
+    rows::publish(&mut tx, &order.created_event()).await?;
     state.faults.after_order_insert();
     Ok(created(&order))
 }

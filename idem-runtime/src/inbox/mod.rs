@@ -23,13 +23,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::{self, Claimed, Terms, keeper};
+use crate::engine::{self, Claimed, Execution, Terms, keeper};
 use crate::fingerprint::{Fingerprint, RequestParts};
 use crate::key::{IdempotencyKey, KeyError};
 use crate::observe::Outcome;
 use crate::record::StoredResponse;
 use crate::scope::{Scope, StorageKey};
 use crate::store::{Attempt, Claim, FencingToken, Store, StoreError};
+
+#[cfg(feature = "postgres")]
+mod transactional;
 
 /// The method the storage keys of messages are made with: no HTTP request
 /// can have it, so a message id never meets an HTTP key.
@@ -104,6 +107,21 @@ pub enum InboxError<E, T = ()> {
         timeout: Duration,
         /// The lease.
         lease: Duration,
+    },
+    /// [`Inbox::process_in_tx`]: the work returned, but its transaction was
+    /// not committed (the lease was lost, a statement of the work had
+    /// failed, the database refused or did not answer the `COMMIT`).
+    /// Nothing of the work was kept, unless an unanswered `COMMIT` went
+    /// through (the next delivery then finds the message processed). Do
+    /// not acknowledge: a later delivery runs it, or reports it done.
+    #[error("the message's transaction was not committed; a later delivery will run it again")]
+    NotCommitted,
+    /// [`Inbox::process_in_tx`] on a store that is not a `PostgresStore`:
+    /// nothing ran.
+    #[error("the transactional inbox needs a PostgresStore, not the {store} store")]
+    NotPostgres {
+        /// The inbox's store.
+        store: &'static str,
     },
     /// A drain has begun ([`Inbox::drain`]): nothing ran.
     #[error("the inbox is draining; the message was not processed")]
@@ -183,29 +201,11 @@ impl Inbox {
         F: FnOnce(MessageContext) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let Terms { lease, timeout, .. } = self.terms;
-        if timeout.saturating_mul(3) > lease {
-            return Err(InboxError::Misconfigured { timeout, lease });
-        }
-        let key = StorageKey::new(Scope::Route, None, MESSAGE_METHOD, &self.consumer, &IdempotencyKey::natural(id)?);
-        let fingerprint = message_fingerprint(&key);
-        let claimed =
-            engine::claim(&self.store, &key, &fingerprint, &self.terms, self.terms.timeout, &self.running).await?;
-        let execution = match claimed {
-            Claimed::Acquired(execution) => execution,
-            Claimed::Other(Claim::InFlight { retry_after }) => return Ok(Delivery::InProgress { retry_after }),
-            Claimed::Other(Claim::Replay(_)) => return Ok(Delivery::Duplicate),
-            Claimed::Other(_) => return Err(InboxError::Conflict),
-            Claimed::Draining => return Err(InboxError::Draining),
+        let (execution, context) = match self.start(id).await {
+            Ok(started) => started,
+            Err(skipped) => return skipped,
         };
-        if !execution.is_held() {
-            keeper::spawn(async move {
-                let _ = execution.release().await;
-            });
-            return Err(InboxError::NotRun);
-        }
         let token = execution.token();
-        let context = MessageContext { key, token, attempt: execution.attempt() };
         let result = work(context).await;
         // From here on the outcome is settled on the keeper's runtime: a
         // caller that stops waiting (a timeout, a shutdown) does not leave
@@ -228,6 +228,39 @@ impl Inbox {
             Ok(value) => Err(InboxError::LeaseLost(value)),
             Err(error) => Err(InboxError::Failed(error)),
         }
+    }
+
+    /// Claims message `id`: the execution and the work's context when this
+    /// delivery is to run it; otherwise what became of the delivery.
+    async fn start<T, E>(
+        &self,
+        id: &str,
+    ) -> Result<(Execution, MessageContext), Result<Delivery<T>, InboxError<E, T>>> {
+        let Terms { lease, timeout, .. } = self.terms;
+        if timeout.saturating_mul(3) > lease {
+            return Err(Err(InboxError::Misconfigured { timeout, lease }));
+        }
+        let natural = IdempotencyKey::natural(id).map_err(|error| Err(InboxError::InvalidId(error)))?;
+        let key = StorageKey::new(Scope::Route, None, MESSAGE_METHOD, &self.consumer, &natural);
+        let fingerprint = message_fingerprint(&key);
+        let claimed = engine::claim(&self.store, &key, &fingerprint, &self.terms, timeout, &self.running)
+            .await
+            .map_err(|error| Err(InboxError::Store(error)))?;
+        let execution = match claimed {
+            Claimed::Acquired(execution) => execution,
+            Claimed::Other(Claim::InFlight { retry_after }) => return Err(Ok(Delivery::InProgress { retry_after })),
+            Claimed::Other(Claim::Replay(_)) => return Err(Ok(Delivery::Duplicate)),
+            Claimed::Other(_) => return Err(Err(InboxError::Conflict)),
+            Claimed::Draining => return Err(Err(InboxError::Draining)),
+        };
+        if !execution.is_held() {
+            keeper::spawn(async move {
+                let _ = execution.release().await;
+            });
+            return Err(Err(InboxError::NotRun));
+        }
+        let context = MessageContext { key, token: execution.token(), attempt: execution.attempt() };
+        Ok((execution, context))
     }
 
     /// Stops new deliveries and waits up to `timeout` for the running ones.

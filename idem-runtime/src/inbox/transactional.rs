@@ -1,0 +1,75 @@
+//! The inbox on Postgres with the work's own writes in the transaction of
+//! the processed-message record: both commit, or neither does.
+
+use std::any::Any;
+
+use sqlx::PgConnection;
+
+use super::{Delivery, Inbox, InboxError, MessageContext, processed};
+use crate::engine::keeper;
+use crate::engine::transaction::{Commit, Committed, begin, roll_back};
+use crate::stores::PostgresStore;
+
+impl Inbox {
+    /// Like [`Inbox::process`], on a `PostgresStore`, with the work's writes
+    /// in a transaction that commits together with the processed-message
+    /// record: a message is processed, with all its writes, or not at all,
+    /// even when the lease is lost or the process dies half way.
+    ///
+    /// The transaction is opened after the claim on the store's pool
+    /// (`BEGIN ISOLATION LEVEL READ COMMITTED`); the work writes through the
+    /// connection it is given and never commits itself. `Ok(value)` commits
+    /// ([`Delivery::Processed`]) or, if that fails, rolls back
+    /// ([`InboxError::NotCommitted`]); `Err` rolls back and releases the
+    /// message for a later delivery ([`InboxError::Failed`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(inbox: idem_runtime::inbox::Inbox) {
+    /// let sent = inbox
+    ///     .process_in_tx("order.created:42", async |_, tx| {
+    ///         sqlx::query("INSERT INTO notifications (order_id) VALUES ('42')").execute(tx).await
+    ///     })
+    ///     .await;
+    /// # }
+    /// ```
+    pub async fn process_in_tx<T, E, F>(&self, id: &str, work: F) -> Result<Delivery<T>, InboxError<E, T>>
+    where
+        F: AsyncFnOnce(MessageContext, &mut PgConnection) -> Result<T, E>,
+    {
+        let any: &dyn Any = self.store.as_ref();
+        let Some(store) = any.downcast_ref::<PostgresStore>().cloned() else {
+            return Err(InboxError::NotPostgres { store: self.store.kind() });
+        };
+        let (execution, context) = match self.start(id).await {
+            Ok(started) => started,
+            Err(skipped) => return skipped,
+        };
+        let timeout = self.terms.timeout;
+        let mut tx = match begin(&store, timeout).await {
+            Ok(tx) => tx,
+            Err(error) => {
+                let _ = keeper::spawn_joined(execution.release()).await;
+                return Err(InboxError::Store(error));
+            }
+        };
+        let token = execution.token();
+        let value = match work(context, &mut tx).await {
+            Ok(value) => value,
+            Err(error) => {
+                roll_back(tx, timeout).await;
+                let _ = keeper::spawn_joined(execution.release()).await;
+                return Err(InboxError::Failed(error));
+            }
+        };
+        let Some(Commit { committed, execution, .. }) = execution.commit(store, tx, processed(token)).await else {
+            return Err(InboxError::NotCommitted);
+        };
+        if committed == Committed::Done {
+            return Ok(Delivery::Processed(value));
+        }
+        // Rolled back (or, for an unanswered COMMIT, perhaps committed: the
+        // release is fenced and then changes nothing).
+        let _ = keeper::spawn_joined(execution.release()).await;
+        Err(InboxError::NotCommitted)
+    }
+}
