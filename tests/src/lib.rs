@@ -14,6 +14,7 @@ pub mod inbox_checks;
 pub mod natural_keys;
 pub mod order_checks;
 pub mod orders;
+pub mod outbox_checks;
 pub mod port;
 #[cfg(feature = "postgres")]
 pub mod postgres_server;

@@ -259,3 +259,15 @@ async fn the_inbox_completes_once_when_a_lease_is_lost() {
         .renewals_fail_between(std::time::Duration::ZERO, std::time::Duration::from_secs(3));
     idem_tests::inbox_checks::assert_lease_loss_completes_once(std::sync::Arc::new(store)).await;
 }
+
+#[actix_web::test]
+async fn the_memory_outbox_delivers_at_least_once() {
+    use idem_runtime::outbox::MemoryOutbox;
+    let outbox = MemoryOutbox::new().visibility(idem_tests::outbox_checks::VISIBILITY);
+    let other = outbox.clone();
+    idem_tests::outbox_checks::assert_transport(&outbox, &other, |event| {
+        outbox.publish(event);
+        std::future::ready(())
+    })
+    .await;
+}

@@ -8,8 +8,10 @@
 mod actix;
 mod claim_races;
 mod conformance;
+mod inbox;
 mod isolation;
 mod outage;
+mod outbox;
 mod renewals;
 mod slow_store;
 mod statements;

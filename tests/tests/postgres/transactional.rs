@@ -74,7 +74,7 @@ async fn keyless(mut tx: Tx, body: String) -> HttpResponse {
 /// A fresh database `name` on the shared server (dropped first if a run
 /// left it), with the business table; its URL, and an admin pool on the
 /// server's `postgres` database.
-async fn database(test: &str, name: &str) -> Option<(String, PgPool)> {
+pub(super) async fn database(test: &str, name: &str) -> Option<(String, PgPool)> {
     let url = idem_tests::backend::url("IDEM_POSTGRES_URL", test)?;
     let admin = PgPoolOptions::new().max_connections(1).connect(&url).await.expect("connecting as admin");
     let name = format!("{name}_{}", std::process::id());
@@ -97,14 +97,14 @@ async fn database(test: &str, name: &str) -> Option<(String, PgPool)> {
 }
 
 /// The business rows, as (tag, attempt), in insertion order.
-async fn rows(store: &PostgresStore) -> Vec<(String, String)> {
+pub(super) async fn rows(store: &PostgresStore) -> Vec<(String, String)> {
     sqlx::query_as("SELECT tag, attempt FROM business_rows ORDER BY id")
         .fetch_all(store.pool())
         .await
         .expect("reading the business rows")
 }
 
-async fn store(url: &str, connections: u32) -> PostgresStore {
+pub(super) async fn store(url: &str, connections: u32) -> PostgresStore {
     let options = PostgresStore::pool_options().max_connections(connections).min_connections(connections);
     let store = PostgresStore::connect_with(url, options).await.expect("connecting the store");
     store.migrate().await.expect("migrating");

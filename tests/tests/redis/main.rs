@@ -8,5 +8,6 @@ mod actix;
 mod conformance;
 mod lease;
 mod outage;
+mod outbox;
 mod round_trips;
 mod slow_store;
