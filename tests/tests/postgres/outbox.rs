@@ -2,7 +2,7 @@
 //! transaction, delivered from the outbox table with `FOR UPDATE SKIP
 //! LOCKED` and a visibility timeout.
 
-use idem_runtime::outbox::{Event, PostgresOutbox, Transport};
+use idem_runtime::outbox::{Event, PostgresOutbox};
 use idem_tests::backend::postgres_store;
 use idem_tests::http::fresh_key;
 use idem_tests::outbox_checks::{VISIBILITY, assert_transport};
