@@ -12,6 +12,8 @@ pub mod faults;
 pub mod http;
 pub mod inbox_checks;
 pub mod natural_keys;
+pub mod notifier;
+pub mod notifier_checks;
 pub mod order_checks;
 pub mod orders;
 pub mod outbox_checks;

@@ -50,23 +50,28 @@ const SIGABRT: i32 = 6;
 /// The order-service binary, built if need be.
 pub fn binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        if let Some(path) = std::env::var_os("ORDER_SERVICE_BIN").filter(|p| !p.is_empty()) {
-            return PathBuf::from(path);
-        }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-        let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-        let target = target.join("tests").join("order-service");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "order-service", "--target-dir"])
-            .arg(&target)
-            .current_dir(root)
-            .status()
-            .expect("running cargo build -p order-service");
-        assert!(status.success(), "cargo build -p order-service failed");
-        target.join("debug").join("order-service")
-    })
+    BINARY.get_or_init(|| example_binary("order-service", "ORDER_SERVICE_BIN"))
+}
+
+/// The binary of the example package `package`: the path in `$variable`
+/// (set by `scripts/test`), else built with cargo into a target directory
+/// of its own (`target/tests/<package>`).
+pub fn example_binary(package: &str, variable: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(variable).filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let target = target.join("tests").join(package);
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "-p", package, "--target-dir"])
+        .arg(&target)
+        .current_dir(root)
+        .status()
+        .unwrap_or_else(|e| panic!("running cargo build -p {package}: {e}"));
+    assert!(status.success(), "cargo build -p {package} failed");
+    target.join("debug").join(package)
 }
 
 impl OrderService {

@@ -19,6 +19,9 @@ async fn storms_on_the_memory_store_run_once() {
     let service = OrderService::start("memory", 200).await;
     storms(&[&service]).await;
     idem_tests::webhook_checks::webhooks(&[&service]).await;
+    // The memory store's events are delivered in-process: one notification
+    // per order, no notifier process needed.
+    idem_tests::notifier_checks::settled(&service, None, Duration::from_secs(20)).await;
 }
 
 /// The memory backend loses everything in a crash (idempotency records,

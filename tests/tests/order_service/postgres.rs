@@ -50,6 +50,13 @@ async fn payment_rows(db: &PgPool, order_id: &str) -> i64 {
     sqlx::query_scalar(sql).bind(order_id).fetch_one(db).await.expect("counting payment rows")
 }
 
+/// Events in the outbox table (no notifier runs here to take them).
+async fn events(db: &PgPool) -> u64 {
+    let count: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM idem_outbox").fetch_one(db).await.expect("counting events");
+    count as u64
+}
+
 /// Rows of `order_service_orders` owned by `owner`.
 async fn order_rows(db: &PgPool, owner: &str) -> i64 {
     let sql = "SELECT count(*) FROM order_service_orders WHERE owner = $1";
@@ -79,6 +86,29 @@ async fn a_crash_after_the_order_insert_on_postgres_leaves_one_order() {
     // abort left uncommitted.
     assert_eq!(order_rows(&db, ORDER_OWNER).await, 0, "the crash left no order row");
     assert_eq!(stats(&service).await.0, crashed.orders_before);
+    assert_eq!(events(&db).await, crashed.orders_before, "the rolled-back order emitted no event");
     create_after_the_lease(&service, &crashed).await;
     assert_eq!(order_rows(&db, ORDER_OWNER).await, 1, "one order row, committed with the response");
+    assert_eq!(events(&db).await, crashed.orders_before + 1, "one event, committed with the order");
+}
+
+/// The event path on Postgres: the order's `order.created` written to the
+/// outbox table in the order's transaction, two notifiers that redeliver on
+/// purpose (one killed and restarted), then one that crashes between send
+/// and acknowledgement: exactly one notification per order.
+#[actix_web::test]
+async fn every_order_on_postgres_is_notified_exactly_once() {
+    let Some(pg) = server("every_order_on_postgres_is_notified_exactly_once") else { return };
+    let service = OrderService::start(&pg.url("postgres"), 0).await;
+    let db = PgPool::connect(&pg.url("postgres")).await.expect("connecting to PostgreSQL");
+    let transport = idem_runtime::outbox::PostgresOutbox::new(db.clone());
+    idem_tests::notifier_checks::two_notifiers_and_a_kill(&service, &pg.url("postgres"), &transport).await;
+    idem_tests::notifier_checks::a_crash_between_send_and_ack(&service, &pg.url("postgres"), &transport).await;
+    let (rows, orders): (i64, i64) =
+        sqlx::query_as("SELECT count(*), count(DISTINCT order_id) FROM order_notifier_notifications")
+            .fetch_one(&db)
+            .await
+            .expect("counting notifications");
+    assert_eq!(rows, orders, "no order notified twice");
+    assert_eq!(rows as u64, stats(&service).await.0);
 }

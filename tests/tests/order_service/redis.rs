@@ -122,3 +122,27 @@ async fn a_first_order_on_redis_is_three_round_trips_and_a_replay_one() {
     let commands = monitor.take();
     assert_eq!(commands.len(), 1, "the claim alone: {commands:#?}");
 }
+
+/// The event path on Redis: the order's `order.created` appended to the
+/// stream in the order's own script, two notifiers that redeliver on
+/// purpose (one killed and restarted), then one that crashes between send
+/// and acknowledgement: exactly one notification per order.
+#[actix_web::test]
+async fn every_order_on_redis_is_notified_exactly_once() {
+    let Some(redis) = RedisServer::start("every_order_on_redis_is_notified_exactly_once") else { return };
+    let service = OrderService::start(&redis.url(), 0).await;
+    // The order service's stream and the notifiers' group (SPEC 13).
+    let transport =
+        idem_runtime::outbox::RedisOutbox::connect(&redis.url(), "order-service:events", "order-notifier", "observer")
+            .await
+            .expect("connecting to the stream");
+    idem_tests::notifier_checks::two_notifiers_and_a_kill(&service, &redis.url(), &transport).await;
+    idem_tests::notifier_checks::a_crash_between_send_and_ack(&service, &redis.url(), &transport).await;
+    let client = redis::Client::open(redis.url()).expect("a client");
+    let mut connection = client.get_multiplexed_async_connection().await.expect("connecting");
+    let notified: Vec<String> =
+        redis::AsyncCommands::lrange(&mut connection, "order-notifier:notified", 0, -1).await.unwrap();
+    let distinct: std::collections::BTreeSet<&String> = notified.iter().collect();
+    assert_eq!(distinct.len(), notified.len(), "no order notified twice");
+    assert_eq!(notified.len() as u64, stats(&service).await.0);
+}
