@@ -8,10 +8,10 @@ use std::time::Duration;
 use idem_runtime::inbox::{Delivery, Inbox, InboxError};
 use idem_runtime::{Attempt, MemoryStore};
 use idem_tests::http::fresh_key;
-use sqlx::{AssertSqlSafe, PgConnection};
+use sqlx::PgConnection;
 use tokio::sync::Semaphore;
 
-use super::transactional::{database, rows, store};
+use super::transactional::{accept_connections, database, refuse_new_connections, rows, store};
 
 /// Inserts the business row of a delivery: the message, the attempt.
 async fn insert(tx: &mut PgConnection, tag: &str, attempt: Attempt) -> Result<(), sqlx::Error> {
@@ -103,14 +103,7 @@ async fn the_transactional_inbox_commits_the_work_with_the_processed_record() {
 async fn a_lease_lost_delivery_rolls_its_writes_back() {
     let Some((url, admin)) = database("postgres inbox lease lost", "idem_inbox_lease").await else { return };
     let store = store(&url, 4).await;
-    let held: Vec<_> = futures_util::future::join_all((0..4).map(|_| store.pool().acquire())).await;
-    assert!(held.iter().all(Result::is_ok), "warming the pool");
-    drop(held);
-    let name = url.rsplit_once('/').unwrap().1.to_owned();
-    sqlx::query(AssertSqlSafe(format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false")))
-        .execute(&admin)
-        .await
-        .expect("closing the database to new connections");
+    let name = refuse_new_connections(&url, &admin, &store).await;
 
     let inbox =
         Inbox::new(store.clone(), "notifier").lease(Duration::from_secs(2)).store_timeout(Duration::from_millis(600));
@@ -141,8 +134,5 @@ async fn a_lease_lost_delivery_rolls_its_writes_back() {
     assert_eq!(second.expect("no error"), Delivery::Processed("takeover"));
     assert!(matches!(first, Err(InboxError::NotCommitted)), "{first:?}");
     assert_eq!(rows(&store).await, [("takeover".to_owned(), "takeover".to_owned())], "the stalled row rolled back");
-    sqlx::query(AssertSqlSafe(format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true")))
-        .execute(&admin)
-        .await
-        .expect("opening the database again");
+    accept_connections(&admin, &name).await;
 }

@@ -96,6 +96,30 @@ pub(super) async fn database(test: &str, name: &str) -> Option<(String, PgPool)>
     Some((url, admin))
 }
 
+/// Opens all 4 connections of `store`'s pool, then makes the database of
+/// `url` refuse new ones: the store keeps working, the lease keeper (whose
+/// renewals have a pool of their own, still empty) cannot renew. Returns
+/// the database's name, for [`accept_connections`].
+pub(super) async fn refuse_new_connections(url: &str, admin: &PgPool, store: &PostgresStore) -> String {
+    let held: Vec<_> = futures_util::future::join_all((0..4).map(|_| store.pool().acquire())).await;
+    assert!(held.iter().all(Result::is_ok), "warming the pool");
+    drop(held);
+    let name = url.rsplit_once('/').unwrap().1.to_owned();
+    sqlx::query(AssertSqlSafe(format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false")))
+        .execute(admin)
+        .await
+        .expect("closing the database to new connections");
+    name
+}
+
+/// Undoes [`refuse_new_connections`].
+pub(super) async fn accept_connections(admin: &PgPool, name: &str) {
+    sqlx::query(AssertSqlSafe(format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true")))
+        .execute(admin)
+        .await
+        .expect("opening the database again");
+}
+
 /// The business rows, as (tag, attempt), in insertion order.
 pub(super) async fn rows(store: &PostgresStore) -> Vec<(String, String)> {
     sqlx::query_as("SELECT tag, attempt FROM business_rows ORDER BY id")
@@ -215,15 +239,7 @@ async fn a_failed_statement_is_never_answered_as_a_success() {
 async fn a_lease_lost_while_the_handler_runs_rolls_its_writes_back() {
     let Some((url, admin)) = database("postgres transactional lease lost", "idem_tx_lease").await else { return };
     let store = store(&url, 4).await;
-    // Every pooled connection open before the door closes.
-    let held: Vec<_> = futures_util::future::join_all((0..4).map(|_| store.pool().acquire())).await;
-    assert!(held.iter().all(Result::is_ok), "warming the pool");
-    drop(held);
-    let name = url.rsplit_once('/').unwrap().1.to_owned();
-    sqlx::query(AssertSqlSafe(format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false")))
-        .execute(&admin)
-        .await
-        .expect("closing the database to new connections");
+    let name = refuse_new_connections(&url, &admin, &store).await;
 
     let gate = web::Data::new(Gate(Semaphore::new(0)));
     let app = test::init_service(App::new().app_data(idem(store.clone())).app_data(gate.clone()).service(write)).await;
@@ -249,10 +265,7 @@ async fn a_lease_lost_while_the_handler_runs_rolls_its_writes_back() {
     );
     let replay = text(test::call_service(&app, post_rows(&key, "stall")).await).await;
     assert_eq!(replay, (StatusCode::CREATED, Some("true".to_owned()), "stall takeover".to_owned()));
-    sqlx::query(AssertSqlSafe(format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true")))
-        .execute(&admin)
-        .await
-        .expect("opening the database again");
+    accept_connections(&admin, &name).await;
 }
 
 /// Without a key there is no claim and nothing is stored, but the handler's
