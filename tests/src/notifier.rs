@@ -49,11 +49,12 @@ impl Notifier {
     }
 
     /// Starts the same notifier again (after [`Self::kill9`] or a crash),
-    /// without the fault knob.
+    /// without the fault knobs.
     pub fn restart(&mut self) {
         self.kill9();
+        let knobs = ["--crash-after-send", "--crash-before-ack"];
         let args: Vec<&str> =
-            self.args.iter().skip(FAST.len()).map(String::as_str).filter(|&arg| arg != "--crash-after-send").collect();
+            self.args.iter().skip(FAST.len()).map(String::as_str).filter(|arg| !knobs.contains(arg)).collect();
         *self = Self::start(&self.store.clone(), &args);
     }
 
@@ -73,7 +74,7 @@ impl Notifier {
     }
 
     /// Waits up to `limit` for the process to abort (SIGABRT), as
-    /// `--crash-after-send` makes it.
+    /// `--crash-after-send` and `--crash-before-ack` make it.
     pub fn assert_aborts(&mut self, limit: Duration) {
         let deadline = Instant::now() + limit;
         loop {

@@ -71,17 +71,38 @@ pub async fn two_notifiers_and_a_kill(service: &OrderService, store: &str, trans
     other.terminate(Duration::from_secs(15));
 }
 
-/// A notifier that aborts after sending, before acknowledging: the event
-/// is delivered again, to a restarted notifier, whose inbox finds it
-/// processed. One notification, and nothing left in the transport.
-pub async fn a_crash_between_send_and_ack(service: &OrderService, store: &str, transport: &dyn Transport) {
+/// A notifier that aborts once the notification is sent and recorded,
+/// before acknowledging the message (a relay killed between publish and
+/// mark-published): the event is delivered again, to the restarted
+/// notifier, whose inbox finds it processed. One notification, and nothing
+/// left in the transport.
+pub async fn a_crash_before_the_ack(service: &OrderService, store: &str, transport: &dyn Transport) {
     let (orders, sent) = notifications(service).await;
-    let mut notifier = Notifier::start(store, &["--crash-after-send"]);
+    let mut notifier = Notifier::start(store, &["--crash-before-ack"]);
     create_order(service, "nina").await;
     notifier.assert_aborts(Duration::from_secs(20));
     assert_eq!(notifications(service).await, (orders + 1, sent + 1), "sent before the crash");
     assert_eq!(transport.backlog().await.expect("the backlog"), 1, "never acknowledged");
     notifier.restart();
     assert_eq!(settled(service, Some(transport), Duration::from_secs(30)).await, sent + 1, "not sent again");
+    notifier.terminate(Duration::from_secs(15));
+}
+
+/// A notifier that aborts right after sending, before the inbox recorded
+/// it: the lease lapses, the redelivered event is taken over and its work
+/// runs again, sending under the same derived key, so the outlet sends
+/// nothing new (on Postgres the first send was rolled back with its
+/// transaction). One notification.
+pub async fn a_crash_after_the_send(service: &OrderService, store: &str, transport: &dyn Transport) {
+    let (orders, sent) = notifications(service).await;
+    let mut notifier = Notifier::start(store, &["--crash-after-send"]);
+    create_order(service, "nick").await;
+    notifier.assert_aborts(Duration::from_secs(20));
+    let (_, after_crash) = notifications(service).await;
+    assert!(after_crash <= sent + 1, "{after_crash} notifications after one order");
+    assert_eq!(transport.backlog().await.expect("the backlog"), 1, "never acknowledged");
+    notifier.restart();
+    assert_eq!(settled(service, Some(transport), Duration::from_secs(30)).await, sent + 1, "one notification");
+    assert_eq!(notifications(service).await.0, orders + 1);
     notifier.terminate(Duration::from_secs(15));
 }

@@ -5,8 +5,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::inbox::{Delivery, Inbox, InboxError};
+use idem_runtime::inbox::{Delivery, Inbox, InboxError, MessageContext};
 use idem_runtime::outbox::{Message, Transport};
+use sqlx::PgConnection;
 
 use crate::event::{ORDER_CREATED, OrderCreated};
 use crate::outlet::{Outlet, OutletError};
@@ -16,6 +17,9 @@ pub const CONSUMER: &str = "order-notifier";
 
 /// How many messages one receive asks for.
 const BATCH: usize = 32;
+
+/// The label of the derived key each notification is sent under.
+const NOTIFICATION: &str = "notification";
 
 /// How long a shutdown waits for a notification being sent.
 const DRAIN: Duration = Duration::from_secs(10);
@@ -27,6 +31,7 @@ pub struct Consumer {
     outlet: Outlet,
     redeliver_rate: f64,
     crash_after_send: bool,
+    crash_before_ack: bool,
 }
 
 /// What to do with a message once handled.
@@ -42,7 +47,7 @@ impl Consumer {
     /// A notifier reading `transport`, deduplicating through `inbox`,
     /// sending to `outlet`.
     pub fn new(transport: Arc<dyn Transport>, inbox: Inbox, outlet: Outlet) -> Self {
-        Self { transport, inbox, outlet, redeliver_rate: 0.0, crash_after_send: false }
+        Self { transport, inbox, outlet, redeliver_rate: 0.0, crash_after_send: false, crash_before_ack: false }
     }
 
     /// The fraction of messages (0 to 1) left unacknowledged on purpose,
@@ -53,9 +58,17 @@ impl Consumer {
     }
 
     /// Fault injection, for tests: abort the process right after the first
-    /// notification is sent, before its message is acknowledged.
+    /// notification is sent, before the inbox records it.
     pub fn crash_after_send(mut self, crash: bool) -> Self {
         self.crash_after_send = crash;
+        self
+    }
+
+    /// Fault injection, for tests: abort the process once the first
+    /// notification is sent and recorded, before its message is
+    /// acknowledged.
+    pub fn crash_before_ack(mut self, crash: bool) -> Self {
+        self.crash_before_ack = crash;
         self
     }
 
@@ -71,6 +84,11 @@ impl Consumer {
             match received {
                 Ok(messages) => {
                     for message in &messages {
+                        // A stop between two messages leaves the rest to
+                        // be delivered again.
+                        if futures_util::FutureExt::now_or_never(&mut stop).is_some() {
+                            return self.drain().await;
+                        }
                         self.handle(message).await;
                     }
                 }
@@ -83,6 +101,10 @@ impl Consumer {
                 }
             }
         }
+        self.drain().await;
+    }
+
+    async fn drain(&self) {
         let drained = self.inbox.drain(DRAIN).await;
         tracing::info!(still_running = drained.still_running, "order-notifier stopped");
     }
@@ -112,11 +134,24 @@ impl Consumer {
                 return Then::Ack;
             }
         };
+        let crash = self.crash_after_send;
         let delivery = match &self.outlet {
             Outlet::Postgres(_) => {
-                self.inbox.process_in_tx(&message.id, async |_, tx| Outlet::send_in(tx, &order).await).await
+                let work = async |context: MessageContext, tx: &mut PgConnection| {
+                    Outlet::send_in(tx, &context.derived_key(NOTIFICATION), &order).await?;
+                    crash_here(crash, "--crash-after-send");
+                    Ok(())
+                };
+                self.inbox.process_in_tx(&message.id, work).await
             }
-            outlet => self.inbox.process(&message.id, |_| outlet.send(&order)).await,
+            outlet => {
+                let work = |context: MessageContext| async move {
+                    outlet.send(&context.derived_key(NOTIFICATION), &order).await?;
+                    crash_here(crash, "--crash-after-send");
+                    Ok(())
+                };
+                self.inbox.process(&message.id, work).await
+            }
         };
         self.then(message, delivery)
     }
@@ -125,10 +160,7 @@ impl Consumer {
         match delivery {
             Ok(Delivery::Processed(())) => {
                 tracing::debug!(id = %message.id, redelivered = message.redelivered, "notification sent");
-                if self.crash_after_send {
-                    tracing::error!("--crash-after-send: aborting the process on purpose");
-                    std::process::abort();
-                }
+                crash_here(self.crash_before_ack, "--crash-before-ack");
                 Then::Ack
             }
             Ok(Delivery::Duplicate) => {
@@ -136,12 +168,26 @@ impl Consumer {
                 Then::Ack
             }
             Ok(Delivery::InProgress { .. }) => Then::Leave,
-            // Sent, but recorded late: another delivery may send it again.
+            // Sent, but recorded late: another delivery may run it again,
+            // and sends nothing new under the same key.
             Err(InboxError::LeaseLost(())) => Then::Ack,
+            // An id no inbox can take never will: dropped, loudly.
+            Err(error @ InboxError::InvalidId(_)) => {
+                tracing::error!(id = %message.id, %error, "an event id the inbox cannot take; dropped");
+                Then::Ack
+            }
             Err(error) => {
                 tracing::warn!(id = %message.id, %error, "not notified; it will be delivered again");
                 Then::Leave
             }
         }
+    }
+}
+
+/// Aborts the process, like a crash, if `armed`.
+fn crash_here(armed: bool, knob: &str) {
+    if armed {
+        tracing::error!("{knob}: aborting the process on purpose");
+        std::process::abort();
     }
 }

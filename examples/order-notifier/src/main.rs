@@ -16,7 +16,7 @@ use idem_runtime::outbox::{PostgresOutbox, RedisOutbox, Transport};
 use idem_runtime::store::Store;
 use idem_runtime::{PostgresStore, RedisStore};
 use order_notifier::consumer::CONSUMER;
-use order_notifier::event::{GROUP, STREAM};
+use order_notifier::event::{GROUP, ORDER_CREATED, STREAM};
 use order_notifier::{Consumer, Outlet};
 use tracing_subscriber::EnvFilter;
 
@@ -49,9 +49,14 @@ struct Config {
     consumer: Option<String>,
 
     /// Fault injection, for tests: abort right after the first notification
-    /// is sent, before its message is acknowledged.
+    /// is sent, before the inbox records it.
     #[arg(long, env = "NOTIFIER_CRASH_AFTER_SEND", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     crash_after_send: bool,
+
+    /// Fault injection, for tests: abort once the first notification is
+    /// sent and recorded, before its message is acknowledged.
+    #[arg(long, env = "NOTIFIER_CRASH_BEFORE_ACK", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    crash_before_ack: bool,
 }
 
 fn rate(text: &str) -> Result<f64, String> {
@@ -83,17 +88,18 @@ async fn main() -> ExitCode {
 async fn connect(config: &Config) -> Result<Consumer, String> {
     let url = config.store.as_str();
     let name = config.consumer.clone().unwrap_or_else(|| format!("notifier-{}", std::process::id()));
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme.to_ascii_lowercase());
     let (store, transport, outlet): (Arc<dyn Store>, Arc<dyn Transport>, Outlet) =
-        if url.starts_with("redis://") || url.starts_with("rediss://") {
+        if matches!(scheme.as_deref(), Some("redis" | "rediss" | "valkey" | "valkeys")) {
             let store = RedisStore::connect(url).await.map_err(|e| e.to_string())?;
             let outbox = RedisOutbox::connect(url, STREAM, GROUP, &name).await.map_err(|e| e.to_string())?;
             let outlet = Outlet::redis(url).await.map_err(|e| e.to_string())?;
             (Arc::new(store), Arc::new(outbox.visibility(config.visibility)), outlet)
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        } else if matches!(scheme.as_deref(), Some("postgres" | "postgresql")) {
             let pool = PostgresStore::pool_options().max_connections(8);
             let store = PostgresStore::connect_with(url, pool).await.map_err(|e| e.to_string())?;
             store.migrate().await.map_err(|e| e.to_string())?;
-            let outbox = PostgresOutbox::new(store.pool().clone()).visibility(config.visibility);
+            let outbox = PostgresOutbox::new(store.pool().clone()).topic(ORDER_CREATED).visibility(config.visibility);
             outbox.migrate().await.map_err(|e| e.to_string())?;
             let outlet = Outlet::postgres(store.pool().clone()).await.map_err(|e| e.to_string())?;
             (Arc::new(store), Arc::new(outbox), outlet)
@@ -104,11 +110,17 @@ async fn connect(config: &Config) -> Result<Consumer, String> {
         } else {
             return Err("--store / IDEM_STORE must be a redis:// or a postgres:// URL".to_owned());
         };
-    // Store calls get a third of the lease at most, so renewals keep up.
-    let inbox = Inbox::from_arc(store, CONSUMER).lease(config.lease).store_timeout(config.lease / 3);
+    // Store calls get a third of the lease at most, so renewals keep up. An
+    // event is remembered for a week: far longer than one can stay
+    // unacknowledged in the transport.
+    let inbox = Inbox::from_arc(store, CONSUMER)
+        .ttl(Duration::from_secs(7 * 86_400))
+        .lease(config.lease)
+        .store_timeout(config.lease / 3);
     Ok(Consumer::new(transport, inbox, outlet)
         .redeliver_rate(config.redeliver_rate)
-        .crash_after_send(config.crash_after_send))
+        .crash_after_send(config.crash_after_send)
+        .crash_before_ack(config.crash_before_ack))
 }
 
 /// Completes at SIGTERM or SIGINT.

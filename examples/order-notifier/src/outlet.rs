@@ -1,14 +1,23 @@
 //! Where notifications go. This example "sends" one by recording it in the
 //! backend the order service shares, which is how `GET /stats` counts
-//! `notifications_sent` across every process. Recording is deliberately
-//! not idempotent, like a real e-mail: only the inbox keeps a redelivered
-//! event from being notified twice.
+//! `notifications_sent` across every process.
+//!
+//! Like a payment provider (or an e-mail API with idempotency keys), the
+//! outlet takes a key with each notification and sends it once per key:
+//! the inbox's derived key, the same in every delivery of one event. The
+//! inbox keeps redeliveries from running the work at all; the key covers
+//! the one window the inbox cannot, a process that dies after sending and
+//! before the inbox recorded it (the next delivery takes over and sends
+//! again, with the same key). On Postgres the send is written in the
+//! inbox's transaction, so that window does not exist there.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashSet;
+use std::sync::{Arc, LazyLock};
 
-use redis::AsyncCommands;
+use parking_lot::Mutex;
+
 use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, Script};
 use sqlx::{PgConnection, PgPool};
 
 use crate::event::OrderCreated;
@@ -18,10 +27,24 @@ const SENT: &str = "order-notifier:notifications_sent";
 /// The Redis list of the orders notified, one entry per notification.
 pub const NOTIFIED: &str = "order-notifier:notified";
 
+/// Sends once per key: records the key, and only if it is new counts the
+/// notification and lists its order. One round trip, atomic.
+const SEND: &str = r"
+-- KEYS[1]: the notification's key; KEYS[2]: the counter; KEYS[3]: the list.
+-- ARGV[1]: the order id.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+    redis.call('INCR', KEYS[2])
+    redis.call('RPUSH', KEYS[3], ARGV[1])
+    return 1
+end
+return 0
+";
+
 /// The Postgres table of notifications sent, one row each.
 const SCHEMA: &str = r"
 CREATE TABLE IF NOT EXISTS order_notifier_notifications (
     seq      bigserial PRIMARY KEY,
+    key      text NOT NULL UNIQUE,
     order_id text NOT NULL,
     owner    text NOT NULL,
     sent_at  timestamptz NOT NULL DEFAULT now()
@@ -49,8 +72,8 @@ impl OutletError {
 /// The notifications sent, on one backend.
 #[derive(Clone)]
 pub enum Outlet {
-    /// Counted in this process (the order service on the memory store).
-    Memory(Arc<AtomicU64>),
+    /// Keys sent, in this process (the order service on the memory store).
+    Memory(Arc<Mutex<HashSet<String>>>),
     /// A counter and a list in Redis.
     Redis(ConnectionManager),
     /// Rows of `order_notifier_notifications`, written in the inbox's
@@ -97,42 +120,42 @@ impl Outlet {
         Ok(Self::Postgres(pool))
     }
 
-    /// Sends the notification of `order` on memory or Redis; on Postgres it
-    /// is sent in a transaction ([`Outlet::send_in`]).
-    pub async fn send(&self, order: &OrderCreated) -> Result<(), OutletError> {
+    /// Sends the notification of `order` under `key`, unless one was sent
+    /// under that key. On Postgres, prefer [`Outlet::send_in`] in the
+    /// inbox's transaction.
+    pub async fn send(&self, key: &str, order: &OrderCreated) -> Result<(), OutletError> {
         match self {
             Self::Memory(sent) => {
-                sent.fetch_add(1, Ordering::Relaxed);
+                sent.lock().insert(key.to_owned());
                 Ok(())
             }
             Self::Redis(connection) => {
                 let mut connection = connection.clone();
-                redis::pipe()
-                    .atomic()
-                    .incr(SENT, 1)
-                    .ignore()
-                    .rpush(NOTIFIED, &order.order_id)
-                    .ignore()
-                    .query_async::<()>(&mut connection)
-                    .await
-                    .map_err(OutletError::redis)
+                static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SEND));
+                let mut invocation = SCRIPT.key(format!("order-notifier:sent:{key}"));
+                invocation.key(SENT).key(NOTIFIED).arg(&order.order_id);
+                invocation.invoke_async::<i64>(&mut connection).await.map(drop).map_err(OutletError::redis)
             }
             Self::Postgres(pool) => {
                 let mut connection = pool.acquire().await.map_err(OutletError::postgres)?;
-                Self::send_in(&mut connection, order).await
+                Self::send_in(&mut connection, key, order).await
             }
         }
     }
 
-    /// Sends the notification of `order` on `tx`: recorded if and only if
-    /// that transaction commits.
-    pub async fn send_in(tx: &mut PgConnection, order: &OrderCreated) -> Result<(), OutletError> {
-        sqlx::query("INSERT INTO order_notifier_notifications (order_id, owner) VALUES ($1, $2)")
-            .bind(&order.order_id)
-            .bind(&order.owner)
-            .execute(tx)
-            .await
-            .map_err(OutletError::postgres)?;
+    /// Sends the notification of `order` under `key` on `tx`: recorded if
+    /// and only if that transaction commits, once per key.
+    pub async fn send_in(tx: &mut PgConnection, key: &str, order: &OrderCreated) -> Result<(), OutletError> {
+        sqlx::query(
+            "INSERT INTO order_notifier_notifications (key, order_id, owner) VALUES ($1, $2, $3) \
+             ON CONFLICT (key) DO NOTHING",
+        )
+        .bind(key)
+        .bind(&order.order_id)
+        .bind(&order.owner)
+        .execute(tx)
+        .await
+        .map_err(OutletError::postgres)?;
         Ok(())
     }
 
@@ -140,7 +163,7 @@ impl Outlet {
     /// backend.
     pub async fn sent(&self) -> Result<u64, OutletError> {
         match self {
-            Self::Memory(sent) => Ok(sent.load(Ordering::Relaxed)),
+            Self::Memory(sent) => Ok(sent.lock().len() as u64),
             Self::Redis(connection) => {
                 let count: Option<u64> = connection.clone().get(SENT).await.map_err(OutletError::redis)?;
                 Ok(count.unwrap_or(0))

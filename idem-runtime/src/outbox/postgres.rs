@@ -27,13 +27,14 @@ CREATE TABLE IF NOT EXISTS idem_outbox (
 CREATE INDEX IF NOT EXISTS idem_outbox_visible ON idem_outbox (visible_at);
 ";
 
-/// Takes up to `$1` visible rows, oldest first, skipping those another
-/// receiver holds locked, and hides them for `$2` milliseconds: one
-/// statement, so two receivers never get the same row at once.
+/// Takes up to `$1` visible rows (of topic `$3`, unless null), oldest
+/// first, skipping those another receiver holds locked, and hides them for
+/// `$2` milliseconds: one statement, so two receivers never get the same
+/// row at once.
 const RECEIVE: &str = r"
 UPDATE idem_outbox AS o
    SET visible_at = now() + $2 * interval '1 millisecond', deliveries = o.deliveries + 1
-  FROM (SELECT seq FROM idem_outbox WHERE visible_at <= now()
+  FROM (SELECT seq FROM idem_outbox WHERE visible_at <= now() AND ($3::text IS NULL OR topic = $3)
          ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED) AS due
  WHERE o.seq = due.seq
 RETURNING o.seq, o.id, o.topic, o.payload, o.deliveries";
@@ -50,6 +51,7 @@ RETURNING o.seq, o.id, o.topic, o.payload, o.deliveries";
 pub struct PostgresOutbox {
     pool: PgPool,
     visibility: Duration,
+    topic: Option<String>,
 }
 
 fn fail(error: sqlx::Error) -> StoreError {
@@ -60,12 +62,20 @@ impl PostgresOutbox {
     /// The outbox of `pool`'s database, with the
     /// [default visibility timeout](DEFAULT_VISIBILITY).
     pub fn new(pool: PgPool) -> Self {
-        Self { pool, visibility: DEFAULT_VISIBILITY }
+        Self { pool, visibility: DEFAULT_VISIBILITY, topic: None }
     }
 
     /// How long a received message stays hidden unless acknowledged.
     pub fn visibility(mut self, visibility: Duration) -> Self {
         self.visibility = visibility;
+        self
+    }
+
+    /// Receives (and counts in the backlog) only events of `topic`: the
+    /// table may carry the events of several consumers, and one never
+    /// sees, nor acknowledges, another's.
+    pub fn topic(mut self, topic: &str) -> Self {
+        self.topic = Some(topic.to_owned());
         self
     }
 
@@ -96,7 +106,8 @@ impl PostgresOutbox {
     async fn take(&self, max: usize) -> Result<Vec<Message>, StoreError> {
         let limit = i64::try_from(max.max(1)).unwrap_or(i64::MAX);
         let visibility = i64::try_from(self.visibility.as_millis()).unwrap_or(i64::MAX);
-        let mut rows = sqlx::query(RECEIVE).bind(limit).bind(visibility).fetch_all(&self.pool).await.map_err(fail)?;
+        let receive = sqlx::query(RECEIVE).bind(limit).bind(visibility).bind(self.topic.as_deref());
+        let mut rows = receive.fetch_all(&self.pool).await.map_err(fail)?;
         // RETURNING follows no order: oldest first, as selected.
         rows.sort_by_key(|row| row.try_get::<i64, _>("seq").unwrap_or_default());
         rows.iter()
@@ -140,8 +151,9 @@ impl Transport for PostgresOutbox {
     }
 
     async fn backlog(&self) -> Result<u64, StoreError> {
+        let sql = "SELECT count(*) FROM idem_outbox WHERE $1::text IS NULL OR topic = $1";
         let count: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM idem_outbox").fetch_one(&self.pool).await.map_err(fail)?;
+            sqlx::query_scalar(sql).bind(self.topic.as_deref()).fetch_one(&self.pool).await.map_err(fail)?;
         Ok(count.max(0) as u64)
     }
 }

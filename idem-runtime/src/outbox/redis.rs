@@ -9,8 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use redis::aio::ConnectionManager;
-use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply};
-use redis::{AsyncCommands, Cmd};
+use redis::{AsyncCommands, Cmd, Value};
 
 use super::{DEFAULT_VISIBILITY, Event, Message, RECEIVE_WAIT, Receipt, Transport};
 use crate::redact::Redacted;
@@ -115,16 +114,39 @@ impl RedisOutbox {
         cmd
     }
 
-    fn message(&self, entry: &StreamId, redelivered: bool) -> Message {
-        let field = |name: &str| entry.get::<String>(name);
+    fn message(&self, entry: Entry, redelivered: bool) -> Message {
+        let field = |name: &str| {
+            let (_, value) = entry.fields.iter().find(|(field, _)| field.as_slice() == name.as_bytes())?;
+            String::from_utf8(value.clone()).ok()
+        };
         Message {
-            // An entry written without an id is still delivered once per
-            // entry: its stream id stands in.
+            // An entry written without a readable id is still delivered
+            // once per entry: its stream id stands in.
             id: field("id").unwrap_or_else(|| format!("{}:{}", self.stream, entry.id)),
             topic: field("topic").unwrap_or_default(),
             payload: field("payload").unwrap_or_default(),
             redelivered,
-            receipt: Receipt::Entry(entry.id.clone()),
+            receipt: Receipt::Entry(entry.id),
+        }
+    }
+
+    /// Runs `cmd`; if the group is gone (the stream was deleted or the
+    /// server lost it), creates it again from the stream's start (whatever
+    /// comes again, the inbox absorbs) and runs `cmd` once more.
+    async fn query(&self, cmd: &Cmd) -> Result<Value, StoreError> {
+        let mut connection = self.connection.clone();
+        match cmd.query_async(&mut connection).await {
+            Err(error) if error.code() == Some("NOGROUP") => {
+                tracing::warn!(stream = %self.stream, group = %self.group, "the consumer group was gone; creating it again");
+                let created: redis::RedisResult<()> =
+                    connection.xgroup_create_mkstream(&self.stream, &self.group, "0").await;
+                match created {
+                    Err(error) if error.code() != Some("BUSYGROUP") => return Err(fail(error)),
+                    _ => {}
+                }
+                cmd.query_async(&mut connection).await.map_err(fail)
+            }
+            result => result.map_err(fail),
         }
     }
 
@@ -133,14 +155,74 @@ impl RedisOutbox {
     async fn claim_idle(&self, max: usize) -> Result<Vec<Message>, StoreError> {
         let start = self.cursor.lock().clone();
         let idle = u64::try_from(self.visibility.as_millis()).unwrap_or(u64::MAX);
-        let options = StreamAutoClaimOptions::default().count(max);
-        let mut connection = self.connection.clone();
-        let reply: StreamAutoClaimReply = connection
-            .xautoclaim_options(&self.stream, &self.group, &self.consumer, idle, start, options)
-            .await
-            .map_err(fail)?;
-        *self.cursor.lock() = reply.next_stream_id;
-        Ok(reply.claimed.iter().map(|entry| self.message(entry, true)).collect())
+        let mut cmd = redis::cmd("XAUTOCLAIM");
+        cmd.arg(&self.stream).arg(&self.group).arg(&self.consumer).arg(idle).arg(start).arg("COUNT").arg(max);
+        // [next cursor, [entries], [deleted ids]]
+        let reply = self.query(&cmd).await?;
+        let Value::Array(parts) = reply else { return Ok(Vec::new()) };
+        let next = parts.first().and_then(text).unwrap_or_else(|| "0-0".to_owned());
+        *self.cursor.lock() = next;
+        let entries = parts.get(1).map(entries).unwrap_or_default();
+        Ok(entries.into_iter().map(|entry| self.message(entry, true)).collect())
+    }
+}
+
+/// One stream entry as the server sent it. Read leniently, value by value:
+/// an entry that cannot be read (a field name that is not UTF-8, say)
+/// must not keep the entries beside it from being delivered.
+struct Entry {
+    id: String,
+    fields: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+fn bytes(value: &Value) -> Option<Vec<u8>> {
+    match value {
+        Value::BulkString(bytes) => Some(bytes.clone()),
+        Value::SimpleString(text) => Some(text.clone().into_bytes()),
+        Value::VerbatimString { text, .. } => Some(text.clone().into_bytes()),
+        Value::Int(number) => Some(number.to_string().into_bytes()),
+        _ => None,
+    }
+}
+
+fn text(value: &Value) -> Option<String> {
+    bytes(value).and_then(|bytes| String::from_utf8(bytes).ok())
+}
+
+/// The entries of an `[[id, [field, value, ...]], ...]` array; deleted
+/// entries (nil) and unreadable ones are left out.
+fn entries(value: &Value) -> Vec<Entry> {
+    let Value::Array(items) = value else { return Vec::new() };
+    items.iter().filter_map(entry).collect()
+}
+
+fn entry(value: &Value) -> Option<Entry> {
+    let Value::Array(pair) = value else { return None };
+    let [id, fields] = pair.as_slice() else { return None };
+    let fields = match fields {
+        Value::Array(flat) => {
+            flat.chunks_exact(2).filter_map(|pair| Some((bytes(&pair[0])?, bytes(&pair[1])?))).collect()
+        }
+        Value::Map(pairs) => pairs.iter().filter_map(|(name, value)| Some((bytes(name)?, bytes(value)?))).collect(),
+        _ => Vec::new(),
+    };
+    Some(Entry { id: text(id)?, fields })
+}
+
+/// The entries of an `XREADGROUP` reply: nil, or each stream with its
+/// entries (an array of pairs in RESP2, a map in RESP3).
+fn read_entries(reply: &Value) -> Vec<Entry> {
+    match reply {
+        Value::Array(streams) => streams
+            .iter()
+            .filter_map(|stream| match stream {
+                Value::Array(pair) if pair.len() == 2 => Some(entries(&pair[1])),
+                _ => None,
+            })
+            .flatten()
+            .collect(),
+        Value::Map(streams) => streams.iter().flat_map(|(_, list)| entries(list)).collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -152,13 +234,12 @@ impl Transport for RedisOutbox {
         if !claimed.is_empty() {
             return Ok(claimed);
         }
-        let wait = usize::try_from(RECEIVE_WAIT.as_millis()).unwrap_or(usize::MAX);
-        let options = StreamReadOptions::default().group(&self.group, &self.consumer).count(max).block(wait);
-        let mut connection = self.connection.clone();
-        let reply: Option<StreamReadReply> =
-            connection.xread_options(&[&self.stream], &[">"], &options).await.map_err(fail)?;
-        let entries = reply.into_iter().flat_map(|reply| reply.keys).flat_map(|key| key.ids);
-        Ok(entries.map(|entry| self.message(&entry, false)).collect())
+        let wait = u64::try_from(RECEIVE_WAIT.as_millis()).unwrap_or(u64::MAX);
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP").arg(&self.group).arg(&self.consumer).arg("COUNT").arg(max).arg("BLOCK").arg(wait);
+        cmd.arg("STREAMS").arg(&self.stream).arg(">");
+        let reply = self.query(&cmd).await?;
+        Ok(read_entries(&reply).into_iter().map(|entry| self.message(entry, false)).collect())
     }
 
     async fn ack(&self, message: &Message) -> Result<(), StoreError> {

@@ -94,16 +94,18 @@ async fn a_crash_after_the_order_insert_on_postgres_leaves_one_order() {
 
 /// The event path on Postgres: the order's `order.created` written to the
 /// outbox table in the order's transaction, two notifiers that redeliver on
-/// purpose (one killed and restarted), then one that crashes between send
-/// and acknowledgement: exactly one notification per order.
+/// purpose (one killed and restarted), then one that crashes before its
+/// acknowledgement and one right after sending: exactly one notification
+/// per order.
 #[actix_web::test]
 async fn every_order_on_postgres_is_notified_exactly_once() {
     let Some(pg) = server("every_order_on_postgres_is_notified_exactly_once") else { return };
     let service = OrderService::start(&pg.url("postgres"), 0).await;
     let db = PgPool::connect(&pg.url("postgres")).await.expect("connecting to PostgreSQL");
-    let transport = idem_runtime::outbox::PostgresOutbox::new(db.clone());
+    let transport = idem_runtime::outbox::PostgresOutbox::new(db.clone()).topic("order.created");
     idem_tests::notifier_checks::two_notifiers_and_a_kill(&service, &pg.url("postgres"), &transport).await;
-    idem_tests::notifier_checks::a_crash_between_send_and_ack(&service, &pg.url("postgres"), &transport).await;
+    idem_tests::notifier_checks::a_crash_before_the_ack(&service, &pg.url("postgres"), &transport).await;
+    idem_tests::notifier_checks::a_crash_after_the_send(&service, &pg.url("postgres"), &transport).await;
     let (rows, orders): (i64, i64) =
         sqlx::query_as("SELECT count(*), count(DISTINCT order_id) FROM order_notifier_notifications")
             .fetch_one(&db)

@@ -125,8 +125,9 @@ async fn a_first_order_on_redis_is_three_round_trips_and_a_replay_one() {
 
 /// The event path on Redis: the order's `order.created` appended to the
 /// stream in the order's own script, two notifiers that redeliver on
-/// purpose (one killed and restarted), then one that crashes between send
-/// and acknowledgement: exactly one notification per order.
+/// purpose (one killed and restarted), then one that crashes before its
+/// acknowledgement and one right after sending: exactly one notification
+/// per order.
 #[actix_web::test]
 async fn every_order_on_redis_is_notified_exactly_once() {
     let Some(redis) = RedisServer::start("every_order_on_redis_is_notified_exactly_once") else { return };
@@ -137,7 +138,8 @@ async fn every_order_on_redis_is_notified_exactly_once() {
             .await
             .expect("connecting to the stream");
     idem_tests::notifier_checks::two_notifiers_and_a_kill(&service, &redis.url(), &transport).await;
-    idem_tests::notifier_checks::a_crash_between_send_and_ack(&service, &redis.url(), &transport).await;
+    idem_tests::notifier_checks::a_crash_before_the_ack(&service, &redis.url(), &transport).await;
+    idem_tests::notifier_checks::a_crash_after_the_send(&service, &redis.url(), &transport).await;
     let client = redis::Client::open(redis.url()).expect("a client");
     let mut connection = client.get_multiplexed_async_connection().await.expect("connecting");
     let notified: Vec<String> =
