@@ -105,8 +105,11 @@
 // `#[idempotent]` names this crate `::idem_runtime`, in it too.
 extern crate self as idem_runtime;
 
+#[cfg(feature = "actix")]
 mod actix;
 mod canonical_json;
+#[cfg(feature = "client")]
+pub mod client;
 mod engine;
 mod error;
 mod fingerprint;
@@ -122,8 +125,9 @@ pub mod store;
 mod stores;
 mod token;
 
-#[cfg(feature = "postgres")]
+#[cfg(all(feature = "actix", feature = "postgres"))]
 pub use actix::Tx;
+#[cfg(feature = "actix")]
 pub use actix::{ExecutionContext, Idem, MarkRetryable, REPLAYED_HEADER, Retryable, ServerErrorPolicy};
 pub use engine::Drained;
 pub use error::StoreError;
@@ -138,6 +142,7 @@ pub use error::StoreError;
 /// The arguments, their defaults and the compile-time checks are listed in
 /// the README and in §2 of the behaviour contract; the [crate
 /// documentation](crate) shows a complete program.
+#[cfg(feature = "actix")]
 pub use idem_macros::idempotent;
 pub use store::Attempt;
 #[cfg(feature = "memory")]
@@ -150,6 +155,7 @@ pub use stores::{InvalidTableName, PostgresStore, SweeperHandle};
 /// The problem+json responses the runtime produces by itself (§5 of the
 /// behaviour contract): a `type` URI starting with [`TYPE_PREFIX`](problem::TYPE_PREFIX),
 /// a `title`, the `status` and a `detail` saying what to do.
+#[cfg(feature = "actix")]
 pub mod problem {
     pub use crate::actix::problem::{ProblemError, ProblemKind, TYPE_PREFIX};
 }
@@ -164,6 +170,7 @@ pub mod observability {
 }
 
 /// What the `#[idempotent]` expansion uses. Not a public API.
+#[cfg(feature = "actix")]
 #[doc(hidden)]
 pub mod __private {
     pub use ::actix_web::web::Payload;

@@ -48,6 +48,7 @@ impl Outcome {
 }
 
 /// Counts one outcome for `route` and records it on the current span.
+#[cfg_attr(not(feature = "actix"), allow(dead_code))]
 pub(crate) fn count(route: &str, outcome: Outcome) {
     metrics::counter!(REQUESTS_METRIC, "outcome" => outcome.as_str(), "route" => route.to_owned()).increment(1);
     tracing::Span::current().record("outcome", outcome.as_str());

@@ -6,6 +6,8 @@
 pub mod backend;
 pub mod blocking;
 pub mod burst;
+pub mod chaos;
+pub mod client_checks;
 pub mod counter;
 pub mod crash_checks;
 pub mod faults;

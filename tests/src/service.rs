@@ -119,6 +119,11 @@ impl OrderService {
         }
     }
 
+    /// The address it listens on.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
     /// The full URL of `path`.
     pub fn at(&self, path: &str) -> String {
         format!("{}{path}", self.url)

@@ -123,6 +123,7 @@ pub trait Transport: Send + Sync {
 }
 
 /// How long [`Transport::receive`] waits for a first message.
+#[cfg_attr(not(any(feature = "memory", feature = "redis", feature = "postgres")), allow(dead_code))]
 const RECEIVE_WAIT: Duration = Duration::from_secs(1);
 
 /// How often the transports without push (Postgres) look for messages

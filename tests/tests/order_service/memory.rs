@@ -54,3 +54,12 @@ async fn crash_knobs_abort_the_process_on_the_memory_store() {
     assert!(reply.is_err(), "the process aborted before it answered: {reply:?}");
     service.assert_aborts(Duration::from_secs(10));
 }
+
+/// SPEC 11: `order-client` through a proxy that loses 30 % of the
+/// responses: one order and one charge per intent; a client with a key per
+/// attempt duplicates.
+#[actix_web::test]
+async fn the_retrying_client_through_a_lossy_network_on_memory() {
+    let service = OrderService::start("memory", 0).await;
+    idem_tests::client_checks::at_most_once_through_a_lossy_network(&service, 11).await;
+}

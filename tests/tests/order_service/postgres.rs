@@ -114,3 +114,12 @@ async fn every_order_on_postgres_is_notified_exactly_once() {
     assert_eq!(rows, orders, "no order notified twice");
     assert_eq!(rows as u64, stats(&service).await.0);
 }
+
+/// SPEC 11: `order-client` through a proxy that loses 30 % of the
+/// responses, on Postgres: one order and one charge per intent.
+#[actix_web::test]
+async fn the_retrying_client_through_a_lossy_network_on_postgres() {
+    let Some(pg) = server("the_retrying_client_through_a_lossy_network_on_postgres") else { return };
+    let service = OrderService::start(&pg.url("postgres"), 0).await;
+    idem_tests::client_checks::at_most_once_through_a_lossy_network(&service, 13).await;
+}

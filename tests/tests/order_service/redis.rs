@@ -148,3 +148,12 @@ async fn every_order_on_redis_is_notified_exactly_once() {
     assert_eq!(distinct.len(), notified.len(), "no order notified twice");
     assert_eq!(notified.len() as u64, stats(&service).await.0);
 }
+
+/// SPEC 11: `order-client` through a proxy that loses 30 % of the
+/// responses, on Redis: one order and one charge per intent.
+#[actix_web::test]
+async fn the_retrying_client_through_a_lossy_network_on_redis() {
+    let Some(redis) = RedisServer::start("the_retrying_client_through_a_lossy_network_on_redis") else { return };
+    let service = OrderService::start(&redis.url(), 0).await;
+    idem_tests::client_checks::at_most_once_through_a_lossy_network(&service, 12).await;
+}

@@ -1,0 +1,152 @@
+//! `order-client`: places N orders and pays each through idem's retrying
+//! client, then prints one JSON line:
+//! `{"orders": N, "payments": N, "retries": R, "replays": P}`. Exits 0
+//! only if every intent ended in its 201 (first answer or replay).
+//!
+//! ```text
+//! order-client --base-url http://127.0.0.1:8080 --user alice --orders 20
+//! ```
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use futures_util::StreamExt;
+use idem_runtime::client::{IdempotencyMiddleware, Outcome, RetryPolicy};
+use reqwest::StatusCode;
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
+use serde_json::{Value, json};
+
+/// The client's flags.
+#[derive(Debug, Parser)]
+#[command(name = "order-client", version, about = "Places and pays orders through idem's retrying client.")]
+struct Config {
+    /// The order service, such as `http://127.0.0.1:8080`.
+    #[arg(long)]
+    base_url: String,
+    /// The caller (`X-User-ID`).
+    #[arg(long)]
+    user: String,
+    /// How many orders to place and pay.
+    #[arg(long)]
+    orders: usize,
+    /// How many intents run at once.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// How long one attempt may take before it counts as lost.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// Attempts per request, the first included.
+    #[arg(long, default_value_t = 12)]
+    attempts: u32,
+    /// How long one request may keep retrying.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    deadline: Duration,
+    /// For tests only: a new key on every attempt (a broken client).
+    #[arg(long, hide = true)]
+    new_key_per_attempt: bool,
+}
+
+/// How one request of an intent ended.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    retries: u64,
+    replays: u64,
+}
+
+impl Tally {
+    fn add(&mut self, outcome: Option<&Outcome>) {
+        if let Some(outcome) = outcome {
+            self.retries += u64::from(outcome.attempts.saturating_sub(1));
+            self.replays += u64::from(outcome.replayed);
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let config = Config::parse();
+    let client = match client(&config) {
+        Ok(client) => client,
+        Err(error) => {
+            eprintln!("order-client: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let base = config.base_url.trim_end_matches('/').to_owned();
+    let intents = futures_util::stream::iter(0..config.orders)
+        .map(|n| intent(&client, &base, &config.user, n))
+        .buffer_unordered(config.concurrency.max(1))
+        .collect::<Vec<_>>()
+        .await;
+    let (mut orders, mut payments, mut tally, mut failures) = (0, 0, Tally::default(), Vec::new());
+    for (n, ended) in intents.into_iter().enumerate() {
+        let (placed, paid, counted, failure) = ended;
+        orders += usize::from(placed);
+        payments += usize::from(paid);
+        tally.retries += counted.retries;
+        tally.replays += counted.replays;
+        if let Some(failure) = failure {
+            failures.push(format!("intent {n}: {failure}"));
+        }
+    }
+    let line = json!({"orders": orders, "payments": payments, "retries": tally.retries, "replays": tally.replays});
+    println!("{line}");
+    for failure in &failures {
+        eprintln!("order-client: {failure}");
+    }
+    if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+fn client(config: &Config) -> Result<ClientWithMiddleware, reqwest::Error> {
+    let http = reqwest::Client::builder().timeout(config.timeout).build()?;
+    let policy = RetryPolicy::default().max_attempts(config.attempts).deadline(config.deadline);
+    let mut middleware = IdempotencyMiddleware::new(policy);
+    if config.new_key_per_attempt {
+        middleware = middleware.new_key_per_attempt_for_tests();
+    }
+    Ok(ClientBuilder::new(http).with(middleware).build())
+}
+
+/// One intent: place order `n`, then pay it. (placed, paid, tally, failure)
+async fn intent(
+    client: &ClientWithMiddleware,
+    base: &str,
+    user: &str,
+    n: usize,
+) -> (bool, bool, Tally, Option<String>) {
+    let mut tally = Tally::default();
+    let amount = 1000 + n as i64;
+    let order = json!({"customer_id": format!("cus_{n}"), "amount_cents": amount, "currency": "EUR"});
+    let placed = post(client, &format!("{base}/orders"), user, &order, &mut tally).await;
+    let id = match placed {
+        Ok(body) => match body["id"].as_str() {
+            Some(id) => id.to_owned(),
+            None => return (false, false, tally, Some(format!("an order without an id: {body}"))),
+        },
+        Err(failure) => return (false, false, tally, Some(format!("placing the order: {failure}"))),
+    };
+    let payment = json!({"amount_cents": amount});
+    match post(client, &format!("{base}/orders/{id}/payments"), user, &payment, &mut tally).await {
+        Ok(_) => (true, true, tally, None),
+        Err(failure) => (true, false, tally, Some(format!("paying order {id}: {failure}"))),
+    }
+}
+
+/// POSTs `body`; its 201 body, or why it ended otherwise.
+async fn post(
+    client: &ClientWithMiddleware,
+    url: &str,
+    user: &str,
+    body: &Value,
+    tally: &mut Tally,
+) -> Result<Value, String> {
+    let response = client.post(url).header("X-User-ID", user).json(body).send().await.map_err(|e| e.to_string())?;
+    tally.add(Outcome::of(&response));
+    let status = response.status();
+    let text = response.text().await.map_err(|e| format!("reading the answer: {e}"))?;
+    if status != StatusCode::CREATED {
+        return Err(format!("{status}: {text}"));
+    }
+    serde_json::from_str(&text).map_err(|e| format!("an unreadable 201: {e}"))
+}
