@@ -66,6 +66,7 @@ impl Redacted {
     }
 
     /// Whether `text` quotes a secret of the URL.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn leaks_into(&self, text: &str) -> bool {
         self.secrets.iter().any(|secret| text.contains(secret.as_str()))
     }

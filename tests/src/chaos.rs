@@ -116,7 +116,10 @@ fn serve(
         let accept = async {
             let mut connection = 0u64;
             loop {
-                let Ok((client, _)) = listener.accept().await else { continue };
+                let Ok((client, _)) = listener.accept().await else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
                 let rng = fastrand::Rng::with_seed(chaos.seed.wrapping_add(connection));
                 connection += 1;
                 tokio::spawn(relay(client, upstream, chaos, rng, Arc::clone(&counts)));
@@ -179,8 +182,11 @@ async fn relay(client: TcpStream, upstream: SocketAddr, chaos: Chaos, mut rng: f
                 }
                 Fate::Drop => break,
                 Fate::Reset => {
+                    // A zero linger, and no FIN first: the socket closes
+                    // with an RST once the read half goes too.
                     let _ = socket2::SockRef::from(client_write.as_ref()).set_linger(Some(Duration::ZERO));
-                    break;
+                    client_write.forget();
+                    return;
                 }
                 Fate::Delay => {
                     tokio::time::sleep(chaos.hold).await;

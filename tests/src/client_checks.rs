@@ -92,3 +92,14 @@ pub async fn at_most_once_through_a_lossy_network(service: &OrderService, seed: 
          ({broken:?})"
     );
 }
+
+/// `order-client` against a port nothing listens on: it gives up, reports
+/// each intent and exits non-zero.
+pub fn a_failed_intent_exits_non_zero() {
+    let url = format!("http://127.0.0.1:{}", crate::port::free_port());
+    let run = order_client(&url, "nobody", 2, &["--attempts", "2"]);
+    assert!(!run.success, "{run:?}");
+    assert_eq!((run.summary["orders"].as_u64(), run.summary["payments"].as_u64()), (Some(0), Some(0)), "{run:?}");
+    assert_eq!(run.summary["retries"].as_u64(), Some(2), "one retry per request, counted: {run:?}");
+    assert!(run.stderr.contains("intent 0") && run.stderr.contains("intent 1"), "{}", run.stderr);
+}

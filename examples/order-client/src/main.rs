@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use futures_util::StreamExt;
-use idem_runtime::client::{IdempotencyMiddleware, Outcome, RetryPolicy};
+use idem_runtime::client::{GaveUp, IdempotencyMiddleware, Outcome, RetryPolicy};
 use reqwest::StatusCode;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use serde_json::{Value, json};
@@ -75,12 +75,15 @@ async fn main() -> ExitCode {
     };
     let base = config.base_url.trim_end_matches('/').to_owned();
     let intents = futures_util::stream::iter(0..config.orders)
-        .map(|n| intent(&client, &base, &config.user, n))
+        .map(|n| {
+            let (client, base, user) = (&client, &base, &config.user);
+            async move { (n, intent(client, base, user, n).await) }
+        })
         .buffer_unordered(config.concurrency.max(1))
         .collect::<Vec<_>>()
         .await;
     let (mut orders, mut payments, mut tally, mut failures) = (0, 0, Tally::default(), Vec::new());
-    for (n, ended) in intents.into_iter().enumerate() {
+    for (n, ended) in intents {
         let (placed, paid, counted, failure) = ended;
         orders += usize::from(placed);
         payments += usize::from(paid);
@@ -101,11 +104,31 @@ async fn main() -> ExitCode {
 fn client(config: &Config) -> Result<ClientWithMiddleware, reqwest::Error> {
     let http = reqwest::Client::builder().timeout(config.timeout).build()?;
     let policy = RetryPolicy::default().max_attempts(config.attempts).deadline(config.deadline);
-    let mut middleware = IdempotencyMiddleware::new(policy);
+    let builder = ClientBuilder::new(http).with(IdempotencyMiddleware::new(policy));
     if config.new_key_per_attempt {
-        middleware = middleware.new_key_per_attempt_for_tests();
+        // After the retrying middleware: it runs once per attempt.
+        return Ok(builder.with(NewKeyPerAttempt).build());
     }
-    Ok(ClientBuilder::new(http).with(middleware).build())
+    Ok(builder.build())
+}
+
+/// Breaks the client on purpose, for the tests only: every attempt gets a
+/// new key, so a retry is a new request, which is what one key per intent
+/// prevents.
+struct NewKeyPerAttempt;
+
+#[async_trait::async_trait]
+impl reqwest_middleware::Middleware for NewKeyPerAttempt {
+    async fn handle(
+        &self,
+        mut req: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: reqwest_middleware::Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        let key = reqwest::header::HeaderValue::from_str(&idem_runtime::client::new_key()).expect("a UUID");
+        req.headers_mut().insert(idem_runtime::client::IDEMPOTENCY_KEY, key);
+        next.run(req, extensions).await
+    }
 }
 
 /// One intent: place order `n`, then pay it. (placed, paid, tally, failure)
@@ -141,7 +164,16 @@ async fn post(
     body: &Value,
     tally: &mut Tally,
 ) -> Result<Value, String> {
-    let response = client.post(url).header("X-User-ID", user).json(body).send().await.map_err(|e| e.to_string())?;
+    let sent = client.post(url).header("X-User-ID", user).json(body).send().await;
+    let response = match sent {
+        Ok(response) => response,
+        Err(error) => {
+            if let Some(gave_up) = GaveUp::of(&error) {
+                tally.retries += u64::from(gave_up.attempts.saturating_sub(1));
+            }
+            return Err(error.to_string());
+        }
+    };
     tally.add(Outcome::of(&response));
     let status = response.status();
     let text = response.text().await.map_err(|e| format!("reading the answer: {e}"))?;

@@ -51,26 +51,28 @@ const KEY_REUSED: &str = "urn:idem:problem:key-reused";
 /// Adds one `Idempotency-Key` per logical request and retries it (see the
 /// [module](self)). A key the caller set on the request (a natural key,
 /// such as an invoice number) is kept as it is.
+///
+/// Put it last on the client (`.with(..)` after any other middleware): it
+/// must be the one that repeats the request, so that every attempt carries
+/// its key. Give every attempt a timeout of its own (`reqwest`'s
+/// `timeout`): an attempt still running at the deadline is abandoned then.
 #[derive(Debug, Clone, Default)]
 pub struct IdempotencyMiddleware {
     policy: RetryPolicy,
-    new_key_per_attempt: bool,
 }
 
 impl IdempotencyMiddleware {
     /// A middleware retrying under `policy`.
     pub fn new(policy: RetryPolicy) -> Self {
-        Self { policy, new_key_per_attempt: false }
+        Self { policy }
     }
+}
 
-    /// Breaks the client on purpose, for tests only: a new key on every
-    /// attempt, so that a retry is a new request (what the idempotency
-    /// key exists to prevent).
-    #[doc(hidden)]
-    pub fn new_key_per_attempt_for_tests(mut self) -> Self {
-        self.new_key_per_attempt = true;
-        self
-    }
+/// A fresh key, as the middleware makes one: a UUID v4. Make one yourself
+/// (and set it as the `Idempotency-Key` header) when your own code may
+/// send the same intent again after the middleware gave up.
+pub fn new_key() -> String {
+    uuid::Uuid::new_v4().to_string()
 }
 
 /// What became of a logical request, on its final response
@@ -104,6 +106,40 @@ pub struct KeyReused {
     pub detail: String,
 }
 
+/// The middleware gave up: every attempt failed without an answer to
+/// return (connection errors, timeouts, lost responses), or the deadline
+/// came while one ran. The request may or may not have been executed;
+/// sending it again **with this key** is safe and finds out. Find it with
+/// [`GaveUp::of`]; the last attempt's error is its source.
+#[derive(Debug, thiserror::Error)]
+#[error("gave up after {attempts} attempt(s) with idempotency key {key}: {reason}")]
+pub struct GaveUp {
+    /// The key every attempt carried: retry with it, never with a new one.
+    pub key: String,
+    /// Attempts sent, the first included.
+    pub attempts: u32,
+    /// Why it stopped.
+    pub reason: &'static str,
+    #[source]
+    source: Option<reqwest_middleware::Error>,
+}
+
+impl GaveUp {
+    /// The give-up `error` reports, if that is what it is.
+    pub fn of(error: &reqwest_middleware::Error) -> Option<&GaveUp> {
+        match error {
+            reqwest_middleware::Error::Middleware(error) => error.downcast_ref::<GaveUp>(),
+            _ => None,
+        }
+    }
+
+    /// The last attempt's error, if it had one (none when the deadline cut
+    /// it short).
+    pub fn last_error(&self) -> Option<&reqwest_middleware::Error> {
+        self.source.as_ref()
+    }
+}
+
 impl KeyReused {
     /// The key-reuse refusal `error` reports, if that is what it is.
     pub fn of(error: &reqwest_middleware::Error) -> Option<&KeyReused> {
@@ -129,12 +165,14 @@ fn retry_after(response: &Response) -> Option<std::time::Duration> {
 
 fn verdict(result: &reqwest_middleware::Result<Response>) -> Verdict {
     match result {
+        // A stored answer does not change: retrying a replay is pointless.
+        Ok(response) if is_replay(response) => Verdict::Final,
         Ok(response) => match response.status() {
-            StatusCode::CONFLICT => match retry_after(response) {
-                // The first attempt still runs: its answer comes later.
-                Some(wait) => Verdict::Retry(Some(wait)),
-                None => Verdict::Final,
-            },
+            // The first attempt still runs: its answer comes later. (Any
+            // Retry-After, readable or not: the backoff stands in.)
+            StatusCode::CONFLICT if response.headers().contains_key(RETRY_AFTER) => {
+                Verdict::Retry(retry_after(response))
+            }
             StatusCode::TOO_MANY_REQUESTS
             | StatusCode::BAD_GATEWAY
             | StatusCode::SERVICE_UNAVAILABLE
@@ -151,16 +189,26 @@ fn verdict(result: &reqwest_middleware::Result<Response>) -> Verdict {
     }
 }
 
-fn fresh_key() -> HeaderValue {
-    HeaderValue::from_str(&uuid::Uuid::new_v4().to_string()).expect("a UUID is a header value")
+fn is_replay(response: &Response) -> bool {
+    response.headers().get(REPLAYED).is_some_and(|value| value.as_bytes() == b"true")
 }
 
+/// The largest problem document read to find a key reuse.
+const PROBLEM_LIMIT: u64 = 64 << 10;
+
 /// A 422 `key-reused` as the typed error; any other response as it is.
+/// Only a small `application/problem+json` body is read; the response is
+/// then rebuilt whole (status, version, URL, headers, body).
 async fn refused(response: Response, key: &str) -> reqwest_middleware::Result<Response> {
-    if response.status() != StatusCode::UNPROCESSABLE_ENTITY {
+    let problem = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"application/problem+json"));
+    let small = response.content_length().is_some_and(|length| length <= PROBLEM_LIMIT);
+    if response.status() != StatusCode::UNPROCESSABLE_ENTITY || !problem || !small {
         return Ok(response);
     }
-    let status = response.status();
+    let (status, version, url) = (response.status(), response.version(), response.url().clone());
     let headers = response.headers().clone();
     let extensions = response.extensions().clone();
     let body = response.bytes().await?;
@@ -170,10 +218,11 @@ async fn refused(response: Response, key: &str) -> reqwest_middleware::Result<Re
         return Err(reqwest_middleware::Error::middleware(KeyReused { key: key.to_owned(), detail }));
     }
     // Another 422 (a validation error, say): handed back unchanged.
-    let mut rebuilt = http::Response::new(body);
-    *rebuilt.status_mut() = status;
+    let builder = http::Response::builder().status(status).version(version);
+    let mut rebuilt =
+        reqwest::ResponseBuilderExt::url(builder, url).body(body).map_err(reqwest_middleware::Error::middleware)?;
     *rebuilt.headers_mut() = headers;
-    *rebuilt.extensions_mut() = extensions;
+    rebuilt.extensions_mut().extend(extensions);
     Ok(Response::from(rebuilt))
 }
 
@@ -188,31 +237,41 @@ impl Middleware for IdempotencyMiddleware {
         let key = match req.headers().get(IDEMPOTENCY_KEY) {
             Some(key) => key.clone(),
             None => {
-                let key = fresh_key();
+                let key = HeaderValue::from_str(&new_key()).expect("a UUID is a header value");
                 req.headers_mut().insert(IDEMPOTENCY_KEY, key.clone());
                 key
             }
         };
-        let shown = key.to_str().unwrap_or_default().to_owned();
+        let shown = String::from_utf8_lossy(key.as_bytes()).into_owned();
         let mut schedule = Schedule::start(self.policy.clone());
+        let gave_up = |schedule: &Schedule, reason, source| {
+            let gave_up = GaveUp { key: shown.clone(), attempts: schedule.attempts(), reason, source };
+            reqwest_middleware::Error::middleware(gave_up)
+        };
         let result = loop {
             // A body that cannot be cloned (a stream) is sent once.
-            let Some(mut attempt) = req.try_clone() else {
+            let Some(attempt) = req.try_clone() else {
                 schedule.attempt();
                 break next.clone().run(req, extensions).await;
             };
-            if self.new_key_per_attempt {
-                attempt.headers_mut().insert(IDEMPOTENCY_KEY, fresh_key());
-            }
             schedule.attempt();
-            let result = next.clone().run(attempt, extensions).await;
+            // The deadline bounds a running attempt too.
+            let sent = next.clone().run(attempt, extensions);
+            let Ok(result) = tokio::time::timeout(schedule.remaining(), sent).await else {
+                return Err(gave_up(&schedule, "the deadline came while an attempt ran", None));
+            };
             let Verdict::Retry(asked) = verdict(&result) else { break result };
-            let Some(wait) = schedule.next(asked, fastrand::f64()) else { break result };
+            let Some(wait) = schedule.next(asked, fastrand::f64()) else {
+                match result {
+                    Ok(response) => break Ok(response),
+                    Err(error) => return Err(gave_up(&schedule, "no attempt left before the deadline", Some(error))),
+                }
+            };
             tracing::debug!(key = %shown, attempt = schedule.attempts(), ?wait, "retrying with the same key");
             tokio::time::sleep(wait).await;
         };
         let mut response = refused(result?, &shown).await?;
-        let replayed = response.headers().get(REPLAYED).is_some_and(|value| value.as_bytes() == b"true");
+        let replayed = is_replay(&response);
         response.extensions_mut().insert(Outcome { key: shown, attempts: schedule.attempts(), replayed });
         Ok(response)
     }

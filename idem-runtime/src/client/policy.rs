@@ -18,14 +18,14 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     /// 8 attempts within 30 s; backoff from 100 ms doubling up to 5 s, with
-    /// full jitter; a `Retry-After` of up to 30 s honoured.
+    /// full jitter; a `Retry-After` of up to 10 s honoured.
     fn default() -> Self {
         Self {
             max_attempts: 8,
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
             deadline: Duration::from_secs(30),
-            max_retry_after: Duration::from_secs(30),
+            max_retry_after: Duration::from_secs(10),
         }
     }
 }
@@ -76,12 +76,15 @@ impl RetryPolicy {
         self.ceiling(retry).mul_f64(unit.clamp(0.0, 1.0))
     }
 
-    /// The wait before retry number `retry`: the server's `Retry-After`
-    /// (capped) when it gave one, else the backoff.
+    /// The wait before retry number `retry`: the backoff, or the server's
+    /// `Retry-After` (capped) when it asked for longer. Never sooner than
+    /// asked (up to the cap), and never a burst of immediate retries when
+    /// it asks for none.
     pub fn wait(&self, retry: u32, retry_after: Option<Duration>, unit: f64) -> Duration {
+        let backoff = self.backoff(retry, unit);
         match retry_after {
-            Some(asked) => asked.min(self.max_retry_after),
-            None => self.backoff(retry, unit),
+            Some(asked) => asked.min(self.max_retry_after).max(backoff),
+            None => backoff,
         }
     }
 }
@@ -121,6 +124,11 @@ impl Schedule {
         self.attempts
     }
 
+    /// Time left before the deadline.
+    pub(crate) fn remaining(&self) -> Duration {
+        self.policy.deadline.saturating_sub(self.started.elapsed())
+    }
+
     /// How long to wait before the next attempt, or `None` when there is
     /// none: the attempts are spent, or it would start past the deadline.
     pub(crate) fn next(&self, retry_after: Option<Duration>, unit: f64) -> Option<Duration> {
@@ -128,7 +136,8 @@ impl Schedule {
             return None;
         }
         let wait = self.policy.wait(self.attempts.saturating_sub(1), retry_after, unit);
-        (Instant::now() + wait <= self.started + self.policy.deadline).then_some(wait)
+        let end = self.started.elapsed().checked_add(wait);
+        end.is_some_and(|end| end <= self.policy.deadline).then_some(wait)
     }
 }
 
@@ -172,6 +181,8 @@ mod tests {
         assert_eq!(policy.wait(0, Some(Duration::from_secs(3)), 0.5), Duration::from_secs(3));
         assert_eq!(policy.wait(0, Some(Duration::from_secs(86_400)), 0.5), Duration::from_secs(5));
         assert_eq!(policy.wait(4, None, 0.5), Duration::from_millis(800));
+        assert_eq!(policy.wait(4, Some(Duration::ZERO), 0.5), Duration::from_millis(800), "never sooner than backoff");
+        assert_eq!(policy.wait(0, Some(Duration::MAX), 1.0), Duration::from_secs(5), "a hostile value, capped");
     }
 
     #[test]
@@ -216,5 +227,10 @@ mod tests {
         assert_eq!(schedule.next(None, 0.0), Some(Duration::ZERO), "right at the deadline");
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert_eq!(schedule.next(None, 0.0), None, "past it");
+
+        // No deadline to speak of, and no cap: no overflow either.
+        let mut schedule = Schedule::start(policy().deadline(Duration::MAX).max_retry_after(Duration::MAX));
+        schedule.attempt();
+        assert_eq!(schedule.next(Some(Duration::MAX), 0.0), Some(Duration::MAX));
     }
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use idem_runtime::client::{IdempotencyMiddleware, KeyReused, Outcome, RetryPolicy};
+use idem_runtime::client::{GaveUp, IdempotencyMiddleware, KeyReused, Outcome, RetryPolicy};
 use idem_runtime::{Idem, MemoryStore};
 use idem_tests::server::TestServer;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
@@ -137,10 +137,44 @@ async fn attempts_and_the_deadline_bound_the_retries() {
 }
 
 #[actix_web::test]
-async fn a_refused_connection_is_retried_then_reported() {
+async fn a_refused_connection_is_retried_then_reported_with_its_key() {
     let port = idem_tests::port::free_port();
     let started = Instant::now();
     let error = client(fast().max_attempts(3)).post(format!("http://127.0.0.1:{port}/pay")).send().await.unwrap_err();
-    assert!(error.is_connect(), "{error}");
+    let gave_up = GaveUp::of(&error).expect("a GaveUp error");
+    assert_eq!((gave_up.attempts, gave_up.key.len()), (3, 36), "{gave_up}");
+    assert!(gave_up.last_error().is_some_and(reqwest_middleware::Error::is_connect), "{gave_up:?}");
     assert!(started.elapsed() < Duration::from_secs(2), "three quick attempts: {:?}", started.elapsed());
+}
+
+/// An attempt that never gets an answer (no client timeout) is abandoned
+/// at the deadline, with the key to try again with.
+#[actix_web::test]
+async fn the_deadline_bounds_an_attempt_that_hangs() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/pay", listener.local_addr().unwrap());
+    let http = reqwest::Client::new();
+    let client =
+        ClientBuilder::new(http).with(IdempotencyMiddleware::new(fast().deadline(Duration::from_millis(800)))).build();
+    let started = Instant::now();
+    let error = client.post(url).send().await.unwrap_err();
+    let gave_up = GaveUp::of(&error).expect("a GaveUp error");
+    assert_eq!(gave_up.attempts, 1);
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    drop(listener);
+}
+
+/// A replayed answer is final whatever its status (a stored answer does
+/// not change); a 409 whose Retry-After is unreadable is retried after the
+/// backoff.
+#[actix_web::test]
+async fn replays_are_final_and_an_unreadable_retry_after_still_retries() {
+    let (server, script) =
+        scripted_server(&[(409, Some("soon"), "in flight"), (201, None, "done"), (503, None, "replayed")]);
+    let response = client(fast()).post(server.at("/pay")).send().await.unwrap();
+    assert_eq!((response.status().as_u16(), Outcome::of(&response).unwrap().attempts), (201, 2));
+    let response = client(fast()).post(server.at("/pay")).send().await.unwrap();
+    let outcome = Outcome::of(&response).unwrap();
+    assert_eq!((response.status().as_u16(), outcome.attempts, outcome.replayed), (503, 1, true));
+    assert_eq!(keys(&script).len(), 3);
 }

@@ -62,4 +62,5 @@ async fn crash_knobs_abort_the_process_on_the_memory_store() {
 async fn the_retrying_client_through_a_lossy_network_on_memory() {
     let service = OrderService::start("memory", 0).await;
     idem_tests::client_checks::at_most_once_through_a_lossy_network(&service, 11).await;
+    idem_tests::client_checks::a_failed_intent_exits_non_zero();
 }
