@@ -1,6 +1,7 @@
 //! A memory store with injected faults, standing in for a flapping network
 //! in glue-level tests (the Redis and Postgres suites stop real servers).
 
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -17,10 +18,10 @@ enum Claims {
     Hang,
 }
 
-/// A [`MemoryStore`] whose calls fail as configured.
-#[derive(Debug)]
+/// A store (a [`MemoryStore`] unless [`FaultyStore::over`] another)
+/// whose calls fail as configured.
 pub struct FaultyStore {
-    inner: MemoryStore,
+    inner: Arc<dyn Store>,
     claims: Claims,
     renew_outage: Option<(Duration, Duration)>,
     failing_completions: AtomicUsize,
@@ -34,7 +35,7 @@ pub struct FaultyStore {
 impl Default for FaultyStore {
     fn default() -> Self {
         Self {
-            inner: MemoryStore::new(),
+            inner: Arc::new(MemoryStore::new()),
             claims: Claims::Work,
             renew_outage: None,
             failing_completions: AtomicUsize::new(0),
@@ -51,7 +52,18 @@ fn outage(kind: std::io::ErrorKind) -> StoreError {
     StoreError::unavailable("faulty", std::io::Error::from(kind))
 }
 
+impl std::fmt::Debug for FaultyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultyStore").field("inner", &self.inner.kind()).finish_non_exhaustive()
+    }
+}
+
 impl FaultyStore {
+    /// Faults injected in front of a real store (Redis, Postgres).
+    pub fn over(inner: Arc<dyn Store>) -> Self {
+        Self { inner, ..Self::default() }
+    }
+
     /// Every claim fails as a refused connection would.
     pub fn down() -> Self {
         Self { claims: Claims::Refused, ..Self::default() }

@@ -84,3 +84,14 @@ async fn the_inbox_on_postgres() {
     let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", "the inbox on postgres") else { return };
     idem_tests::inbox_checks::assert_inbox(std::sync::Arc::new(postgres_store(&url, POOL_SIZE).await)).await;
 }
+
+/// The inbox on a real Postgres whose lease renewals fail (injected in
+/// front of it): the lapsed delivery is taken over, one completion in all.
+#[actix_web::test]
+async fn the_inbox_completes_once_when_a_lease_is_lost_on_postgres() {
+    let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", "the inbox lease loss on postgres") else { return };
+    let store = std::sync::Arc::new(postgres_store(&url, POOL_SIZE).await);
+    let faulty = idem_tests::faults::FaultyStore::over(store)
+        .renewals_fail_between(std::time::Duration::ZERO, std::time::Duration::from_secs(3));
+    idem_tests::inbox_checks::assert_lease_loss_completes_once(std::sync::Arc::new(faulty)).await;
+}

@@ -83,3 +83,13 @@ async fn the_inbox_on_redis() {
     let Some(store) = redis_store("the_inbox_on_redis").await else { return };
     idem_tests::inbox_checks::assert_inbox(std::sync::Arc::new(store)).await;
 }
+
+/// The inbox on a real Redis whose lease renewals fail (injected in front
+/// of it): the lapsed delivery is taken over, one completion in all.
+#[actix_web::test]
+async fn the_inbox_completes_once_when_a_lease_is_lost_on_redis() {
+    let Some(store) = redis_store("the_inbox_completes_once_when_a_lease_is_lost_on_redis").await else { return };
+    let faulty = idem_tests::faults::FaultyStore::over(std::sync::Arc::new(store))
+        .renewals_fail_between(std::time::Duration::ZERO, std::time::Duration::from_secs(3));
+    idem_tests::inbox_checks::assert_lease_loss_completes_once(std::sync::Arc::new(faulty)).await;
+}
