@@ -71,21 +71,47 @@ pub async fn two_notifiers_and_a_kill(service: &OrderService, store: &str, trans
     other.terminate(Duration::from_secs(15));
 }
 
+/// The counts around a notifier crash: before it, right after it, and
+/// once a restarted notifier settled everything.
+struct Crash {
+    before: (u64, u64),
+    at_crash: (u64, u64),
+    settled: u64,
+}
+
+/// Starts a notifier with the fault `knob`, creates one order for `user`,
+/// waits for the abort, checks that the event was never acknowledged,
+/// restarts the notifier without the knob and waits until every order is
+/// notified and the transport is empty.
+async fn one_order_through_a_crash(
+    service: &OrderService,
+    store: &str,
+    transport: &dyn Transport,
+    knob: &str,
+    user: &str,
+) -> Crash {
+    let before = notifications(service).await;
+    let mut notifier = Notifier::start(store, &[knob]);
+    create_order(service, user).await;
+    notifier.assert_aborts(Duration::from_secs(20));
+    let at_crash = notifications(service).await;
+    assert_eq!(transport.backlog().await.expect("the backlog"), 1, "never acknowledged");
+    notifier.restart();
+    let settled = settled(service, Some(transport), Duration::from_secs(30)).await;
+    notifier.terminate(Duration::from_secs(15));
+    Crash { before, at_crash, settled }
+}
+
 /// A notifier that aborts once the notification is sent and recorded,
 /// before acknowledging the message (a relay killed between publish and
 /// mark-published): the event is delivered again, to the restarted
 /// notifier, whose inbox finds it processed. One notification, and nothing
 /// left in the transport.
 pub async fn a_crash_before_the_ack(service: &OrderService, store: &str, transport: &dyn Transport) {
-    let (orders, sent) = notifications(service).await;
-    let mut notifier = Notifier::start(store, &["--crash-before-ack"]);
-    create_order(service, "nina").await;
-    notifier.assert_aborts(Duration::from_secs(20));
-    assert_eq!(notifications(service).await, (orders + 1, sent + 1), "sent before the crash");
-    assert_eq!(transport.backlog().await.expect("the backlog"), 1, "never acknowledged");
-    notifier.restart();
-    assert_eq!(settled(service, Some(transport), Duration::from_secs(30)).await, sent + 1, "not sent again");
-    notifier.terminate(Duration::from_secs(15));
+    let crash = one_order_through_a_crash(service, store, transport, "--crash-before-ack", "nina").await;
+    let (orders, sent) = crash.before;
+    assert_eq!(crash.at_crash, (orders + 1, sent + 1), "sent before the crash");
+    assert_eq!(crash.settled, sent + 1, "not sent again");
 }
 
 /// A notifier that aborts right after sending, before the inbox recorded
@@ -94,15 +120,9 @@ pub async fn a_crash_before_the_ack(service: &OrderService, store: &str, transpo
 /// nothing new (on Postgres the first send was rolled back with its
 /// transaction). One notification.
 pub async fn a_crash_after_the_send(service: &OrderService, store: &str, transport: &dyn Transport) {
-    let (orders, sent) = notifications(service).await;
-    let mut notifier = Notifier::start(store, &["--crash-after-send"]);
-    create_order(service, "nick").await;
-    notifier.assert_aborts(Duration::from_secs(20));
-    let (_, after_crash) = notifications(service).await;
-    assert!(after_crash <= sent + 1, "{after_crash} notifications after one order");
-    assert_eq!(transport.backlog().await.expect("the backlog"), 1, "never acknowledged");
-    notifier.restart();
-    assert_eq!(settled(service, Some(transport), Duration::from_secs(30)).await, sent + 1, "one notification");
-    assert_eq!(notifications(service).await.0, orders + 1);
-    notifier.terminate(Duration::from_secs(15));
+    let crash = one_order_through_a_crash(service, store, transport, "--crash-after-send", "nick").await;
+    let (orders, sent) = crash.before;
+    assert!(crash.at_crash.1 <= sent + 1, "{} notifications after one order", crash.at_crash.1);
+    assert_eq!(crash.settled, sent + 1, "one notification");
+    assert_eq!(crash.at_crash.0, orders + 1);
 }
