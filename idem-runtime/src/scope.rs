@@ -60,6 +60,8 @@ impl fmt::Display for Scope {
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct StorageKey {
     encoded: String,
+    /// The SHA-256 the encoded key spells in hex.
+    digest: [u8; 32],
 }
 
 impl StorageKey {
@@ -100,7 +102,13 @@ impl StorageKey {
         push_hex(&mut encoded, &digest[..16]);
         encoded.push_str("}:");
         push_hex(&mut encoded, &digest[16..]);
-        Self { encoded }
+        Self { encoded, digest: digest.into() }
+    }
+
+    /// The 32 bytes [`StorageKey::as_str`] spells in hex: a compact form of
+    /// the key for in-process stores.
+    pub(crate) fn digest(&self) -> &[u8; 32] {
+        &self.digest
     }
 
     /// The full encoded key, as stores should use it.

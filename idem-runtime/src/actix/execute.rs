@@ -1,8 +1,11 @@
 //! Running a claimed request: on its own task, under a lease kept by the
 //! process-wide keeper, ending with a fenced completion or a release.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use actix_web::{Handler, HttpRequest, HttpResponse, Responder};
 use futures_util::FutureExt;
@@ -22,22 +25,63 @@ pub(crate) struct Claimed {
     pub(crate) execution: Execution,
 }
 
-/// Runs the handler on a task of its own, so that a client hanging up (which
-/// drops this future) does not cancel it half way; its retry gets the stored
-/// result.
+/// Runs the handler in this request's own future, and moves it to a task of
+/// its own if the client hangs up first (which drops this future), so that a
+/// client leaving never cancels it half way; its retry gets the stored
+/// result. Polling in place spares a task, a join handle and two scheduler
+/// round trips per execution.
 pub(crate) async fn execute<F, Args>(claimed: Claimed, req: HttpRequest, handler: F, args: Args) -> HttpResponse
 where
     F: Handler<Args>,
     F::Output: Responder + 'static,
     Args: 'static,
 {
-    let task = actix_web::rt::spawn(run(claimed, req, handler, args).instrument(tracing::Span::current()));
-    match task.await {
-        Ok(response) => response,
-        Err(error) => {
-            tracing::error!(%error, "the idempotent handler task was cancelled");
-            problem::response(ProblemKind::HandlerPanicked, "the request was interrupted")
+    Detached { work: Some(Box::pin(run(claimed, req, handler, args).instrument(tracing::Span::current()))) }.await
+}
+
+/// An execution polled by the request's future until that future is
+/// dropped; then spawned, to finish on its own.
+struct Detached {
+    work: Option<Pin<Box<dyn Future<Output = HttpResponse>>>>,
+}
+
+impl Future for Detached {
+    type Output = HttpResponse;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<HttpResponse> {
+        let Some(work) = self.work.as_mut() else {
+            return Poll::Ready(problem::response(ProblemKind::HandlerPanicked, "the request was interrupted"));
+        };
+        // The handler's own panics are caught and stored inside `run`; one
+        // outside it must not take the worker down either.
+        match std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(response)) => {
+                self.work = None;
+                Poll::Ready(response)
+            }
+            Err(_) => {
+                self.work = None;
+                tracing::error!("the idempotent execution panicked outside the handler");
+                Poll::Ready(problem::response(ProblemKind::HandlerPanicked, "the request was interrupted"))
+            }
         }
+    }
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        let Some(work) = self.work.take() else { return };
+        if std::thread::panicking() {
+            // Unwinding: spawning could panic again. The lease lapses and a
+            // retry of the same request takes the key over.
+            return;
+        }
+        // The client left while the handler runs: it finishes on the
+        // worker's task set, and completes or releases as usual.
+        actix_web::rt::spawn(async move {
+            let _ = AssertUnwindSafe(work).catch_unwind().await;
+        });
     }
 }
 

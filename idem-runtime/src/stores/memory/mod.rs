@@ -1,17 +1,17 @@
 //! The embedded, process-local store.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
 
+use self::shard::{RESERVED, Shard, State, Totals};
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, RecordState, StoredResponse};
 use crate::scope::StorageKey;
 use crate::store::{Attempt, Claim, Fence, FencingToken, Store, StoreError};
+
+mod shard;
 
 /// An in-process store: the embedded default, for one server process.
 ///
@@ -28,81 +28,31 @@ use crate::store::{Attempt, Claim, Fence, FencingToken, Store, StoreError};
 /// would not fit is refused at completion with [`StoreError::Full`] (the
 /// runtime then keeps a small "processed" record instead).
 ///
+/// Records are spread over [`MemoryStore::SHARDS`] independently locked
+/// shards by their key: concurrent requests rarely wait for each other, and
+/// a growing map rehashes one shard at a time, never the whole store under
+/// one lock.
+///
 /// Its size is published as gauges: [`MemoryStore::BYTES_METRIC`],
 /// [`MemoryStore::RECORDS_METRIC`] and [`MemoryStore::MAX_BYTES_METRIC`].
 #[derive(Debug)]
 pub struct MemoryStore {
-    inner: Mutex<Inner>,
+    shards: Box<[Mutex<Shard>]>,
+    totals: Totals,
     max_entries: usize,
     max_bytes: usize,
 }
-
-#[derive(Debug, Default)]
-struct Inner {
-    records: HashMap<Arc<str>, Entry>,
-    /// Every record's end, soonest first. An entry whose record has moved
-    /// its end (or is gone) is stale and skipped when it comes up.
-    deadlines: BinaryHeap<Reverse<(Instant, Arc<str>)>>,
-    /// What the records take, as [`Entry::size`] counts it.
-    bytes: usize,
-    /// A claim was refused for lack of room, and that was logged.
-    full: bool,
-}
-
-#[derive(Debug)]
-struct Entry {
-    /// The map's own key, shared with the deadline index.
-    key: Arc<str>,
-    fingerprint: Fingerprint,
-    /// End of the record (its TTL), whatever its state.
-    expires_at: Instant,
-    state: State,
-}
-
-#[derive(Debug)]
-enum State {
-    InFlight { token: FencingToken, lease_until: Instant },
-    Completed { response: StoredResponse },
-    Released,
-}
-
-impl Entry {
-    /// Bytes counted against `max_bytes`, besides the key and the fixed
-    /// [`OVERHEAD`]: an in-flight record reserves room for a small record, so
-    /// that its completion always has a place, at worst for the "processed"
-    /// problem that replaces a response the store refuses.
-    fn state_size(&self) -> usize {
-        match &self.state {
-            State::Completed { response } => response.size(),
-            State::InFlight { .. } => RESERVED,
-            State::Released => 0,
-        }
-    }
-
-    fn owned_by(&self, token: FencingToken, now: Instant) -> bool {
-        matches!(self.state, State::InFlight { token: t, lease_until } if t == token && lease_until > now)
-    }
-}
-
-/// What a record costs besides its key and state, an estimate on the
-/// generous side: its map slot (with the map's slack), two entries in the
-/// deadline index, the key's allocation, the fingerprint, and the
-/// allocations of a stored response's body and headers.
-const OVERHEAD: usize = 384;
 
 /// `now + duration`, saturating far in the future instead of overflowing.
 fn deadline(now: Instant, duration: Duration) -> Instant {
     now.checked_add(duration).unwrap_or_else(|| now + FAR_FUTURE)
 }
 
-/// Bytes each in-flight record reserves (see [`Entry::state_size`]).
-const RESERVED: usize = 1024;
-
 /// What "forever" means to [`deadline`] (about a century).
 const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
 
-/// Most expired records freed by one call (besides the one it touches):
-/// a burst of expiries is spread over the calls that follow.
+/// Most expired records of its shard freed by one call (besides the one it
+/// touches): a burst of expiries is spread over the calls that follow.
 const FREE_PER_CALL: usize = 64;
 
 impl Default for MemoryStore {
@@ -115,6 +65,8 @@ impl MemoryStore {
     /// Default bound on the bytes held (256 MiB: about half a million
     /// records of a small JSON response).
     pub const DEFAULT_MAX_BYTES: usize = 256 << 20;
+    /// Number of independently locked shards the records are spread over.
+    pub const SHARDS: usize = 64;
     /// Gauge of the bytes held, as the bound counts them.
     pub const BYTES_METRIC: &'static str = "idem_memory_store_bytes";
     /// Gauge of the records held (in flight, completed and released).
@@ -136,12 +88,17 @@ impl MemoryStore {
     /// A store holding at most `max_entries` records and `max_bytes`.
     pub fn with_limits(max_entries: usize, max_bytes: usize) -> Self {
         metrics::gauge!(Self::MAX_BYTES_METRIC).set(max_bytes as f64);
-        Self { inner: Mutex::new(Inner::default()), max_entries: max_entries.max(1), max_bytes }
+        Self {
+            shards: (0..Self::SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            totals: Totals::default(),
+            max_entries: max_entries.max(1),
+            max_bytes,
+        }
     }
 
     /// Number of records held, expired ones not yet freed included.
     pub fn len(&self) -> usize {
-        self.inner.lock().records.len()
+        self.totals.records()
     }
 
     /// Whether the store holds no record.
@@ -151,21 +108,47 @@ impl MemoryStore {
 
     /// Bytes held, as the bound counts them.
     pub fn bytes(&self) -> usize {
-        self.inner.lock().bytes
+        self.totals.bytes()
     }
 
-    fn full(&self, inner: &mut Inner) -> StoreError {
-        let detail = format!(
-            "{} records, {} bytes of at most {} (MemoryStore::with_max_bytes)",
-            inner.records.len(),
-            inner.bytes,
-            self.max_bytes
-        );
-        if !inner.full {
-            inner.full = true;
+    /// The shard of `key` (its digest is a SHA-256: any byte spreads keys
+    /// evenly).
+    fn shard(&self, key: &StorageKey) -> &Mutex<Shard> {
+        &self.shards[usize::from(key.digest()[0]) % Self::SHARDS]
+    }
+
+    /// Frees expired records of another shard, picked by `key` too (other
+    /// bits of its hash), unless that shard is busy: every shard's expired
+    /// records are freed as calls go by, whichever keys they touch.
+    fn sweep_beside(&self, key: &StorageKey, now: Instant) {
+        let other = usize::from(key.digest()[1]) % Self::SHARDS;
+        if let Some(mut shard) = self.shards[other].try_lock() {
+            shard.free_expired(now, FREE_PER_CALL, &self.totals);
+        }
+    }
+
+    /// Takes room for `bytes` more (and one more record, with `record`),
+    /// freeing expired records of every shard first if the store is full.
+    fn reserve(&self, bytes: usize, record: bool) -> bool {
+        let totals = &self.totals;
+        if totals.reserve(bytes, record, self.max_bytes, self.max_entries) {
+            return true;
+        }
+        let now = Instant::now();
+        for shard in &self.shards {
+            shard.lock().free_expired(now, usize::MAX, totals);
+        }
+        totals.reserve(bytes, record, self.max_bytes, self.max_entries)
+    }
+
+    fn full(&self) -> StoreError {
+        let (records, bytes) = (self.totals.records(), self.totals.bytes());
+        let detail =
+            format!("{records} records, {bytes} bytes of at most {} (MemoryStore::with_max_bytes)", self.max_bytes);
+        if !self.totals.full.swap(true, std::sync::atomic::Ordering::AcqRel) {
             tracing::error!(
-                records = inner.records.len(),
-                bytes = inner.bytes,
+                records,
+                bytes,
                 max_bytes = self.max_bytes,
                 "the memory store is full: new keys get 503 until records expire; \
                  raise MemoryStore::with_max_bytes, shorten ttl, or use Redis or Postgres"
@@ -174,55 +157,94 @@ impl MemoryStore {
         StoreError::Full { store: "memory", detail }
     }
 
-    fn crowded(&self, inner: &Inner, extra: usize) -> bool {
-        inner.records.len() >= self.max_entries || inner.bytes + extra > self.max_bytes
-    }
-}
-
-impl Inner {
-    fn remove(&mut self, key: &str) {
-        if let Some((key, entry)) = self.records.remove_entry(key) {
-            self.bytes -= OVERHEAD + key.len() + entry.state_size();
-        }
-    }
-
-    /// Frees up to `batch` records whose end has come, soonest first.
-    fn free_expired(&mut self, now: Instant, batch: usize) -> u64 {
-        let mut freed = 0;
-        while freed < batch as u64 {
-            match self.deadlines.peek() {
-                Some(Reverse((at, _))) if *at <= now => {}
-                _ => break,
-            }
-            let Some(Reverse((at, key))) = self.deadlines.pop() else { break };
-            // Only the index entry of the record's current end frees it.
-            if self.records.get(&key).is_some_and(|entry| entry.expires_at == at) {
-                self.remove(&key);
-                freed += 1;
-            }
-        }
-        freed
-    }
-
-    /// Records `key`'s new end in the index (and rebuilds the index when
-    /// stale entries pile up: one key claimed, released and claimed again
-    /// adds one each time).
-    fn index(&mut self, key: Arc<str>, at: Instant) {
-        self.deadlines.push(Reverse((at, key)));
-        self.compact();
-    }
-
-    /// The index holds one entry per record and per moved end; when stale
-    /// entries outnumber records, it is rebuilt.
-    fn compact(&mut self) {
-        if self.deadlines.len() > 2 * self.records.len() + 1024 {
-            self.deadlines = self.records.values().map(|e| Reverse((e.expires_at, Arc::clone(&e.key)))).collect();
+    /// A claim found room: ends a full episode, if one was on.
+    fn has_room(&self) {
+        if self.totals.full.load(std::sync::atomic::Ordering::Acquire)
+            && self.totals.full.swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            tracing::info!(bytes = self.totals.bytes(), "the memory store has room again");
         }
     }
 
     fn publish(&self) {
-        metrics::gauge!(MemoryStore::BYTES_METRIC).set(self.bytes as f64);
-        metrics::gauge!(MemoryStore::RECORDS_METRIC).set(self.records.len() as f64);
+        metrics::gauge!(MemoryStore::BYTES_METRIC).set(self.totals.bytes() as f64);
+        metrics::gauge!(MemoryStore::RECORDS_METRIC).set(self.totals.records() as f64);
+    }
+}
+
+impl MemoryStore {
+    /// One claim under the key's shard lock; `None` when another claim took
+    /// the key while room was being made, and the claim must look again.
+    fn try_claim(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+        ttl: Duration,
+    ) -> Option<Result<Claim, StoreError>> {
+        let now = Instant::now();
+        let lease_until = deadline(now, lease);
+        let expires_at = deadline(now, ttl).max(lease_until);
+        let mut shard = self.shard(key).lock();
+        shard.free_expired(now, FREE_PER_CALL, &self.totals);
+        if let Some(entry) = shard.records.get_mut(key.digest())
+            && entry.expires_at > now
+        {
+            if entry.fingerprint != *fingerprint {
+                return Some(Ok(Claim::Mismatch));
+            }
+            let attempt = match &entry.state {
+                State::Completed { response } => return Some(Ok(Claim::Replay(response.clone()))),
+                &State::InFlight { lease_until, .. } if lease_until > now => {
+                    return Some(Ok(Claim::InFlight { retry_after: lease_until - now }));
+                }
+                // A tombstone or a lapsed lease of this same request: take it over.
+                State::Released => Attempt::AfterRelease,
+                State::InFlight { .. } => Attempt::Takeover,
+            };
+            // A tombstone reserves no room for its completion yet.
+            if attempt == Attempt::AfterRelease && !self.totals.reserve(RESERVED, false, self.max_bytes, usize::MAX) {
+                return Some(Err(self.full()));
+            }
+            let token = FencingToken::generate();
+            entry.expires_at = expires_at;
+            entry.state = State::InFlight { token, lease_until };
+            shard.index(*key.digest(), expires_at);
+            drop(shard);
+            self.sweep_beside(key, now);
+            self.has_room();
+            self.publish();
+            return Some(Ok(Claim::Acquired { token, attempt }));
+        }
+        // No record, or an expired one.
+        shard.remove(key.digest(), &self.totals);
+        let size = shard::OVERHEAD + RESERVED;
+        if !self.totals.reserve(size, true, self.max_bytes, self.max_entries) {
+            // Room may be held by expired records of other shards: free
+            // them (never holding two shard locks at once), then try again.
+            drop(shard);
+            if !self.reserve(size, true) {
+                return Some(Err(self.full()));
+            }
+            shard = self.shard(key).lock();
+            if shard.records.get(key.digest()).is_some_and(|entry| entry.expires_at > now) {
+                // Another claim took the key meanwhile: answer as it stands.
+                drop(shard);
+                self.totals.free(size, true);
+                return None;
+            }
+            shard.remove(key.digest(), &self.totals);
+        }
+        let token = FencingToken::generate();
+        let state = State::InFlight { token, lease_until };
+        let entry = shard::Entry { fingerprint: *fingerprint, expires_at, state };
+        shard.records.insert(*key.digest(), entry);
+        shard.index(*key.digest(), expires_at);
+        drop(shard);
+        self.sweep_beside(key, now);
+        self.has_room();
+        self.publish();
+        Some(Ok(Claim::Acquired { token, attempt: Attempt::First }))
     }
 }
 
@@ -239,86 +261,28 @@ impl Store for MemoryStore {
         lease: Duration,
         ttl: Duration,
     ) -> Result<Claim, StoreError> {
-        let now = Instant::now();
-        let mut inner = self.inner.lock();
-        inner.free_expired(now, FREE_PER_CALL);
-        let lease_until = deadline(now, lease);
-        let expires_at = deadline(now, ttl).max(lease_until);
-        let bytes = inner.bytes;
-        let mut took_over = None;
-        if let Some(entry) = inner.records.get_mut(key.as_str())
-            && entry.expires_at > now
-        {
-            if entry.fingerprint != *fingerprint {
-                return Ok(Claim::Mismatch);
-            }
-            match &entry.state {
-                State::Completed { response } => return Ok(Claim::Replay(response.clone())),
-                &State::InFlight { lease_until, .. } if lease_until > now => {
-                    return Ok(Claim::InFlight { retry_after: lease_until - now });
-                }
-                // A tombstone or a lapsed lease of this same request: take it over.
-                State::InFlight { .. } | State::Released => {
-                    let (extra, attempt) = match entry.state {
-                        State::Released => (RESERVED, Attempt::AfterRelease),
-                        _ => (0, Attempt::Takeover),
-                    };
-                    if bytes + extra > self.max_bytes {
-                        return Err(self.full(&mut inner));
-                    }
-                    let token = FencingToken::generate();
-                    entry.fingerprint = *fingerprint;
-                    entry.expires_at = expires_at;
-                    entry.state = State::InFlight { token, lease_until };
-                    took_over = Some((Arc::clone(&entry.key), extra, token, attempt));
-                }
+        loop {
+            if let Some(claim) = self.try_claim(key, fingerprint, lease, ttl) {
+                return claim;
             }
         }
-        if let Some((stored_key, extra, token, attempt)) = took_over {
-            inner.bytes += extra;
-            inner.index(stored_key, expires_at);
-            inner.publish();
-            return Ok(Claim::Acquired { token, attempt });
-        }
-        // No record, or an expired one.
-        inner.remove(key.as_str());
-        let size = OVERHEAD + key.as_str().len() + RESERVED;
-        if self.crowded(&inner, size) {
-            inner.free_expired(now, usize::MAX);
-            if self.crowded(&inner, size) {
-                return Err(self.full(&mut inner));
-            }
-        }
-        if inner.full {
-            inner.full = false;
-            tracing::info!(bytes = inner.bytes, "the memory store has room again");
-        }
-        let token = FencingToken::generate();
-        let stored_key: Arc<str> = Arc::from(key.as_str());
-        let state = State::InFlight { token, lease_until };
-        let entry = Entry { key: Arc::clone(&stored_key), fingerprint: *fingerprint, expires_at, state };
-        inner.records.insert(Arc::clone(&stored_key), entry);
-        inner.bytes += size;
-        inner.index(stored_key, expires_at);
-        inner.publish();
-        Ok(Claim::Acquired { token, attempt: Attempt::First })
     }
 
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
         let now = Instant::now();
-        let mut inner = self.inner.lock();
-        let moved = match inner.records.get_mut(key.as_str()) {
+        let mut shard = self.shard(key).lock();
+        let moved = match shard.records.get_mut(key.digest()) {
             Some(entry) if entry.owned_by(token, now) => {
                 let lease_until = deadline(now, lease);
                 entry.state = State::InFlight { token, lease_until };
                 let moved = lease_until > entry.expires_at;
                 entry.expires_at = entry.expires_at.max(lease_until);
-                moved.then(|| (Arc::clone(&entry.key), entry.expires_at))
+                moved.then_some(entry.expires_at)
             }
             _ => return Ok(Fence::Lost),
         };
-        if let Some((stored_key, at)) = moved {
-            inner.index(stored_key, at);
+        if let Some(at) = moved {
+            shard.index(*key.digest(), at);
         }
         Ok(Fence::Held)
     }
@@ -331,44 +295,48 @@ impl Store for MemoryStore {
         ttl: Duration,
     ) -> Result<Fence, StoreError> {
         let now = Instant::now();
-        let mut inner = self.inner.lock();
         let size = response.size();
-        let bytes = inner.bytes;
-        let (stored_key, expires_at) = match inner.records.get_mut(key.as_str()) {
+        let mut shard = self.shard(key).lock();
+        let expires_at = match shard.records.get_mut(key.digest()) {
             Some(entry) if entry.owned_by(token, now) => {
                 // The record's reservation always holds a small one.
-                let total = bytes - RESERVED + size;
-                if size > RESERVED && total > self.max_bytes {
+                if size > RESERVED && !self.totals.reserve(size - RESERVED, false, self.max_bytes, usize::MAX) {
                     return Err(StoreError::Full {
                         store: "memory",
                         detail: format!(
-                            "a stored response of {size} bytes does not fit: {bytes} bytes of at most {} in use \
+                            "a stored response of {size} bytes does not fit: {} bytes of at most {} in use \
                              (MemoryStore::with_max_bytes)",
+                            self.totals.bytes(),
                             self.max_bytes
                         ),
                     });
                 }
+                if size <= RESERVED {
+                    self.totals.free(RESERVED - size, false);
+                }
                 entry.state = State::Completed { response: response.clone() };
                 entry.expires_at = deadline(now, ttl);
-                (Arc::clone(&entry.key), entry.expires_at)
+                entry.expires_at
             }
             _ => return Ok(Fence::Lost),
         };
-        inner.bytes = bytes - RESERVED + size;
-        inner.index(stored_key, expires_at);
-        inner.free_expired(now, FREE_PER_CALL);
-        inner.publish();
+        shard.index(*key.digest(), expires_at);
+        shard.free_expired(now, FREE_PER_CALL, &self.totals);
+        drop(shard);
+        self.sweep_beside(key, now);
+        self.publish();
         Ok(Fence::Held)
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
         let now = Instant::now();
-        let mut inner = self.inner.lock();
-        match inner.records.get_mut(key.as_str()) {
+        let mut shard = self.shard(key).lock();
+        match shard.records.get_mut(key.digest()) {
             Some(entry) if entry.owned_by(token, now) => {
                 entry.state = State::Released;
-                inner.bytes -= RESERVED;
-                inner.publish();
+                self.totals.free(RESERVED, false);
+                drop(shard);
+                self.publish();
                 Ok(Fence::Held)
             }
             _ => Ok(Fence::Lost),
@@ -377,8 +345,8 @@ impl Store for MemoryStore {
 
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         let now = Instant::now();
-        let inner = self.inner.lock();
-        let Some(entry) = inner.records.get(key.as_str()).filter(|e| e.expires_at > now) else {
+        let shard = self.shard(key).lock();
+        let Some(entry) = shard.records.get(key.digest()).filter(|e| e.expires_at > now) else {
             return Ok(None);
         };
         let ttl_left = entry.expires_at - now;
@@ -395,15 +363,23 @@ impl Store for MemoryStore {
     }
 
     async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
-        let mut inner = self.inner.lock();
-        let freed = inner.free_expired(Instant::now(), batch);
-        inner.publish();
+        let now = Instant::now();
+        let mut freed = 0;
+        for shard in &self.shards {
+            let left = (batch as u64).saturating_sub(freed);
+            if left == 0 {
+                break;
+            }
+            freed += shard.lock().free_expired(now, usize::try_from(left).unwrap_or(usize::MAX), &self.totals);
+        }
+        self.publish();
         Ok(freed)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::shard::OVERHEAD;
     use super::*;
     use crate::fingerprint::RequestParts;
     use crate::key::IdempotencyKey;
@@ -448,13 +424,15 @@ mod tests {
         let one = store.bytes() / 200;
         assert!(one >= OVERHEAD + 100, "{one} bytes a record");
         tokio::time::sleep(Duration::from_millis(80)).await;
-        // Each call frees a bounded batch of the expired records, soonest
-        // first, without scanning the live ones.
-        for n in 1000..1004 {
+        // Each call frees a bounded batch of the expired records of its own
+        // shard and of one more, soonest first, without scanning the live
+        // ones: a few calls per shard free them all.
+        let fresh = 4 * MemoryStore::SHARDS;
+        for n in 1000..1000 + fresh {
             keep(&store, &key(n), Duration::from_secs(60)).await.unwrap();
         }
-        assert_eq!(store.len(), 4);
-        assert_eq!(store.bytes(), 4 * one);
+        assert_eq!(store.len(), fresh);
+        assert_eq!(store.bytes(), fresh * one);
     }
 
     #[tokio::test]
@@ -475,8 +453,12 @@ mod tests {
             Ok(Claim::Replay(_))
         ));
         tokio::time::sleep(Duration::from_millis(100)).await;
-        keep(&store, &key(999), Duration::from_secs(60)).await.unwrap();
-        assert_eq!(store.len(), 1, "the expired records made room");
+        // As many new keys as the store held: each that finds no room frees
+        // the expired records of every shard, and succeeds.
+        for n in 900..900 + kept {
+            keep(&store, &key(n), Duration::from_secs(60)).await.unwrap();
+        }
+        assert_eq!(store.purge_expired(usize::MAX).await.unwrap(), 0, "nothing expired is left behind");
     }
 
     #[tokio::test]
@@ -491,7 +473,7 @@ mod tests {
             };
             assert_eq!(store.release(&k, token).await.unwrap(), Fence::Held);
         }
-        let index = store.inner.lock().deadlines.len();
+        let index: usize = store.shards.iter().map(|shard| shard.lock().deadlines.len()).sum();
         assert!(index <= 2 + 1024 + 1, "{index} index entries for one record");
     }
 

@@ -1,0 +1,153 @@
+//! One shard of the memory store: its records and their deadline index.
+//! Bytes and records are counted store-wide, in [`Totals`].
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use crate::fingerprint::Fingerprint;
+use crate::record::StoredResponse;
+use crate::store::FencingToken;
+
+/// What a record costs besides its key and state, an estimate on the
+/// generous side: its map slot (with the map's slack) and key, two entries
+/// in the deadline index, the fingerprint, and the allocations of a stored response's body and headers.
+pub(super) const OVERHEAD: usize = 384;
+
+/// Bytes each in-flight record reserves (see [`Entry::state_size`]).
+pub(super) const RESERVED: usize = 1024;
+
+/// The store-wide counts the bound applies to, shared by every shard.
+#[derive(Debug, Default)]
+pub(super) struct Totals {
+    /// What the records take, as [`Entry::size`] counts it.
+    pub(super) bytes: AtomicUsize,
+    pub(super) records: AtomicUsize,
+    /// A claim was refused for lack of room, and that was logged.
+    pub(super) full: AtomicBool,
+}
+
+impl Totals {
+    /// Takes `bytes` (and a record, with `record`) if that stays within
+    /// both bounds; nothing otherwise.
+    pub(super) fn reserve(&self, bytes: usize, record: bool, max_bytes: usize, max_records: usize) -> bool {
+        if record && self.records.fetch_add(1, Ordering::AcqRel) >= max_records {
+            self.records.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        let before = self.bytes.fetch_add(bytes, Ordering::AcqRel);
+        if before.saturating_add(bytes) > max_bytes {
+            self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+            if record {
+                self.records.fetch_sub(1, Ordering::AcqRel);
+            }
+            return false;
+        }
+        true
+    }
+
+    /// Gives back `bytes` (and a record, with `record`).
+    pub(super) fn free(&self, bytes: usize, record: bool) {
+        self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+        if record {
+            self.records.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Acquire)
+    }
+
+    pub(super) fn records(&self) -> usize {
+        self.records.load(Ordering::Acquire)
+    }
+}
+
+/// A record's key: the storage key's digest (see `StorageKey::digest`).
+pub(super) type Key = [u8; 32];
+
+/// One record.
+#[derive(Debug)]
+pub(super) struct Entry {
+    pub(super) fingerprint: Fingerprint,
+    /// End of the record (its TTL), whatever its state.
+    pub(super) expires_at: Instant,
+    pub(super) state: State,
+}
+
+#[derive(Debug)]
+pub(super) enum State {
+    InFlight { token: FencingToken, lease_until: Instant },
+    Completed { response: StoredResponse },
+    Released,
+}
+
+impl Entry {
+    /// Bytes counted against the bound: the fixed [`OVERHEAD`] (the key
+    /// included) and the state.
+    pub(super) fn size(&self) -> usize {
+        OVERHEAD + self.state_size()
+    }
+
+    /// Bytes of the state: an in-flight record reserves room for a small
+    /// record, so that its completion always has a place, at worst for the
+    /// "processed" problem that replaces a response the store refuses.
+    pub(super) fn state_size(&self) -> usize {
+        match &self.state {
+            State::Completed { response } => response.size(),
+            State::InFlight { .. } => RESERVED,
+            State::Released => 0,
+        }
+    }
+
+    pub(super) fn owned_by(&self, token: FencingToken, now: Instant) -> bool {
+        matches!(self.state, State::InFlight { token: t, lease_until } if t == token && lease_until > now)
+    }
+}
+
+/// Records whose keys fall in this shard.
+#[derive(Debug, Default)]
+pub(super) struct Shard {
+    pub(super) records: HashMap<Key, Entry>,
+    /// Every record's end, soonest first. An entry whose record has moved
+    /// its end (or is gone) is stale and skipped when it comes up.
+    pub(super) deadlines: BinaryHeap<Reverse<(Instant, Key)>>,
+}
+
+impl Shard {
+    /// Removes `key`'s record, giving its bytes back to `totals`.
+    pub(super) fn remove(&mut self, key: &Key, totals: &Totals) {
+        if let Some(entry) = self.records.remove(key) {
+            totals.free(entry.size(), true);
+        }
+    }
+
+    /// Frees up to `batch` records whose end has come, soonest first.
+    pub(super) fn free_expired(&mut self, now: Instant, batch: usize, totals: &Totals) -> u64 {
+        let mut freed = 0;
+        while freed < batch as u64 {
+            match self.deadlines.peek() {
+                Some(Reverse((at, _))) if *at <= now => {}
+                _ => break,
+            }
+            let Some(Reverse((at, key))) = self.deadlines.pop() else { break };
+            // Only the index entry of the record's current end frees it.
+            if self.records.get(&key).is_some_and(|entry| entry.expires_at == at) {
+                self.remove(&key, totals);
+                freed += 1;
+            }
+        }
+        freed
+    }
+
+    /// Records `key`'s new end in the index (and rebuilds the index when
+    /// stale entries pile up: one key claimed, released and claimed again
+    /// adds one each time).
+    pub(super) fn index(&mut self, key: Key, at: Instant) {
+        self.deadlines.push(Reverse((at, key)));
+        if self.deadlines.len() > 2 * self.records.len() + 1024 {
+            self.deadlines = self.records.iter().map(|(key, e)| Reverse((e.expires_at, *key))).collect();
+        }
+    }
+}
