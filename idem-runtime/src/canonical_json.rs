@@ -9,34 +9,113 @@
 //! Anything that is not one JSON document (or nests deeper than
 //! [`MAX_DEPTH`]) yields `None`, and the caller hashes the raw bytes instead.
 
-use std::borrow::Cow;
+use std::cell::RefCell;
+use std::ops::Range;
 
 /// Deepest nesting canonicalized; deeper documents are hashed as raw bytes.
 pub(crate) const MAX_DEPTH: usize = 128;
 
 /// Canonical form of `body`, or `None` if it is not a single JSON document.
+#[cfg_attr(not(test), allow(dead_code, reason = "the tests' entry point; requests use with_canonical"))]
 pub(crate) fn canonicalize(body: &[u8]) -> Option<Vec<u8>> {
-    let text = std::str::from_utf8(body).ok()?;
-    let mut parser = Parser { text, pos: 0, members: Vec::new(), values: Vec::new() };
-    let mut out = Vec::with_capacity(body.len());
-    parser.skip_ws();
-    parser.value(&mut out, 0)?;
-    parser.skip_ws();
-    (parser.pos == text.len()).then_some(out)
+    with_canonical(body, |canonical| canonical.map(<[u8]>::to_vec))
 }
 
-struct Parser<'a> {
+/// Calls `use_it` with the canonical form of `body` (`None` if it is not a
+/// single JSON document), written into this thread's reused buffers: no
+/// allocation per request once they have grown.
+pub(crate) fn with_canonical<R>(body: &[u8], use_it: impl FnOnce(Option<&[u8]>) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => {
+            let result = use_it(scratch.canonicalize(body));
+            scratch.trim();
+            result
+        }
+        // Only if `use_it` itself canonicalizes: fresh buffers then.
+        Err(_) => use_it(Scratch::default().canonicalize(body)),
+    })
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Buffers kept by a thread between canonicalizations.
+#[derive(Default)]
+struct Scratch {
+    out: Vec<u8>,
+    members: Vec<(Text, Range<usize>)>,
+    values: Vec<u8>,
+}
+
+/// Largest buffer a thread keeps between two requests; a larger one (a
+/// large body) is freed after use.
+const KEPT_CAPACITY: usize = 64 << 10;
+
+impl Scratch {
+    fn canonicalize(&mut self, body: &[u8]) -> Option<&[u8]> {
+        let text = std::str::from_utf8(body).ok()?;
+        self.out.clear();
+        self.out.reserve(body.len());
+        let mut parser = Parser { text, pos: 0, members: &mut self.members, values: &mut self.values };
+        parser.members.clear();
+        parser.values.clear();
+        parser.skip_ws();
+        parser.value(&mut self.out, 0)?;
+        parser.skip_ws();
+        (parser.pos == text.len()).then_some(self.out.as_slice())
+    }
+
+    fn trim(&mut self) {
+        if self.out.capacity() > KEPT_CAPACITY || self.values.capacity() > KEPT_CAPACITY {
+            *self = Self::default();
+        }
+        self.members.clear();
+        self.members.shrink_to(KEPT_CAPACITY / 64);
+    }
+}
+
+/// A string the parser read: its bytes in the document when they need no
+/// decoding (no backslash), else decoded.
+enum Text {
+    Raw(Range<usize>),
+    Decoded(String),
+}
+
+impl Text {
+    fn get<'t>(&'t self, text: &'t str) -> &'t str {
+        match self {
+            Self::Raw(range) => &text[range.clone()],
+            Self::Decoded(decoded) => decoded,
+        }
+    }
+
+    /// Writes it: a raw string has no backslash and no control character
+    /// (the parser refuses those), so nothing to escape.
+    fn write(&self, out: &mut Vec<u8>, text: &str) {
+        match self {
+            Self::Raw(range) => {
+                out.push(b'"');
+                out.extend_from_slice(&text.as_bytes()[range.clone()]);
+                out.push(b'"');
+            }
+            Self::Decoded(decoded) => write_string(out, decoded),
+        }
+    }
+}
+
+struct Parser<'a, 's> {
     text: &'a str,
     pos: usize,
     /// The members of the objects being read, innermost last: each object
     /// uses the part above where it started (no buffer per object).
-    members: Vec<(Cow<'a, str>, std::ops::Range<usize>)>,
+    members: &'s mut Vec<(Text, Range<usize>)>,
     /// Where an object's values wait while its members are written in key
     /// order; used as a stack like `members`.
-    values: Vec<u8>,
+    values: &'s mut Vec<u8>,
 }
 
-impl<'a> Parser<'a> {
+impl Parser<'_, '_> {
     fn peek(&self) -> Option<u8> {
         self.text.as_bytes().get(self.pos).copied()
     }
@@ -57,7 +136,7 @@ impl<'a> Parser<'a> {
             b'[' => self.array(out, depth + 1),
             b'"' => {
                 let string = self.string()?;
-                write_key(out, &string);
+                string.write(out, self.text);
                 Some(())
             }
             b't' => self.literal(out, "true"),
@@ -104,17 +183,18 @@ impl<'a> Parser<'a> {
         let base = self.values.len();
         self.values.extend_from_slice(&out[start..]);
         out.truncate(start);
+        let text = self.text;
         let members = &mut self.members[first..];
         // Stable: members with equal keys keep their relative order.
-        if !members.is_sorted_by(|a, b| a.0 <= b.0) {
-            members.sort_by(|a, b| a.0.cmp(&b.0));
+        if !members.is_sorted_by(|a, b| a.0.get(text) <= b.0.get(text)) {
+            members.sort_by(|a, b| a.0.get(text).cmp(b.0.get(text)));
         }
         out.push(b'{');
         for (index, (key, value)) in members.iter().enumerate() {
             if index > 0 {
                 out.push(b',');
             }
-            write_key(out, key);
+            key.write(out, text);
             out.push(b':');
             out.extend_from_slice(&self.values[base + value.start..base + value.end]);
         }
@@ -148,8 +228,8 @@ impl<'a> Parser<'a> {
     }
 
     /// A JSON string token, decoded (escapes resolved). Strings without a
-    /// backslash are borrowed as they are; the others go through serde_json.
-    fn string(&mut self) -> Option<Cow<'a, str>> {
+    /// backslash stay where they are; the others go through serde_json.
+    fn string(&mut self) -> Option<Text> {
         let start = self.pos;
         self.eat(b'"')?;
         let bytes = self.text.as_bytes();
@@ -170,9 +250,9 @@ impl<'a> Parser<'a> {
         self.pos += 1;
         let token = self.text.get(start..self.pos)?;
         if escaped {
-            serde_json::from_str::<String>(token).ok().map(Cow::Owned)
+            serde_json::from_str::<String>(token).ok().map(Text::Decoded)
         } else {
-            Some(Cow::Borrowed(&token[1..token.len() - 1]))
+            Some(Text::Raw(start + 1..self.pos - 1))
         }
     }
 
@@ -205,20 +285,6 @@ impl<'a> Parser<'a> {
         while self.peek().is_some_and(|b| b.is_ascii_digit()) {
             self.pos += 1;
         }
-    }
-}
-
-/// Writes a string the parser read: one it borrowed has no backslash and
-/// no control character (the parser refuses those), so nothing to escape.
-#[allow(clippy::ptr_arg, reason = "borrowed or owned is what tells whether it may need escaping")]
-fn write_key(out: &mut Vec<u8>, value: &Cow<'_, str>) {
-    match value {
-        Cow::Borrowed(plain) => {
-            out.push(b'"');
-            out.extend_from_slice(plain.as_bytes());
-            out.push(b'"');
-        }
-        Cow::Owned(decoded) => write_string(out, decoded),
     }
 }
 

@@ -77,18 +77,22 @@ impl Fingerprint {
         // `application/json` and as `application/merge-patch+json`, are two
         // requests.
         let media_type = media_type(parts.content_type.unwrap_or(""));
-        let canonical = if is_json(&media_type) { canonical_json::canonicalize(parts.body) } else { None };
-        match canonical {
+        let mut body = |canonical: Option<&[u8]>| match canonical {
             Some(json) => {
                 field(b"json");
                 field(media_type.as_bytes());
-                field(&json);
+                field(json);
             }
             None => {
                 field(b"raw");
                 field(media_type.as_bytes());
                 field(parts.body);
             }
+        };
+        if is_json(&media_type) {
+            canonical_json::with_canonical(parts.body, body)
+        } else {
+            body(None)
         }
         Self(hasher.finalize().into())
     }

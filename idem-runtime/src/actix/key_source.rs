@@ -5,6 +5,7 @@
 use std::fmt;
 
 use actix_web::HttpRequest;
+use actix_web::http::header::HeaderName;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
@@ -33,7 +34,13 @@ pub(super) fn read_early(req: &HttpRequest, options: &RouteOptions, route: &str)
 }
 
 fn from_header(req: &HttpRequest, options: &RouteOptions) -> Result<Option<Early>, Refusal> {
-    let mut values = req.headers().get_all(options.header);
+    // A lower-case token (as the attribute writes it) is looked up without
+    // copying it into a new header name.
+    let mut values = if is_lower_case_token(options.header) {
+        req.headers().get_all(HeaderName::from_static(options.header))
+    } else {
+        req.headers().get_all(options.header)
+    };
     let header = || options.header.to_owned();
     let error = match (values.next(), values.next()) {
         (None, _) if !options.required => return Ok(None),
@@ -49,6 +56,12 @@ fn from_header(req: &HttpRequest, options: &RouteOptions) -> Result<Option<Early
         _ => ProblemKind::InvalidKey,
     };
     Err((kind, format!("{error} (header `{}`)", options.header)))
+}
+
+/// Whether `name` is a header name `HeaderName::from_static` takes as it is.
+fn is_lower_case_token(name: &str) -> bool {
+    !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 fn from_path(req: &HttpRequest, name: &str, route: &str) -> Result<Early, Refusal> {
@@ -214,6 +227,16 @@ mod tests {
         for body in [r#"{"other":1}"#, r#"{"id":null}"#] {
             assert!(matches!(key(body, "/id"), Err((ProblemKind::MissingKey, _))), "{body}");
             assert_eq!(from_body(body.as_bytes(), "/id", false), Ok(None), "{body}");
+        }
+    }
+
+    #[test]
+    fn every_lower_case_token_is_a_static_header_name() {
+        let every = "abcdefghijklmnopqrstuvwxyz0123456789!#$%&'*+-.^_`|~";
+        assert!(is_lower_case_token(every));
+        assert_eq!(HeaderName::from_static(every).as_str(), every);
+        for name in ["", "Idempotency-Key", "x key", "x:key", "x\u{e9}"] {
+            assert!(!is_lower_case_token(name), "{name:?}");
         }
     }
 }
