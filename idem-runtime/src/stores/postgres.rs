@@ -10,6 +10,7 @@ mod sweeper;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -129,6 +130,9 @@ pub struct PostgresStore {
     /// `postgres://user@host:port/db`, for errors: never the password.
     server: Arc<str>,
     timeout: Option<Duration>,
+    /// The database has no claim function (its schema predates it, and
+    /// `migrate()` has not run since): claims use the one-statement form.
+    claim_inline: Arc<AtomicBool>,
 }
 
 impl PostgresStore {
@@ -170,6 +174,7 @@ impl PostgresStore {
             table,
             server,
             timeout: Some(Self::DEFAULT_OPERATION_TIMEOUT),
+            claim_inline: Arc::default(),
         }
     }
 
@@ -245,13 +250,20 @@ impl PostgresStore {
     }
 
     async fn run<T>(&self, operation: impl Future<Output = Result<T, sqlx::Error>>) -> Result<T, StoreError> {
-        let result = match self.timeout {
+        self.timed(operation).await?.map_err(|e| self.error(e))
+    }
+
+    /// `operation` within the operation timeout, its own error kept as it is.
+    async fn timed<T>(
+        &self,
+        operation: impl Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<Result<T, sqlx::Error>, StoreError> {
+        match self.timeout {
             Some(after) => {
-                tokio::time::timeout(after, operation).await.map_err(|_| StoreError::Timeout { store: KIND, after })?
+                tokio::time::timeout(after, operation).await.map_err(|_| StoreError::Timeout { store: KIND, after })
             }
-            None => operation.await,
-        };
-        result.map_err(|e| self.error(e))
+            None => Ok(operation.await),
+        }
     }
 
     /// The fenced completion (`complete.sql`) on `executor`: the pool, or
@@ -342,13 +354,32 @@ impl Store for PostgresStore {
     ) -> Result<Claim, StoreError> {
         let token = FencingToken::generate();
         let token_bytes = token.to_bytes();
-        let query = sqlx::query(sql(&self.sql.claim))
-            .bind(key.as_str())
-            .bind(&fingerprint.as_bytes()[..])
-            .bind(&token_bytes[..])
-            .bind(interval(lease))
-            .bind(interval(ttl.max(lease)));
-        let row = self.run(query.fetch_one(&self.pool)).await?;
+        let call = |statement| {
+            sqlx::query(sql(statement))
+                .bind(key.as_str())
+                .bind(&fingerprint.as_bytes()[..])
+                .bind(&token_bytes[..])
+                .bind(interval(lease))
+                .bind(interval(ttl.max(lease)))
+                .fetch_one(&self.pool)
+        };
+        if !self.claim_inline.load(Ordering::Acquire) {
+            match self.timed(call(&self.sql.claim)).await? {
+                Ok(row) => return row::claim(&row, token).map_err(|reason| self.corrupt(reason)),
+                // Refused before it ran: nothing was claimed.
+                Err(error) if error::is_undefined_function(&error) => {
+                    if !self.claim_inline.swap(true, Ordering::AcqRel) {
+                        tracing::warn!(
+                            table = %self.table,
+                            "the claim function of the idempotency table is missing: claims use one larger \
+                             statement instead, which makes replays slower; run PostgresStore::migrate() to create it"
+                        );
+                    }
+                }
+                Err(error) => return Err(self.error(error)),
+            }
+        }
+        let row = self.run(call(&self.sql.claim_inline)).await?;
         row::claim(&row, token).map_err(|reason| self.corrupt(reason))
     }
 

@@ -10,6 +10,9 @@ use crate::store::StoreError;
 /// Undefined table: the store was used before [`super::PostgresStore::migrate`].
 const UNDEFINED_TABLE: &str = "42P01";
 
+/// Undefined function: the claim function of a schema made before it.
+const UNDEFINED_FUNCTION: &str = "42883";
+
 /// SQLSTATE class 54: program limit exceeded.
 const PROGRAM_LIMIT_EXCEEDED: &str = "54";
 
@@ -23,6 +26,12 @@ pub(super) fn describe(options: &PgConnectOptions) -> String {
         options.get_port(),
         options.get_database().unwrap_or(options.get_username()),
     )
+}
+
+/// Whether the server refused a statement for calling a function it does
+/// not have.
+pub(super) fn is_undefined_function(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some(UNDEFINED_FUNCTION))
 }
 
 /// Maps an error of an operation on `table` at `server` (a [`describe`]d

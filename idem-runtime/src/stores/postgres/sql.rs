@@ -67,6 +67,14 @@ impl TableName {
         }
     }
 
+    /// The quoted, qualified name of the claim function (`<table>_claim`).
+    fn claim_function(&self) -> String {
+        match &self.schema {
+            Some(schema) => format!("\"{schema}\".\"{}_claim\"", self.table),
+            None => format!("\"{}_claim\"", self.table),
+        }
+    }
+
     /// The quoted name of the expiry index (created in the table's schema).
     fn index(&self) -> String {
         format!("\"{}_expires_at_idx\"", self.table)
@@ -98,7 +106,10 @@ const TAKE_OVER: &str = "(cur.expires_at <= now() OR (cur.fingerprint = excluded
 #[derive(Clone)]
 pub(super) struct Statements {
     pub(super) schema: Arc<str>,
+    /// A call of the claim function that `schema` creates.
     pub(super) claim: Arc<str>,
+    /// The same claim as one statement, for a schema without the function.
+    pub(super) claim_inline: Arc<str>,
     pub(super) renew: Arc<str>,
     pub(super) renew_many: Arc<str>,
     pub(super) complete: Arc<str>,
@@ -109,13 +120,25 @@ pub(super) struct Statements {
 
 impl Statements {
     pub(super) fn new(table: &TableName) -> Self {
-        let (quoted, index) = (table.quoted(), table.index());
-        let render = |sql: &str| -> Arc<str> {
-            sql.replace("{table}", &quoted).replace("{index}", &index).replace("{take}", TAKE_OVER).into()
+        let (quoted, index, function) = (table.quoted(), table.index(), table.claim_function());
+        let fill = |sql: &str| -> String {
+            sql.replace("{table}", &quoted).replace("{index}", &index).replace("{take}", TAKE_OVER)
         };
+        let render = |sql: &str| -> Arc<str> { fill(sql).into() };
+        // The claim's two parts, in the function and in the one statement.
+        let answer = fill(include_str!("claim_answer.sql"));
+        let upsert = |guard: &str| fill(include_str!("claim_upsert.sql")).replace("{guard}", guard);
+        let claim_function = include_str!("claim_function.sql")
+            .replace("{claim_function}", &function)
+            .replace("{answer}", answer.trim_end())
+            .replace("{upsert}", upsert("").trim_end());
+        let claim_inline = include_str!("claim.sql")
+            .replace("{answer}", answer.trim_end())
+            .replace("{upsert}", upsert("WHERE NOT EXISTS (SELECT 1 FROM seen)").trim_end());
         Self {
-            schema: render(include_str!("schema.sql")),
-            claim: render(include_str!("claim.sql")),
+            schema: format!("{}{claim_function}", fill(include_str!("schema.sql"))).into(),
+            claim: format!("SELECT * FROM {function}($1, $2, $3, $4, $5)").into(),
+            claim_inline: claim_inline.into(),
             renew: render(include_str!("renew.sql")),
             renew_many: render(include_str!("renew_many.sql")),
             complete: render(include_str!("complete.sql")),
