@@ -18,6 +18,11 @@ pub(super) const OVERHEAD: usize = 384;
 /// Bytes each in-flight record reserves (see [`Entry::state_size`]).
 pub(super) const RESERVED: usize = 1024;
 
+/// Stale index entries a shard keeps beyond twice its records before it
+/// rebuilds its index: small, as every one of the 64 shards has this slack
+/// and it is not counted against the bound.
+const STALE_SLACK: usize = 16;
+
 /// The store-wide counts the bound applies to, shared by every shard.
 #[derive(Debug, Default)]
 pub(super) struct Totals {
@@ -31,14 +36,20 @@ pub(super) struct Totals {
 impl Totals {
     /// Takes `bytes` (and a record, with `record`) if that stays within
     /// both bounds; nothing otherwise.
+    /// Never adds what does not fit, not even for a moment: a concurrent
+    /// reservation that does fit must not be refused because of it.
     pub(super) fn reserve(&self, bytes: usize, record: bool, max_bytes: usize, max_records: usize) -> bool {
-        if record && self.records.fetch_add(1, Ordering::AcqRel) >= max_records {
-            self.records.fetch_sub(1, Ordering::AcqRel);
+        let take = |counter: &AtomicUsize, amount: usize, max: usize| {
+            counter
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                    held.checked_add(amount).filter(|&total| total <= max)
+                })
+                .is_ok()
+        };
+        if record && !take(&self.records, 1, max_records) {
             return false;
         }
-        let before = self.bytes.fetch_add(bytes, Ordering::AcqRel);
-        if before.saturating_add(bytes) > max_bytes {
-            self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+        if !take(&self.bytes, bytes, max_bytes) {
             if record {
                 self.records.fetch_sub(1, Ordering::AcqRel);
             }
@@ -146,7 +157,7 @@ impl Shard {
     /// adds one each time).
     pub(super) fn index(&mut self, key: Key, at: Instant) {
         self.deadlines.push(Reverse((at, key)));
-        if self.deadlines.len() > 2 * self.records.len() + 1024 {
+        if self.deadlines.len() > 2 * self.records.len() + STALE_SLACK {
             self.deadlines = self.records.iter().map(|(key, e)| Reverse((e.expires_at, *key))).collect();
         }
     }
