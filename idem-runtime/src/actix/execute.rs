@@ -1,5 +1,6 @@
-//! Running a claimed request: on its own task, under a lease kept by the
-//! process-wide keeper, ending with a fenced completion or a release.
+//! Running a claimed request: in the request's own future (moved to a task
+//! of its own if the client leaves), under a lease kept by the process-wide
+//! keeper, ending with a fenced completion or a release.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -73,15 +74,26 @@ impl Drop for Detached {
     fn drop(&mut self) {
         let Some(work) = self.work.take() else { return };
         if std::thread::panicking() {
-            // Unwinding: spawning could panic again. The lease lapses and a
-            // retry of the same request takes the key over.
+            // Something around this request (a middleware) panicked while
+            // the handler ran: a second panic here would abort the process.
+            // The handler stops half way; its lease lapses and a retry of
+            // the same request takes the key over and runs it again (its
+            // derived keys keep a deduplicating provider from acting twice).
+            tracing::error!("a panic around an idempotent request stopped its handler half way");
             return;
         }
         // The client left while the handler runs: it finishes on the
         // worker's task set, and completes or releases as usual.
-        actix_web::rt::spawn(async move {
-            let _ = AssertUnwindSafe(work).catch_unwind().await;
-        });
+        let finish = async move {
+            if AssertUnwindSafe(work).catch_unwind().await.is_err() {
+                tracing::error!("the idempotent execution panicked outside the handler after its client left");
+            }
+        };
+        // Outside a task set (a plain Tokio runtime) there is nowhere to
+        // finish it: say so rather than panic in a destructor.
+        if std::panic::catch_unwind(AssertUnwindSafe(|| drop(actix_web::rt::spawn(finish)))).is_err() {
+            tracing::error!("no task set to finish an idempotent handler whose client left; it stopped half way");
+        }
     }
 }
 

@@ -1,0 +1,118 @@
+//! The memory store's own tests.
+
+use super::shard::OVERHEAD;
+use super::*;
+use crate::fingerprint::RequestParts;
+use crate::key::IdempotencyKey;
+use crate::scope::Scope;
+
+pub(super) fn key(n: usize) -> StorageKey {
+    let key = IdempotencyKey::parse(format!("k-{n}").as_bytes()).unwrap();
+    StorageKey::new(Scope::Global, None, "POST", "/", &key)
+}
+
+fn fingerprint() -> Fingerprint {
+    Fingerprint::of(&RequestParts {
+        method: "POST",
+        path: "/",
+        query: "",
+        headers: &[],
+        content_type: None,
+        body: b"{}",
+    })
+}
+
+fn response() -> StoredResponse {
+    StoredResponse { status: 201, headers: vec![], body: vec![b'x'; 100].into() }
+}
+
+/// Claims and completes `key`.
+async fn keep(store: &MemoryStore, key: &StorageKey, ttl: Duration) -> Result<(), StoreError> {
+    let Claim::Acquired { token, .. } = store.claim(key, &fingerprint(), ttl / 2, ttl).await? else {
+        panic!("not acquired");
+    };
+    assert_eq!(store.complete(key, token, &response(), ttl).await?, Fence::Held);
+    Ok(())
+}
+
+#[tokio::test]
+async fn records_are_freed_as_they_expire() {
+    let store = MemoryStore::new();
+    for n in 0..200 {
+        keep(&store, &key(n), Duration::from_millis(40)).await.unwrap();
+    }
+    assert_eq!(store.len(), 200);
+    let one = store.bytes() / 200;
+    assert!(one >= OVERHEAD + 100, "{one} bytes a record");
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    // Each call frees a bounded batch of the expired records of its own
+    // shard and of one more, soonest first, without scanning the live
+    // ones: a few calls per shard free them all.
+    let fresh = 4 * MemoryStore::SHARDS;
+    for n in 1000..1000 + fresh {
+        keep(&store, &key(n), Duration::from_secs(60)).await.unwrap();
+    }
+    assert_eq!(store.len(), fresh);
+    assert_eq!(store.bytes(), fresh * one);
+}
+
+#[tokio::test]
+async fn a_full_store_refuses_new_keys_until_records_expire() {
+    let store = MemoryStore::with_max_bytes(4 * (OVERHEAD + 40 + RESERVED));
+    let mut kept = 0;
+    let refused = loop {
+        match keep(&store, &key(kept), Duration::from_millis(60)).await {
+            Ok(()) => kept += 1,
+            Err(error) => break error,
+        }
+    };
+    assert!(matches!(&refused, StoreError::Full { detail, .. } if detail.contains("with_max_bytes")), "{refused}");
+    assert!(kept >= 3, "{kept} kept");
+    // Replays of what is kept still work while full.
+    assert!(matches!(
+        store.claim(&key(0), &fingerprint(), Duration::from_secs(1), Duration::from_secs(1)).await,
+        Ok(Claim::Replay(_))
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // As many new keys as the store held: each that finds no room frees
+    // the expired records of every shard, and succeeds.
+    for n in 900..900 + kept {
+        keep(&store, &key(n), Duration::from_secs(60)).await.unwrap();
+    }
+    assert_eq!(store.purge_expired(usize::MAX).await.unwrap(), 0, "nothing expired is left behind");
+}
+
+#[tokio::test]
+async fn the_index_stays_small_when_one_key_is_claimed_again_and_again() {
+    let store = MemoryStore::new();
+    let k = key(7);
+    for _ in 0..20_000 {
+        let Claim::Acquired { token, .. } =
+            store.claim(&k, &fingerprint(), Duration::from_secs(30), Duration::from_secs(3600)).await.unwrap()
+        else {
+            panic!("not acquired");
+        };
+        assert_eq!(store.release(&k, token).await.unwrap(), Fence::Held);
+    }
+    let index: usize = store.shards.iter().map(|shard| shard.lock().deadlines.len()).sum();
+    assert!(index <= 2 + 1024 + 1, "{index} index entries for one record");
+}
+
+#[tokio::test]
+async fn stale_index_entries_never_free_a_live_record() {
+    let store = MemoryStore::new();
+    let k = key(1);
+    let Claim::Acquired { token, .. } =
+        store.claim(&k, &fingerprint(), Duration::from_millis(20), Duration::from_millis(30)).await.unwrap()
+    else {
+        panic!()
+    };
+    // Completed with a long TTL: its claim-time end is now stale.
+    assert_eq!(store.complete(&k, token, &response(), Duration::from_secs(60)).await.unwrap(), Fence::Held);
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(store.purge_expired(100).await.unwrap(), 0);
+    assert!(matches!(
+        store.claim(&k, &fingerprint(), Duration::from_secs(1), Duration::from_secs(1)).await,
+        Ok(Claim::Replay(_))
+    ));
+}
