@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ScriptInvocation, Value};
+use redis::{Cmd, ErrorKind, Script, ServerErrorKind, Value};
 
 pub use self::error::InvalidKeyPrefix;
 use self::error::{Endpoint, check_prefix};
@@ -261,8 +261,31 @@ impl RedisStore {
         Ok(())
     }
 
-    async fn run(&self, operation: &str, call: &ScriptInvocation<'_>) -> Result<Value, StoreError> {
-        call.invoke_async(&mut self.connection.clone()).await.map_err(|e| self.endpoint.error(operation, e))
+    /// `EVALSHA` of `script` on the record of `key`, with the arguments
+    /// `args` writes: one command built in place (no intermediate script
+    /// invocation, no copy). On `NOSCRIPT` (after a restart or a `SCRIPT
+    /// FLUSH`) the script is loaded and the command sent again.
+    async fn run(
+        &self,
+        operation: &str,
+        script: &Script,
+        key: &StorageKey,
+        args: impl FnOnce(&mut Cmd),
+    ) -> Result<Value, StoreError> {
+        let mut command = redis::cmd("EVALSHA");
+        command.arg(script.get_hash()).arg(1).arg(self.record_key(key));
+        args(&mut command);
+        let mut connection = self.connection.clone();
+        let reply = match command.query_async(&mut connection).await {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                match script.prepare_invoke().load_async(&mut connection).await {
+                    Ok(_) => command.query_async(&mut connection).await,
+                    Err(error) => Err(error),
+                }
+            }
+            reply => reply,
+        };
+        reply.map_err(|e| self.endpoint.error(operation, e))
     }
 }
 
@@ -280,18 +303,24 @@ impl Store for RedisStore {
         ttl: Duration,
     ) -> Result<Claim, StoreError> {
         let token = FencingToken::generate();
-        let mut call = self.scripts.claim.key(self.record_key(key));
-        call.arg(fingerprint.as_bytes().as_slice())
-            .arg(token.to_bytes().as_slice())
-            .arg(millis(lease))
-            .arg(millis(ttl.max(lease)));
-        reply::claim(self.run("claim", &call).await?, token)
+        let reply = self
+            .run("claim", &self.scripts.claim, key, |args| {
+                args.arg(fingerprint.as_bytes().as_slice())
+                    .arg(token.to_bytes().as_slice())
+                    .arg(millis(lease))
+                    .arg(millis(ttl.max(lease)));
+            })
+            .await?;
+        reply::claim(reply, token)
     }
 
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
-        let mut call = self.scripts.renew.key(self.record_key(key));
-        call.arg(token.to_bytes().as_slice()).arg(millis(lease));
-        reply::fence(self.run("renew", &call).await?)
+        let reply = self
+            .run("renew", &self.scripts.renew, key, |args| {
+                args.arg(token.to_bytes().as_slice()).arg(millis(lease));
+            })
+            .await?;
+        reply::fence(reply)
     }
 
     /// One pipeline of `renew.lua` calls, one round trip, on the renewals'
@@ -318,20 +347,25 @@ impl Store for RedisStore {
                 ),
             });
         }
-        let mut call = self.scripts.complete.key(self.record_key(key));
-        call.arg(token.to_bytes().as_slice()).arg(encoded).arg(millis(ttl));
-        reply::fence(self.run("complete", &call).await?)
+        let reply = self
+            .run("complete", &self.scripts.complete, key, |args| {
+                args.arg(token.to_bytes().as_slice()).arg(encoded).arg(millis(ttl));
+            })
+            .await?;
+        reply::fence(reply)
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
-        let mut call = self.scripts.release.key(self.record_key(key));
-        call.arg(token.to_bytes().as_slice());
-        reply::fence(self.run("release", &call).await?)
+        let reply = self
+            .run("release", &self.scripts.release, key, |args| {
+                args.arg(token.to_bytes().as_slice());
+            })
+            .await?;
+        reply::fence(reply)
     }
 
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
-        let call = self.scripts.get.key(self.record_key(key));
-        reply::record(self.run("get", &call).await?)
+        reply::record(self.run("get", &self.scripts.get, key, |_| {}).await?)
     }
 
     /// Redis expires records by itself: nothing to purge.
