@@ -12,10 +12,10 @@
 use std::borrow::Cow;
 
 /// Deepest nesting canonicalized; deeper documents are hashed as raw bytes.
-pub(crate) const MAX_DEPTH: usize = 128;
+pub const MAX_DEPTH: usize = 128;
 
 /// Canonical form of `body`, or `None` if it is not a single JSON document.
-pub(crate) fn canonicalize(body: &[u8]) -> Option<Vec<u8>> {
+pub fn canonicalize(body: &[u8]) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(body).ok()?;
     let mut parser = Parser { text, pos: 0, members: Vec::new(), values: Vec::new() };
     let mut out = Vec::with_capacity(body.len());
