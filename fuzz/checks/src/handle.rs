@@ -1,5 +1,6 @@
 //! Target `handle`: the whole request path of `#[idempotent]` (§4 of the
-//! contract), through `actix_web::test`, on a fresh memory store per input.
+//! contract), through `actix_web::test`, on a memory store emptied for
+//! every input.
 //!
 //! Each input sends a request made by `arbitrary` (any route, method, path,
 //! query, headers and body) twice, then once more changed in one way.
@@ -22,6 +23,9 @@
 
 mod app;
 mod input;
+mod store;
+
+use std::cell::OnceCell;
 
 use actix_http::Request;
 use actix_web::body::to_bytes;
@@ -33,12 +37,19 @@ use arbitrary::{Arbitrary, Unstructured};
 use idem_runtime::REPLAYED_HEADER;
 use idem_runtime::problem::TYPE_PREFIX;
 
-use self::app::{OUTCOME, Runs};
+use self::app::{BODY_LIMIT, Harness, OUTCOME};
 use self::input::{Input, Meaning, Sent};
 
+/// The actix system and the app of one thread, built at its first input.
+/// Never dropped: dropping them as the thread ends, in whatever order
+/// thread locals go, touches thread locals already gone.
+struct Thread {
+    system: actix_rt::SystemRunner,
+    harness: Harness,
+}
+
 thread_local! {
-    /// One actix system per thread, reused by every input.
-    static SYSTEM: actix_rt::SystemRunner = actix_rt::System::new();
+    static THREAD: OnceCell<&'static Thread> = const { OnceCell::new() };
 }
 
 /// Checks one input.
@@ -46,7 +57,15 @@ pub fn check(data: &[u8]) {
     let Ok(input) = Input::arbitrary_take_rest(Unstructured::new(data)) else { return };
     let Some(sent) = input.sent() else { return };
     let changed = input.changed(&sent);
-    SYSTEM.with(|system| system.block_on(exchange(sent, changed)));
+    THREAD.with(|thread| {
+        let Thread { system, harness } = thread.get_or_init(|| {
+            let system = actix_rt::System::new();
+            let harness = system.block_on(Harness::new());
+            Box::leak(Box::new(Thread { system, harness }))
+        });
+        harness.reset();
+        system.block_on(exchange(harness, sent, changed));
+    });
 }
 
 /// What came back.
@@ -68,12 +87,11 @@ impl Answer {
     }
 }
 
-async fn exchange(sent: Sent, changed: Option<(Sent, Meaning)>) {
-    let runs = web::Data::new(Runs::default());
-    let app = test::init_service(app::app(runs.clone())).await;
-    let first = send(&app, &sent).await;
+async fn exchange(harness: &Harness, sent: Sent, changed: Option<(Sent, Meaning)>) {
+    let (app, runs) = (&harness.app, &harness.runs);
+    let first = send(app, &sent).await;
     let after_first = runs.get();
-    let second = send(&app, &sent).await;
+    let second = send(app, &sent).await;
     let after_second = runs.get();
     let context = format!("{sent:#?}\nfirst: {first:?}\nsecond: {second:?}");
     assert!(!first.is_replay(), "{context}\nthe first answer is marked replayed");
@@ -96,9 +114,12 @@ async fn exchange(sent: Sent, changed: Option<(Sent, Meaning)>) {
         assert_eq!(after_second, 0, "{context}\na refused request ran the next time");
     }
     let Some((changed, meaning)) = changed else { return };
-    let third = send(&app, &changed).await;
+    let third = send(app, &changed).await;
     let context = format!("{context}\nchanged: {changed:#?}\nthird: {third:?}");
     match meaning {
+        Meaning::Other if keyed && changed.body_len() > BODY_LIMIT => {
+            assert_eq!(third.status, StatusCode::PAYLOAD_TOO_LARGE, "{context}\nthe body over the limit");
+        }
         Meaning::Other if keyed => {
             assert_eq!(third.status, StatusCode::UNPROCESSABLE_ENTITY, "{context}\nthe key reused for another request");
             assert_eq!(runs.get(), after_second, "{context}\nthe key reused ran the handler");

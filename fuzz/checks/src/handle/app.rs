@@ -1,16 +1,22 @@
 //! The annotated app the `handle` target sends its requests to: four
-//! `#[idempotent]` routes, one per way of finding the key, on a fresh
-//! memory store per input.
+//! `#[idempotent]` routes, one per way of finding the key, over a memory
+//! store emptied for every input.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use actix_web::{App, HttpRequest, HttpResponse, web};
-use idem_runtime::{ExecutionContext, Idem, MarkRetryable, MemoryStore, REPLAYED_HEADER, idempotent};
+use actix_http::Request;
+use actix_service::boxed::BoxService;
+use actix_web::dev::ServiceResponse;
+use actix_web::{App, HttpRequest, HttpResponse, test, web};
+use idem_runtime::store::Store;
+use idem_runtime::{ExecutionContext, Idem, MarkRetryable, REPLAYED_HEADER, idempotent};
 use serde_json::json;
 
-/// Largest body buffered: above what the fuzzer sends, so that only a
-/// declared `Content-Length` meets it.
-pub(super) const BODY_LIMIT: usize = 64 << 10;
+use super::store::FreshStore;
+
+/// Largest body buffered: small, so that the fuzzer's bodies meet it.
+pub(super) const BODY_LIMIT: usize = 2 << 10;
 
 /// The response header a handler tells its outcome in: `keyed`, `keyless`
 /// or `retryable`.
@@ -32,26 +38,40 @@ impl Runs {
     }
 }
 
-/// The app, over a fresh memory store; subjects from `X-User-ID`.
-pub(super) fn app(
-    runs: web::Data<Runs>,
-) -> App<
-    impl actix_web::dev::ServiceFactory<
-        actix_web::dev::ServiceRequest,
-        Config = (),
-        Response = actix_web::dev::ServiceResponse,
-        Error = actix_web::Error,
-        InitError = (),
-    >,
-> {
-    let idem = Idem::new(MemoryStore::new()).subject(user).body_limit(BODY_LIMIT);
-    App::new()
-        .app_data(idem)
-        .app_data(runs)
-        .route("/orders/{id}", web::post().to(create_order))
-        .route("/orders/{id}/capture", web::post().to(capture))
-        .route("/webhooks", web::post().to(webhook))
-        .route("/forms", web::post().to(form))
+/// The app of one thread, its store and its executions, reset for every
+/// input.
+pub(super) struct Harness {
+    /// The app, as a service.
+    pub(super) app: BoxService<Request, ServiceResponse, actix_web::Error>,
+    store: Arc<FreshStore>,
+    /// Handler executions of the current input.
+    pub(super) runs: web::Data<Runs>,
+}
+
+impl Harness {
+    /// The app over an empty store; subjects from `X-User-ID`.
+    pub(super) async fn new() -> Self {
+        let store = Arc::new(FreshStore::default());
+        let runs = web::Data::new(Runs::default());
+        let idem = Idem::from_arc(Arc::clone(&store) as Arc<dyn Store>).subject(user).body_limit(BODY_LIMIT);
+        let app = test::init_service(
+            App::new()
+                .app_data(idem)
+                .app_data(runs.clone())
+                .route("/orders/{id}", web::post().to(create_order))
+                .route("/orders/{id}/capture", web::post().to(capture))
+                .route("/webhooks", web::post().to(webhook))
+                .route("/forms", web::post().to(form)),
+        )
+        .await;
+        Self { app: actix_service::boxed::service(app), store, runs }
+    }
+
+    /// An empty store, no executions.
+    pub(super) fn reset(&self) {
+        self.store.reset();
+        self.runs.0.store(0, Ordering::SeqCst);
+    }
 }
 
 fn user(req: &HttpRequest) -> Option<String> {
