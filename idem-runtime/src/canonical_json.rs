@@ -13,11 +13,14 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 /// Deepest nesting canonicalized; deeper documents are hashed as raw bytes.
-pub(crate) const MAX_DEPTH: usize = 128;
+pub const MAX_DEPTH: usize = 128;
 
 /// Canonical form of `body`, or `None` if it is not a single JSON document.
-#[cfg_attr(not(test), allow(dead_code, reason = "the tests' entry point; requests use with_canonical"))]
-pub(crate) fn canonicalize(body: &[u8]) -> Option<Vec<u8>> {
+#[cfg_attr(
+    not(any(test, feature = "fuzzing")),
+    allow(dead_code, reason = "the tests' and fuzz targets' entry point; requests use with_canonical")
+)]
+pub fn canonicalize(body: &[u8]) -> Option<Vec<u8>> {
     with_canonical(body, |canonical| canonical.map(<[u8]>::to_vec))
 }
 

@@ -180,3 +180,11 @@ pub mod __private {
     pub use crate::actix::{InFlight, KeySource, RouteOptions, handle};
     pub use crate::scope::Scope;
 }
+
+/// What the repository's fuzz targets and their corpus replay reach that is
+/// not public otherwise (feature `fuzzing`). Not a public API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod __fuzzing {
+    pub use crate::canonical_json::{MAX_DEPTH, canonicalize};
+}

@@ -39,12 +39,18 @@ impl StoredResponse {
         out
     }
 
-    /// Reads back what [`StoredResponse::to_bytes`] wrote.
+    /// Reads back what [`StoredResponse::to_bytes`] wrote, and nothing else:
+    /// bytes after the response (a value cut and pasted, a store that
+    /// appends) are refused, not ignored.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
         match bytes.split_first() {
-            Some((&RESPONSE_FORMAT_VERSION, rest)) => {
-                postcard::from_bytes(rest).map_err(|e| DecodeError { reason: e.to_string() })
-            }
+            Some((&RESPONSE_FORMAT_VERSION, rest)) => match postcard::take_from_bytes(rest) {
+                Ok((response, [])) => Ok(response),
+                Ok((_, trailing)) => {
+                    Err(DecodeError { reason: format!("{} unexpected bytes after the response", trailing.len()) })
+                }
+                Err(e) => Err(DecodeError { reason: e.to_string() }),
+            },
             Some((version, _)) => Err(DecodeError { reason: format!("unknown format version {version}") }),
             None => Err(DecodeError { reason: "empty record".into() }),
         }
@@ -127,5 +133,20 @@ mod tests {
         let mut bytes = sample().to_bytes();
         bytes.truncate(bytes.len() - 3);
         assert!(StoredResponse::from_bytes(&bytes).is_err());
+    }
+
+    /// Found by the `record` fuzz check: postcard reads a value from the
+    /// front of its input and ignored what followed, so a stored value with
+    /// bytes appended still decoded.
+    #[test]
+    fn record_decoder_rejects_trailing_bytes() {
+        let mut bytes = sample().to_bytes();
+        bytes.push(0xff);
+        let error = StoredResponse::from_bytes(&bytes).expect_err("a byte after the response");
+        assert!(error.to_string().contains("1 unexpected bytes after the response"), "{error}");
+        // The smallest record, as the fuzzer found it: status 200, no
+        // headers, an empty body, then one byte.
+        assert!(StoredResponse::from_bytes(&[1, 0xc8, 0x01, 0, 0, 0xff]).is_err());
+        assert!(StoredResponse::from_bytes(&[1, 0xc8, 0x01, 0, 0]).is_ok());
     }
 }

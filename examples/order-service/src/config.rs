@@ -4,7 +4,7 @@ use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Parser};
 
 use crate::faults::Faults;
-use crate::webhooks::signature::WebhookSecret;
+use order_service::signature::WebhookSecret;
 
 /// The order service's configuration: flag, then environment, then default.
 #[derive(Debug, Parser)]
@@ -31,7 +31,7 @@ pub struct Config {
         long,
         env = "ORDER_SERVICE_WEBHOOK_SECRET",
         hide_env_values = true,
-        default_value = crate::webhooks::signature::DEFAULT_SECRET,
+        default_value = order_service::signature::DEFAULT_SECRET,
         hide_default_value = true
     )]
     #[arg(value_parser = WebhookSecret::read)]

@@ -36,7 +36,7 @@ pub enum ApiError {
     /// A webhook delivery whose signature does not check out (400; nothing
     /// recorded).
     #[error(transparent)]
-    Signature(#[from] crate::webhooks::signature::SignatureError),
+    Signature(#[from] order_service::signature::SignatureError),
     /// The service is set up wrong (500).
     #[error("the service is misconfigured: {0}")]
     Misconfigured(&'static str),

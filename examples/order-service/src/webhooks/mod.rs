@@ -3,14 +3,14 @@
 //! claim); the event id in the body is the idempotency key, so each event
 //! counts once however often it is redelivered.
 
-pub mod signature;
+mod verified;
 
 use actix_web::{HttpResponse, post, web};
 use idem_runtime::idempotent;
 use serde::Deserialize;
 use serde_json::json;
 
-use self::signature::Verified;
+use self::verified::Verified;
 use crate::error::ApiError;
 use crate::routes::AppState;
 

@@ -203,9 +203,11 @@ mod tests {
     #[test]
     fn every_statement_names_the_table() {
         let statements = Statements::new(&TableName::parse("app.records").unwrap());
+        assert!(statements.claim.contains("\"app\".\"records_claim\"("), "{}", statements.claim);
+        assert!(statements.schema.contains("CREATE FUNCTION \"app\".\"records_claim\"("), "{}", statements.schema);
         for sql in [
             &statements.schema,
-            &statements.claim,
+            &statements.claim_inline,
             &statements.renew,
             &statements.renew_many,
             &statements.complete,
@@ -214,7 +216,7 @@ mod tests {
             &statements.purge,
         ] {
             assert!(sql.contains("\"app\".\"records\""), "{sql}");
-            for placeholder in ["{table}", "{index}", "{take}"] {
+            for placeholder in ["{table}", "{index}", "{take}", "{answer}", "{upsert}", "{guard}", "{claim_function}"] {
                 assert!(!sql.contains(placeholder), "{sql}");
             }
         }

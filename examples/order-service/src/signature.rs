@@ -3,22 +3,17 @@
 //! the MAC taken with the webhook secret over `"<t>.<raw body>"`, the
 //! timestamp within [`TOLERANCE`] of now.
 //!
-//! [`Verified`] is the extractor: under `#[idempotent]` extractors run
-//! before the key is claimed, so a forged request with a real event id is
-//! refused before it can touch that id, and the genuine event still runs.
-//! It is self-contained on purpose: copy it into your service.
+//! The service's `Verified` extractor runs it: under `#[idempotent]`
+//! extractors run before the key is claimed, so a forged request with a
+//! real event id is refused before it can touch that id, and the genuine
+//! event still runs. It is self-contained on purpose (no actix-web, no
+//! service types): copy it into your service. It is the service's library
+//! so that its fuzz target (`fuzz/`, target `signature`) reaches it too.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use actix_web::dev::Payload;
-use actix_web::{FromRequest, HttpRequest, web};
 use hmac::{Hmac, KeyInit, Mac};
-use serde::de::DeserializeOwned;
 use sha2::Sha256;
-
-use crate::error::ApiError;
 
 /// The header that carries the signature.
 pub const HEADER: &str = "provider-signature";
@@ -51,6 +46,12 @@ impl WebhookSecret {
     /// Whether this is the public default, `whsec_test`.
     pub fn is_default(&self) -> bool {
         self.0 == DEFAULT_SECRET.as_bytes()
+    }
+
+    /// Checks a delivery's signature header against its body with this
+    /// secret at `now`: [`verify`] with the secret's bytes.
+    pub fn verify(&self, header: Option<&[u8]>, body: &[u8], now: SystemTime) -> Result<(), SignatureError> {
+        verify(header, body, &self.0, now)
     }
 }
 
@@ -118,27 +119,6 @@ pub fn verify(header: Option<&[u8]>, body: &[u8], secret: &[u8], now: SystemTime
         Ok(())
     } else {
         Err(SignatureError::Mismatch)
-    }
-}
-
-/// A webhook body whose signature checked out, parsed as `T`.
-pub struct Verified<T>(pub T);
-
-impl<T: DeserializeOwned + 'static> FromRequest for Verified<T> {
-    type Error = ApiError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self, ApiError>>>>;
-
-    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let secret = req.app_data::<web::Data<WebhookSecret>>().cloned();
-        let header = req.headers().get(HEADER).map(|value| value.as_bytes().to_vec());
-        let body = web::Bytes::from_request(req, payload);
-        Box::pin(async move {
-            let secret = secret.ok_or(ApiError::Misconfigured("no webhook secret is registered"))?;
-            let body = body.await.map_err(|error| ApiError::Invalid(format!("unreadable body: {error}")))?;
-            verify(header.as_deref(), &body, &secret.0, SystemTime::now())?;
-            let event = serde_json::from_slice(&body).map_err(|error| ApiError::Invalid(error.to_string()))?;
-            Ok(Verified(event))
-        })
     }
 }
 
