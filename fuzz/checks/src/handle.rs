@@ -26,6 +26,7 @@ mod input;
 mod store;
 
 use std::cell::OnceCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use actix_http::Request;
 use actix_web::body::to_bytes;
@@ -50,6 +51,34 @@ struct Thread {
 
 thread_local! {
     static THREAD: OnceCell<&'static Thread> = const { OnceCell::new() };
+}
+
+/// How many inputs (in this process) reached each of the properties that
+/// need the handler to run: a replay checked, a key reused for another
+/// request refused, the same request written otherwise replayed. The
+/// corpus replay test requires each, so that a corpus that no longer makes
+/// such requests (after a change to [`Input`]'s layout, say) fails instead
+/// of passing without checking them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exercised {
+    /// A keyed request ran, kept its response, and its retry was a replay.
+    pub replayed: usize,
+    /// The same key came with another request and got 422.
+    pub reused: usize,
+    /// The same request, written otherwise, was replayed.
+    pub rewritten: usize,
+}
+
+static EXERCISED: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+
+/// What the inputs checked so far have exercised.
+pub fn exercised() -> Exercised {
+    let [replayed, reused, rewritten] = EXERCISED.each_ref().map(|count| count.load(Ordering::Relaxed));
+    Exercised { replayed, reused, rewritten }
+}
+
+fn count(property: usize) {
+    EXERCISED[property].fetch_add(1, Ordering::Relaxed);
 }
 
 /// Checks one input.
@@ -101,6 +130,7 @@ async fn exchange(harness: &Harness, sent: Sent, changed: Option<(Sent, Meaning)
     let kept = keyed && first.outcome.as_deref() == Some("keyed");
     if kept {
         assert!(second.is_replay(), "{context}\nthe same keyed request is not replayed");
+        count(0);
     }
     if second.is_replay() {
         assert_eq!((second.status, &second.body), (first.status, &first.body), "{context}\nthe replay differs");
@@ -123,10 +153,12 @@ async fn exchange(harness: &Harness, sent: Sent, changed: Option<(Sent, Meaning)
         Meaning::Other if keyed => {
             assert_eq!(third.status, StatusCode::UNPROCESSABLE_ENTITY, "{context}\nthe key reused for another request");
             assert_eq!(runs.get(), after_second, "{context}\nthe key reused ran the handler");
+            count(1);
         }
         Meaning::Same if kept => {
             assert!(third.is_replay(), "{context}\nthe same request, written otherwise, is not replayed");
             assert_eq!((third.status, &third.body), (first.status, &first.body), "{context}\nthe replay differs");
+            count(2);
         }
         _ => {}
     }

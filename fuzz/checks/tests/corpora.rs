@@ -90,4 +90,11 @@ fn duration_corpus() {
 #[test]
 fn handle_corpus() {
     replay("handle");
+    // Inputs that return early check nothing: the corpus must still make
+    // requests that run the handler and reach every property.
+    let exercised = idem_fuzz_checks::handle::exercised();
+    assert!(
+        exercised.replayed > 0 && exercised.reused > 0 && exercised.rewritten > 0,
+        "the handle corpus no longer reaches every property ({exercised:?}): run scripts/fuzz handle"
+    );
 }

@@ -221,8 +221,8 @@ impl PostgresStore {
         self.table.to_string()
     }
 
-    /// Creates the table and its index if they do not exist. Safe to run at
-    /// every start, from many processes at once (they take turns on an
+    /// Creates the table and its index if they do not exist, and the claim
+    /// function (made anew). Safe to run at every start, from many processes at once (they take turns on an
     /// advisory lock).
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let result = async {
@@ -235,7 +235,11 @@ impl PostgresStore {
             tx.commit().await
         }
         .await;
-        result.map_err(|e| self.error(e))
+        result.map_err(|e| self.error(e))?;
+        // The claim function exists now: a store that fell back to the
+        // one-statement claim (it ran before the migration) calls it again.
+        self.claim_inline.store(false, Ordering::Release);
+        Ok(())
     }
 
     /// Starts a task on the current Tokio runtime that deletes expired rows

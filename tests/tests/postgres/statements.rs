@@ -267,10 +267,14 @@ async fn a_schema_without_the_claim_function_claims_in_one_statement() {
     assert_eq!(total, 10, "one statement each: {statements:#?}");
     assert_eq!(wal_records(&admin).await, 0, "no WAL: {statements:#?}");
 
-    // migrate() brings the function back; the store keeps its fallback
-    // until it restarts, and both answer alike.
+    // migrate() brings the function back, and this store calls it again
+    // (its own migration ends the fallback); both answer alike.
     store.migrate().await.expect("migrating again");
+    reset(&admin).await;
     assert_eq!(store.claim(&key, &fingerprint("a"), LEASE, TTL).await.unwrap(), Claim::Replay(response(b"first")));
+    let (statements, total) = executed(&admin).await;
+    assert_eq!(total, 1, "one statement: {statements:#?}");
+    assert!(statements.iter().any(|(q, n)| q.contains("_claim\"(") && *n == 1), "{statements:#?}");
     store.pool().close().await;
     admin.close().await;
 }
