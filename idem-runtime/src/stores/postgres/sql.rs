@@ -204,7 +204,11 @@ mod tests {
     fn every_statement_names_the_table() {
         let statements = Statements::new(&TableName::parse("app.records").unwrap());
         assert!(statements.claim.contains("\"app\".\"records_claim\"("), "{}", statements.claim);
-        assert!(statements.schema.contains("CREATE FUNCTION \"app\".\"records_claim\"("), "{}", statements.schema);
+        assert!(
+            statements.schema.contains("CREATE OR REPLACE FUNCTION \"app\".\"records_claim\"("),
+            "{}",
+            statements.schema
+        );
         for sql in [
             &statements.schema,
             &statements.claim_inline,
