@@ -45,6 +45,15 @@ pub enum StoreError {
         /// What was wrong.
         message: String,
     },
+    /// The store's server is set up in a way that can lose records (an
+    /// evicting memory policy, say), and the store was asked to refuse it.
+    #[error("{store} store refused: {message}")]
+    Misconfigured {
+        /// Which store.
+        store: &'static str,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
 }
 
 impl StoreError {

@@ -148,7 +148,7 @@ pub use store::Attempt;
 #[cfg(feature = "memory")]
 pub use stores::MemoryStore;
 #[cfg(feature = "redis")]
-pub use stores::{InvalidKeyPrefix, RedisStore};
+pub use stores::{InvalidKeyPrefix, OnEviction, RedisConnection, RedisStore};
 #[cfg(feature = "postgres")]
 pub use stores::{InvalidTableName, PostgresStore, SweeperHandle};
 

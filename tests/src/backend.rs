@@ -62,6 +62,15 @@ pub async fn redis_store(test: &str) -> Option<RedisStore> {
     Some(RedisStore::connect(&url).await.unwrap_or_else(|e| panic!("{test}: connecting to Redis: {e}")))
 }
 
+/// A store on the shared Redis Cluster (`IDEM_REDIS_CLUSTER_URL`, a
+/// `redis-cluster://` URL of its six nodes), or `None` after [`url`] said
+/// why there is none.
+#[cfg(feature = "redis")]
+pub async fn redis_cluster_store(test: &str) -> Option<RedisStore> {
+    let url = url("IDEM_REDIS_CLUSTER_URL", test)?;
+    Some(RedisStore::connect(&url).await.unwrap_or_else(|e| panic!("{test}: connecting to the Redis Cluster: {e}")))
+}
+
 /// A store on the PostgreSQL server at `url`, with at most `max_connections`
 /// pooled connections and its table migrated.
 #[cfg(feature = "postgres")]

@@ -22,6 +22,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct RedisServer {
     binary: PathBuf,
+    /// Extra `redis-server` arguments.
+    args: Vec<String>,
     port: u16,
     dir: PathBuf,
     child: Option<Child>,
@@ -40,6 +42,12 @@ impl RedisServer {
     /// a skip line when no redis-server binary is found (a failure under
     /// `scripts/test`).
     pub fn start(test: &str) -> Option<Self> {
+        Self::start_with(test, &[])
+    }
+
+    /// [`RedisServer::start`] with extra `redis-server` arguments (such as
+    /// `["--rename-command", "CONFIG", ""]`), kept across restarts.
+    pub fn start_with(test: &str, args: &[&str]) -> Option<Self> {
         let Some(binary) = binary() else {
             let missing = "no redis-server binary (IDEM_REDIS_SERVER unset and none on PATH)";
             backend::skip(test, missing, "scripts/test sets IDEM_REDIS_SERVER");
@@ -48,7 +56,8 @@ impl RedisServer {
         let dir = backend::scratch_dir("idem-redis");
         // Another process may take the free port between our probe and the
         // server's bind: try a few ports.
-        let mut server = Self { binary, port: 0, dir, child: None };
+        let args = args.iter().map(|&arg| arg.to_owned()).collect();
+        let mut server = Self { binary, args, port: 0, dir, child: None };
         for _ in 0..5 {
             server.port = free_port();
             if server.spawn().is_ok() {
@@ -113,6 +122,7 @@ impl RedisServer {
             .args(["--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction"])
             .arg("--logfile")
             .arg(&log)
+            .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

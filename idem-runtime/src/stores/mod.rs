@@ -14,4 +14,4 @@ pub use self::postgres::{InvalidTableName, PostgresStore, SweeperHandle};
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "redis")]
-pub use self::redis::{InvalidKeyPrefix, RedisStore};
+pub use self::redis::{InvalidKeyPrefix, OnEviction, RedisConnection, RedisStore};

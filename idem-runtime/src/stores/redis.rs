@@ -1,6 +1,10 @@
-//! The Redis / Valkey store (feature `redis`).
+//! The Redis / Valkey store (feature `redis`), on one server or a Redis
+//! Cluster.
 
+mod connection;
+mod durability;
 mod error;
+mod operations;
 mod renewals;
 mod reply;
 mod scripts;
@@ -9,19 +13,19 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
 use redis::{Cmd, ErrorKind, Script, ServerErrorKind, Value};
 
+pub use self::connection::RedisConnection;
+pub use self::durability::OnEviction;
+use self::durability::ReplicaAcks;
 pub use self::error::InvalidKeyPrefix;
 use self::error::{Endpoint, check_prefix};
-use self::renewals::RenewalConnection;
-use self::scripts::{Scripts, millis};
-use crate::fingerprint::Fingerprint;
-use crate::record::{Record, StoredResponse};
+use self::renewals::{RenewalConnection, Source};
+use self::scripts::Scripts;
 use crate::redact::Redacted;
 use crate::scope::StorageKey;
-use crate::store::{Claim, Fence, FencingToken, Renewal, Store, StoreError};
+use crate::store::StoreError;
 
 /// A [`Store`] in Redis or Valkey: atomic Lua scripts, one round trip per
 /// operation, expiry by the server's clock. The sections below give the key
@@ -137,18 +141,21 @@ use crate::store::{Claim, Fence, FencingToken, Renewal, Store, StoreError};
 /// output show the URL with its password masked.
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: ConnectionManager,
+    connection: RedisConnection,
     renewals: Arc<RenewalConnection>,
     scripts: Arc<Scripts>,
     prefix: String,
     endpoint: Endpoint,
+    acks: Option<ReplicaAcks>,
 }
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
             .field("url", &self.endpoint.display().unwrap_or("<caller's connection>"))
+            .field("cluster", &self.connection.is_cluster())
             .field("prefix", &self.prefix)
+            .field("replica_acks", &self.acks.map(|acks| (acks.replicas, acks.timeout)))
             .field("separate_renewal_connection", &self.renewals.is_separate())
             .finish_non_exhaustive()
     }
@@ -167,45 +174,96 @@ impl RedisStore {
     /// that finds the connection down ([`RedisStore::default_config`]).
     pub const DEFAULT_RECONNECT_RETRIES: usize = 2;
 
-    /// Connects to `url` (`redis://`, `rediss://`, `redis+unix://`, auth in
-    /// the URL) with [`RedisStore::default_config`], and loads the scripts.
+    /// Connects to `url` with [`RedisStore::default_config`], loads the
+    /// scripts and checks the servers' settings ([`RedisStore::check_server`]
+    /// with [`OnEviction::Refuse`]).
+    ///
+    /// `url` is one server (`redis://`, `rediss://`, `redis+unix://`, auth in
+    /// the URL) or a Redis Cluster's seed nodes
+    /// (`redis-cluster://[user:password@]host:port,host:port,...`, or
+    /// `rediss-cluster://` with TLS).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Self::connect_with(url, Self::default_config()).await
     }
 
-    /// Connects to `url` with a connection configuration of your own (its
-    /// timeouts bound every operation), and loads the scripts. Lease
-    /// renewals get a second connection with the same configuration, opened
-    /// when the first batch is renewed.
+    /// Connects to `url` (see [`RedisStore::connect`]) with a connection
+    /// configuration of your own: its timeouts bound every operation, and on
+    /// a cluster its retries bound how often a command is tried again after a
+    /// failed node or a redirection. Loads the scripts and checks the
+    /// servers' settings like [`RedisStore::connect`]. Lease renewals get a
+    /// connection of their own with the same configuration, opened when the
+    /// first batch is renewed.
     ///
     /// `?protocol=resp3` in the URL selects RESP3; the store reads both
     /// protocols' replies alike.
     pub async fn connect_with(url: &str, config: ConnectionManagerConfig) -> Result<Self, StoreError> {
         let endpoint = Endpoint::new(Some(Redacted::new(url)), config.response_timeout());
-        let client = redis::Client::open(url).map_err(|e| endpoint.error("open", e))?;
-        let connection = ConnectionManager::new_with_config(client.clone(), config.clone())
-            .await
-            .map_err(|e| endpoint.error("connect", e))?;
-        let store = Self::build(connection, RenewalConnection::new(Some((client, config))), endpoint);
+        let source = Source::open(url, &config).map_err(|e| endpoint.error("open", e))?;
+        let connection = source.connect().await.map_err(|e| endpoint.error("connect", e))?;
+        let store = Self::build(connection, RenewalConnection::new(Some(source)), endpoint);
         store.load_scripts().await?;
+        store.check_server(OnEviction::Refuse).await?;
         Ok(store)
     }
 
-    /// A store on a connection you built. Scripts are loaded on first use.
-    /// Lease renewals share this connection (the store cannot open another
-    /// one): prefer [`RedisStore::connect_with`], which gives them their own.
-    pub fn from_manager(connection: ConnectionManager) -> Self {
-        Self::build(connection, RenewalConnection::new(None), Endpoint::new(None, None))
+    /// A store on a connection you opened ([`RedisConnection::open`], or a
+    /// [`ConnectionManager`](redis::aio::ConnectionManager) or cluster
+    /// connection converted with `into()`). Scripts are loaded on first
+    /// use, and nothing is checked: call [`RedisStore::load_scripts`] and
+    /// [`RedisStore::check_server`] yourself (with [`OnEviction::Warn`] to
+    /// accept an evicting server). Lease renewals share this connection (the
+    /// store cannot open another one): prefer [`RedisStore::connect_with`],
+    /// which gives them their own.
+    pub fn from_connection(connection: impl Into<RedisConnection>) -> Self {
+        Self::build(connection.into(), RenewalConnection::new(None), Endpoint::new(None, None))
     }
 
-    fn build(connection: ConnectionManager, renewals: RenewalConnection, endpoint: Endpoint) -> Self {
+    /// A store on a single server's connection you built: the same as
+    /// [`RedisStore::from_connection`].
+    pub fn from_manager(connection: redis::aio::ConnectionManager) -> Self {
+        Self::from_connection(connection)
+    }
+
+    fn build(connection: RedisConnection, renewals: RenewalConnection, endpoint: Endpoint) -> Self {
         Self {
             connection,
             renewals: Arc::new(renewals),
             scripts: Arc::new(Scripts::new()),
             prefix: String::new(),
             endpoint,
+            acks: None,
         }
+    }
+
+    /// Waits, after each claim that wins a key, each completion and each
+    /// batch of lease renewals, until at least `replicas` replicas of the
+    /// record's primary acknowledge the write (`WAIT replicas timeout`), and
+    /// fails closed when they do not within `timeout`: a claim then answers
+    /// 503 (the handler does not run), and a completion is tried again for as
+    /// long as the lease holds.
+    ///
+    /// Redis replicates asynchronously: without this, a completion
+    /// acknowledged by a primary that dies before its replica has it is lost
+    /// at failover, and a retry runs the handler again. With it, a failover
+    /// keeps every key that reached its handler (as long as a replica that
+    /// acknowledged is the one promoted, which Redis Cluster prefers). It
+    /// costs a replica round trip on every first execution (see the README's
+    /// benchmarks); replays are unaffected. Keep `timeout` below the
+    /// connection's response timeout and the runtime's store timeout.
+    pub fn with_replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.acks = (replicas > 0).then_some(ReplicaAcks { replicas, timeout });
+        self
+    }
+
+    /// Reads `maxmemory-policy` and `appendonly` on the server (on every
+    /// primary of a cluster). A policy that evicts keys is refused with
+    /// [`StoreError::Misconfigured`] or logged, as `on_eviction` says;
+    /// `appendonly no` is logged. A server that refuses `CONFIG` (renamed,
+    /// disabled, or denied by an ACL, as on some managed services) is logged
+    /// and accepted. [`RedisStore::connect`] calls this with
+    /// [`OnEviction::Refuse`].
+    pub async fn check_server(&self, on_eviction: OnEviction) -> Result<(), StoreError> {
+        durability::check_settings(&mut self.connection.clone(), &self.endpoint, on_eviction).await
     }
 
     /// The connection settings [`RedisStore::connect`] uses: fail fast
@@ -243,14 +301,25 @@ impl RedisStore {
     /// Loads every script with `SCRIPT LOAD` in one round trip, so that the
     /// first operations need no `NOSCRIPT` fallback.
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
-        let mut pipeline = redis::pipe();
-        for (_, source) in self.scripts.all() {
-            pipeline.cmd("SCRIPT").arg("LOAD").arg(source);
-        }
-        let hashes: Vec<String> = pipeline
-            .query_async(&mut self.connection.clone())
-            .await
-            .map_err(|e| self.endpoint.error("load scripts", e))?;
+        let mut connection = self.connection.clone();
+        let fail = |e| self.endpoint.error("load scripts", e);
+        let hashes: Vec<String> = if connection.is_cluster() {
+            // One `SCRIPT LOAD` per script, each sent to every primary (a
+            // pipeline would reach one node only).
+            let mut hashes = Vec::new();
+            for (_, source) in self.scripts.all() {
+                hashes.push(
+                    redis::cmd("SCRIPT").arg("LOAD").arg(source).query_async(&mut connection).await.map_err(fail)?,
+                );
+            }
+            hashes
+        } else {
+            let mut pipeline = redis::pipe();
+            for (_, source) in self.scripts.all() {
+                pipeline.cmd("SCRIPT").arg("LOAD").arg(source);
+            }
+            pipeline.query_async(&mut connection).await.map_err(fail)?
+        };
         let expected = self.scripts.all().map(|(script, _)| script.get_hash().to_owned());
         if hashes != expected {
             return Err(StoreError::Corrupt {
@@ -263,8 +332,9 @@ impl RedisStore {
 
     /// `EVALSHA` of `script` on the record of `key`, with the arguments
     /// `args` writes: one command built in place (no intermediate script
-    /// invocation, no copy). On `NOSCRIPT` (after a restart or a `SCRIPT
-    /// FLUSH`) the script is loaded and the command sent again.
+    /// invocation, no copy). On `NOSCRIPT` (after a restart, a failover to a
+    /// replica or a `SCRIPT FLUSH`) the script is loaded (on every primary of
+    /// a cluster) and the command sent again.
     async fn run(
         &self,
         operation: &str,
@@ -272,9 +342,7 @@ impl RedisStore {
         key: &StorageKey,
         args: impl FnOnce(&mut Cmd),
     ) -> Result<Value, StoreError> {
-        let mut command = redis::cmd("EVALSHA");
-        command.arg(script.get_hash()).arg(1).arg(self.record_key(key));
-        args(&mut command);
+        let command = self.evalsha(script, key, args);
         let mut connection = self.connection.clone();
         let reply = match command.query_async(&mut connection).await {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
@@ -287,96 +355,54 @@ impl RedisStore {
         };
         reply.map_err(|e| self.endpoint.error(operation, e))
     }
-}
 
-#[async_trait]
-impl Store for RedisStore {
-    fn kind(&self) -> &'static str {
-        "redis"
-    }
-
-    async fn claim(
+    /// Like [`RedisStore::run`], then, with replica acknowledgements on,
+    /// `WAIT` in the same pipeline (one round trip, on the same connection
+    /// as the write, so that it covers it): the script's reply, and whether
+    /// enough replicas acknowledged (`Err` says how many did).
+    async fn run_acked(
         &self,
+        operation: &str,
+        script: &Script,
         key: &StorageKey,
-        fingerprint: &Fingerprint,
-        lease: Duration,
-        ttl: Duration,
-    ) -> Result<Claim, StoreError> {
-        let token = FencingToken::generate();
-        let reply = self
-            .run("claim", &self.scripts.claim, key, |args| {
-                args.arg(fingerprint.as_bytes().as_slice())
-                    .arg(token.to_bytes().as_slice())
-                    .arg(millis(lease))
-                    .arg(millis(ttl.max(lease)));
-            })
-            .await?;
-        reply::claim(reply, token)
-    }
-
-    async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
-        let reply = self
-            .run("renew", &self.scripts.renew, key, |args| {
-                args.arg(token.to_bytes().as_slice()).arg(millis(lease));
-            })
-            .await?;
-        reply::fence(reply)
-    }
-
-    /// One pipeline of `renew.lua` calls, one round trip, on the renewals'
-    /// own connection (see the type's docs).
-    async fn renew_many(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
-        self.renew_batch(renewals).await
-    }
-
-    async fn complete(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        response: &StoredResponse,
-        ttl: Duration,
-    ) -> Result<Fence, StoreError> {
-        let encoded = response.to_bytes();
-        if encoded.len() > Self::MAX_RECORD_BYTES {
-            return Err(StoreError::Full {
+        args: impl FnOnce(&mut Cmd),
+    ) -> Result<(Value, Result<(), StoreError>), StoreError> {
+        let Some(acks) = self.acks else { return Ok((self.run(operation, script, key, args).await?, Ok(()))) };
+        let mut pipeline = redis::pipe();
+        pipeline.add_command(self.evalsha(script, key, args)).add_command(acks.wait());
+        let mut connection = self.connection.clone();
+        let replies: Result<Vec<Value>, _> = match pipeline.query_async(&mut connection).await {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                match script.prepare_invoke().load_async(&mut connection).await {
+                    Ok(_) => pipeline.query_async(&mut connection).await,
+                    Err(error) => Err(error),
+                }
+            }
+            replies => replies,
+        };
+        let mut replies = replies.map_err(|e| self.endpoint.error(operation, e))?.into_iter();
+        match (replies.next(), replies.next()) {
+            (Some(reply), Some(acked)) => Ok((reply, acks.check(operation, &acked))),
+            other => Err(StoreError::Corrupt {
                 store: "redis",
-                detail: format!(
-                    "a stored response of {} bytes is over the {} bytes Redis accepts in one value",
-                    encoded.len(),
-                    Self::MAX_RECORD_BYTES
-                ),
-            });
+                message: format!("{operation} and WAIT were answered {other:?}"),
+            }),
         }
-        let reply = self
-            .run("complete", &self.scripts.complete, key, |args| {
-                args.arg(token.to_bytes().as_slice()).arg(encoded).arg(millis(ttl));
-            })
-            .await?;
-        reply::fence(reply)
     }
 
-    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
-        let reply = self
-            .run("release", &self.scripts.release, key, |args| {
-                args.arg(token.to_bytes().as_slice());
-            })
-            .await?;
-        reply::fence(reply)
-    }
-
-    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
-        reply::record(self.run("get", &self.scripts.get, key, |_| {}).await?)
-    }
-
-    /// Redis expires records by itself: nothing to purge.
-    async fn purge_expired(&self, _batch: usize) -> Result<u64, StoreError> {
-        Ok(0)
+    fn evalsha(&self, script: &Script, key: &StorageKey, args: impl FnOnce(&mut Cmd)) -> Cmd {
+        let mut command = redis::cmd("EVALSHA");
+        command.arg(script.get_hash()).arg(1).arg(self.record_key(key));
+        args(&mut command);
+        command
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::net::TcpListener;
+
+    use redis::aio::ConnectionManager;
 
     use super::*;
     use crate::key::IdempotencyKey;

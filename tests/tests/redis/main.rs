@@ -1,13 +1,16 @@
 //! The Redis store against real servers: the conformance suite, leases,
-//! outages, round trips, a slow Redis behind a latency proxy, and
-//! `#[idempotent]` on a real actix-web server, in one test binary. Needs
-//! `IDEM_REDIS_URL` (set by `scripts/test`).
+//! outages, round trips, a slow Redis behind a latency proxy, the server
+//! settings read at connect, `#[idempotent]` on a real actix-web server, and
+//! all of it again on a real Redis Cluster, in one test binary. Needs
+//! `IDEM_REDIS_URL` and `IDEM_REDIS_CLUSTER_URL` (set by `scripts/test`).
 #![cfg(feature = "redis")]
 
 mod actix;
+mod cluster;
 mod conformance;
 mod lease;
 mod outage;
 mod outbox;
 mod round_trips;
+mod settings;
 mod slow_store;

@@ -4,9 +4,17 @@
 -- ARGV[2]  encoded response (StoredResponse::to_bytes)
 -- ARGV[3]  time to live in milliseconds, from now
 -- Returns 1 (held) or 0 (lost). The token and lease are dropped, so
--- completion is final.
-local record = redis.call('HMGET', KEYS[1], 'tok', 'lease')
+-- completion is final; the token stays as `done`, so that the very same
+-- completion sent again (same token, same response: its reply was lost, or
+-- replicas did not acknowledge it in time) is answered 1 again, and written
+-- again, so that a `WAIT` after it covers the record whichever connection
+-- sends it. Any other completion of a completed record is refused.
+local record = redis.call('HMGET', KEYS[1], 'tok', 'lease', 'done', 'resp')
 if record[1] ~= ARGV[1] then
+  if record[3] == ARGV[1] and record[4] == ARGV[2] then
+    redis.call('HSET', KEYS[1], 'done', ARGV[1])
+    return 1
+  end
   return 0
 end
 local time = redis.call('TIME')
@@ -15,6 +23,6 @@ if (tonumber(record[2]) or 0) <= now then
   return 0
 end
 redis.call('HDEL', KEYS[1], 'tok', 'lease')
-redis.call('HSET', KEYS[1], 'resp', ARGV[2])
+redis.call('HSET', KEYS[1], 'resp', ARGV[2], 'done', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1

@@ -2,31 +2,67 @@
 //!
 //! The lease keeper renews every lease of a process at once, from a thread
 //! and a Tokio runtime of its own. A batch is one pipeline of `EVALSHA`s of
-//! `renew.lua` (one script call per key, so each stays within its key's
-//! cluster slot), sent in one round trip on a connection that only carries
-//! renewals: it is opened the first time the keeper renews, so it lives on
-//! the keeper's runtime, and renewals never queue behind the application's
-//! commands, nor wait on an application thread that is busy.
+//! `renew.lua` (one script call per key), sent in one round trip on a
+//! connection that only carries renewals: it is opened the first time the
+//! keeper renews, so it lives on the keeper's runtime, and renewals never
+//! queue behind the application's commands, nor wait on an application
+//! thread that is busy. On a cluster, a pipeline may only touch one slot:
+//! the batch is one pipeline per slot, all sent at once.
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{RedisError, ServerErrorKind, Value};
+use std::collections::HashMap;
+
+use futures_util::future::try_join_all;
+use redis::aio::ConnectionManagerConfig;
+use redis::cluster::ClusterClient;
+use redis::cluster_routing::Slot;
+use redis::{RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::sync::OnceCell;
 
 use super::RedisStore;
+use super::connection::{RedisConnection, Target, cluster_client};
 use super::reply;
 use super::scripts::millis;
 use crate::store::{Fence, Renewal, StoreError};
+
+/// What a store opens its connections from.
+pub(super) enum Source {
+    /// One server.
+    Server(redis::Client, ConnectionManagerConfig),
+    /// A cluster.
+    Cluster(ClusterClient),
+}
+
+impl Source {
+    /// Reads `url` (one server or a cluster's seed nodes); opens nothing yet.
+    pub(super) fn open(url: &str, config: &ConnectionManagerConfig) -> RedisResult<Self> {
+        let target = Target::parse(url).map_err(|message| {
+            RedisError::from((redis::ErrorKind::InvalidClientConfig, "invalid Redis Cluster URL", message))
+        })?;
+        Ok(match target {
+            Target::Server(url) => Self::Server(redis::Client::open(url)?, config.clone()),
+            Target::Cluster(nodes) => Self::Cluster(cluster_client(nodes, config)?),
+        })
+    }
+
+    /// A new connection.
+    pub(super) async fn connect(&self) -> RedisResult<RedisConnection> {
+        match self {
+            Self::Server(client, config) => RedisConnection::open_server(client.clone(), config).await,
+            Self::Cluster(client) => RedisConnection::open_cluster(client).await,
+        }
+    }
+}
 
 /// The renewals' own connection, opened on first use.
 pub(super) struct RenewalConnection {
     /// What to open it from; `None` for a store on a caller's connection,
     /// whose renewals then share that connection.
-    source: Option<(redis::Client, ConnectionManagerConfig)>,
-    connection: OnceCell<ConnectionManager>,
+    source: Option<Source>,
+    connection: OnceCell<RedisConnection>,
 }
 
 impl RenewalConnection {
-    pub(super) fn new(source: Option<(redis::Client, ConnectionManagerConfig)>) -> Self {
+    pub(super) fn new(source: Option<Source>) -> Self {
         Self { source, connection: OnceCell::new() }
     }
 
@@ -44,23 +80,25 @@ fn is_noscript(value: &Value) -> bool {
 impl RedisStore {
     /// The connection renewals go through: the renewals' own, opened now on
     /// the caller's runtime if it is the first batch, else the shared one.
-    async fn renewal_connection(&self) -> Result<ConnectionManager, StoreError> {
-        let Some((client, config)) = &self.renewals.source else {
+    async fn renewal_connection(&self) -> Result<RedisConnection, StoreError> {
+        let Some(source) = &self.renewals.source else {
             return Ok(self.connection.clone());
         };
         let connection = self
             .renewals
             .connection
-            .get_or_try_init(|| ConnectionManager::new_with_config(client.clone(), config.clone()))
+            .get_or_try_init(|| source.connect())
             .await
             .map_err(|e| self.endpoint.error("connect for renewals", e))?;
         Ok(connection.clone())
     }
 
-    /// Sends `renewals` as one pipeline and returns each raw reply.
+    /// Sends `renewals`, which share one slot on a cluster, as one pipeline
+    /// (with `WAIT` last when replica acknowledgements are on) and returns
+    /// each raw reply.
     async fn renewal_pipeline(
         &self,
-        connection: &mut ConnectionManager,
+        mut connection: RedisConnection,
         renewals: &[&Renewal],
     ) -> Result<Vec<Value>, StoreError> {
         let mut pipeline = redis::pipe();
@@ -69,46 +107,88 @@ impl RedisStore {
             call.arg(renewal.token.to_bytes().as_slice()).arg(millis(renewal.lease));
             pipeline.invoke_script(&call);
         }
-        // Each reply on its own: one renewal's error must not hide the others'.
-        let replies: Value =
-            pipeline.ignore_errors().query_async(connection).await.map_err(|e| self.endpoint.error("renew many", e))?;
-        match replies {
-            Value::Array(replies) if replies.len() == renewals.len() => Ok(replies),
-            other => Err(StoreError::Corrupt {
-                store: "redis",
-                message: format!("{} renewals were answered {other:?}", renewals.len()),
-            }),
+        if let Some(acks) = self.acks {
+            pipeline.add_command(acks.wait());
         }
+        // Each reply on its own: one renewal's error must not hide the others'.
+        let replies: Value = pipeline
+            .ignore_errors()
+            .query_async(&mut connection)
+            .await
+            .map_err(|e| self.endpoint.error("renew many", e))?;
+        let mut replies = match replies {
+            Value::Array(replies) if replies.len() == pipeline.len() => replies,
+            other => {
+                return Err(StoreError::Corrupt {
+                    store: "redis",
+                    message: format!("{} renewals were answered {other:?}", renewals.len()),
+                });
+            }
+        };
+        if let Some(acks) = self.acks {
+            let acked = replies.pop().unwrap_or(Value::Nil);
+            // Renewals the replicas may not have: their leases are not
+            // confirmed, and the keeper tries again.
+            acks.check("renew many", &acked)?;
+        }
+        Ok(replies)
     }
 
-    /// [`Store::renew_many`](crate::store::Store::renew_many): one round
-    /// trip, plus a `SCRIPT LOAD` and a second round trip for the renewals
-    /// answered `NOSCRIPT` (after a server restart or `SCRIPT FLUSH`).
-    pub(super) async fn renew_batch(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
-        if renewals.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut connection = self.renewal_connection().await?;
-        let mut replies = self.renewal_pipeline(&mut connection, &renewals.iter().collect::<Vec<_>>()).await?;
+    /// Renews `renewals` that share one slot, loading the script again for
+    /// those answered `NOSCRIPT` (after a restart or a failover) and sending
+    /// them once more.
+    async fn renew_slot(&self, connection: RedisConnection, renewals: Vec<&Renewal>) -> Result<Vec<Value>, StoreError> {
+        let mut replies = self.renewal_pipeline(connection.clone(), &renewals).await?;
         let missing: Vec<usize> = (0..replies.len()).filter(|&i| is_noscript(&replies[i])).collect();
         if !missing.is_empty() {
             self.scripts
                 .renew
                 .prepare_invoke()
-                .load_async(&mut connection)
+                .load_async(&mut connection.clone())
                 .await
                 .map_err(|e| self.endpoint.error("load the renew script", e))?;
-            let again: Vec<&Renewal> = missing.iter().map(|&i| &renewals[i]).collect();
-            let answers = self.renewal_pipeline(&mut connection, &again).await?;
+            let again: Vec<&Renewal> = missing.iter().map(|&i| renewals[i]).collect();
+            let answers = self.renewal_pipeline(connection, &again).await?;
             for (i, answer) in missing.into_iter().zip(answers) {
                 replies[i] = answer;
+            }
+        }
+        Ok(replies)
+    }
+
+    /// [`Store::renew_many`](crate::store::Store::renew_many): one round
+    /// trip (one pipeline per slot on a cluster, sent together), plus a
+    /// `SCRIPT LOAD` and a second round trip for the renewals answered
+    /// `NOSCRIPT`.
+    pub(super) async fn renew_batch(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
+        if renewals.is_empty() {
+            return Ok(Vec::new());
+        }
+        let connection = self.renewal_connection().await?;
+        // Positions of the renewals in each group: one group per slot on a
+        // cluster, a single group otherwise.
+        let mut groups: HashMap<Option<Slot>, Vec<usize>> = HashMap::new();
+        for (i, renewal) in renewals.iter().enumerate() {
+            let slot = connection.is_cluster().then(|| Slot::for_key(self.record_key(&renewal.key)));
+            groups.entry(slot).or_default().push(i);
+        }
+        let groups: Vec<Vec<usize>> = groups.into_values().collect();
+        let sent = groups
+            .iter()
+            .map(|members| self.renew_slot(connection.clone(), members.iter().map(|&i| &renewals[i]).collect()));
+        let answered = try_join_all(sent).await?;
+        let mut replies: Vec<Option<Value>> = vec![None; renewals.len()];
+        for (members, answers) in groups.iter().zip(answered) {
+            for (&i, answer) in members.iter().zip(answers) {
+                replies[i] = Some(answer);
             }
         }
         replies
             .into_iter()
             .map(|reply| match reply {
-                Value::ServerError(error) => Err(self.endpoint.error("renew many", RedisError::from(error))),
-                reply => reply::fence(reply),
+                Some(Value::ServerError(error)) => Err(self.endpoint.error("renew many", RedisError::from(error))),
+                Some(reply) => reply::fence(reply),
+                None => Err(StoreError::Corrupt { store: "redis", message: "a renewal went unanswered".into() }),
             })
             .collect()
     }

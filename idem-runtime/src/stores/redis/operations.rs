@@ -1,0 +1,147 @@
+//! The [`Store`] operations of [`RedisStore`]: each one script call, plus,
+//! with replica acknowledgements on, a `WAIT` for the writes that must
+//! survive a failover.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::RedisStore;
+use super::reply;
+use super::scripts::millis;
+use crate::fingerprint::Fingerprint;
+use crate::record::{Record, StoredResponse};
+use crate::scope::StorageKey;
+use crate::store::{Claim, Fence, FencingToken, Renewal, Store, StoreError};
+
+impl RedisStore {
+    /// With replica acknowledgements on, makes a won claim durable before
+    /// its handler may run: a renewal of the new lease and `WAIT` in one
+    /// pipeline. The renewal is a write on the connection that sends the
+    /// `WAIT`, after the claim in the primary's replication stream, so its
+    /// acknowledgement covers the claim even if the claim's own connection
+    /// was replaced in between. Too few acknowledgements release the key
+    /// (best effort) and fail the claim: the runtime answers 503, the
+    /// handler does not run.
+    async fn confirm_claim(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<(), StoreError> {
+        let (reply, acked) = self
+            .run_acked("claim", &self.scripts.renew, key, |args| {
+                args.arg(token.to_bytes().as_slice()).arg(millis(lease));
+            })
+            .await?;
+        let failed = match (reply::fence(reply)?, acked) {
+            (Fence::Held, Ok(())) => return Ok(()),
+            (Fence::Held, Err(error)) => error,
+            (_, _) => StoreError::Unavailable {
+                store: "redis",
+                message: "claim: the lease was gone right after the claim (a failover?)".to_owned(),
+                source: None,
+            },
+        };
+        if let Err(error) = self.release(key, token).await {
+            tracing::warn!(%error, "could not release a claim that replicas did not acknowledge; it lapses with its lease");
+        }
+        Err(failed)
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn claim(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        lease: Duration,
+        ttl: Duration,
+    ) -> Result<Claim, StoreError> {
+        let token = FencingToken::generate();
+        let reply = self
+            .run("claim", &self.scripts.claim, key, |args| {
+                args.arg(fingerprint.as_bytes().as_slice())
+                    .arg(token.to_bytes().as_slice())
+                    .arg(millis(lease))
+                    .arg(millis(ttl.max(lease)));
+            })
+            .await?;
+        let claim = reply::claim(reply, token)?;
+        if self.acks.is_some() && matches!(claim, Claim::Acquired { .. }) {
+            self.confirm_claim(key, token, lease).await?;
+        }
+        Ok(claim)
+    }
+
+    async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
+        let (reply, acked) = self
+            .run_acked("renew", &self.scripts.renew, key, |args| {
+                args.arg(token.to_bytes().as_slice()).arg(millis(lease));
+            })
+            .await?;
+        match reply::fence(reply)? {
+            Fence::Held => acked.map(|()| Fence::Held),
+            lost => Ok(lost),
+        }
+    }
+
+    /// One pipeline of `renew.lua` calls per cluster slot (one in all on a
+    /// single server), sent together on the renewals' own connection (see
+    /// the type's docs).
+    async fn renew_many(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
+        self.renew_batch(renewals).await
+    }
+
+    async fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<Fence, StoreError> {
+        let encoded = response.to_bytes();
+        if encoded.len() > Self::MAX_RECORD_BYTES {
+            return Err(StoreError::Full {
+                store: "redis",
+                detail: format!(
+                    "a stored response of {} bytes is over the {} bytes Redis accepts in one value",
+                    encoded.len(),
+                    Self::MAX_RECORD_BYTES
+                ),
+            });
+        }
+        let (reply, acked) = self
+            .run_acked("complete", &self.scripts.complete, key, |args| {
+                args.arg(token.to_bytes().as_slice()).arg(encoded).arg(millis(ttl));
+            })
+            .await?;
+        match reply::fence(reply)? {
+            // Too few acknowledgements: the runtime sends the completion
+            // again (the script answers a repeat by the same token as held).
+            Fence::Held => acked.map(|()| Fence::Held),
+            lost => Ok(lost),
+        }
+    }
+
+    /// Not acknowledged by replicas even when asked for: a release lost at
+    /// failover leaves the key in flight until its lease runs out, then the
+    /// same request may take it, exactly as after the release.
+    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
+        let reply = self
+            .run("release", &self.scripts.release, key, |args| {
+                args.arg(token.to_bytes().as_slice());
+            })
+            .await?;
+        reply::fence(reply)
+    }
+
+    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        reply::record(self.run("get", &self.scripts.get, key, |_| {}).await?)
+    }
+
+    /// Redis expires records by itself: nothing to purge.
+    async fn purge_expired(&self, _batch: usize) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+}
