@@ -1,7 +1,8 @@
 # Shared by scripts/test and scripts/bench: a throwaway work directory,
-# and a real Redis and Postgres started on loopback (free ports, throwaway
-# data directories), installed from Debian packages when missing (needs
-# root, as in CI), all stopped and removed at exit.
+# and a real Redis, a real Redis Cluster and a real Postgres started on
+# loopback (free ports, throwaway data directories), installed from Debian
+# packages when missing (needs root, as in CI), all stopped and removed at
+# exit.
 #
 # Sourced after `cd` to the repository root; the caller names itself in
 # SCRIPT (for error messages). start_postgres passes PG_EXTRA_OPTS to the
@@ -14,6 +15,7 @@ die() { printf '%s: %s\n' "${SCRIPT:-scripts}" "$*" >&2; exit 1; }
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/idem-test.XXXXXX")
 chmod 755 "$WORK"
 REDIS_PID=""
+REDIS_CLUSTER_PIDS=()
 PG_DATA=""
 EXTRA_PIDS=()
 
@@ -28,6 +30,10 @@ cleanup() {
         kill "$REDIS_PID" 2>/dev/null || true
         wait "$REDIS_PID" 2>/dev/null || true
     fi
+    if ((${#REDIS_CLUSTER_PIDS[@]})); then
+        kill "${REDIS_CLUSTER_PIDS[@]}" 2>/dev/null || true
+        wait "${REDIS_CLUSTER_PIDS[@]}" 2>/dev/null || true
+    fi
     if [[ -n "$PG_DATA" && -f "$PG_DATA/postmaster.pid" ]]; then
         as_pg "$IDEM_PG_BIN/pg_ctl" -D "$PG_DATA" -m immediate -w stop >/dev/null 2>&1 || true
     fi
@@ -37,13 +43,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Prints a loopback port that was free a moment ago; `free_port N` prints
+# N distinct ones, separated by spaces.
 free_port() {
-    python3 - <<'EOF'
-import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()
+    python3 - "${1:-1}" <<'EOF'
+import socket, sys
+sockets = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in sockets:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in sockets))
 EOF
 }
 
@@ -103,6 +111,90 @@ start_redis() {
     done
     cat "$dir/redis.log" >&2 || true
     die "redis-server did not start"
+}
+
+# The settings of every Redis Cluster node: a short node timeout, so that a
+# replica takes over within a few seconds of its primary's death, and no
+# delay before a replica's first sync (Redis 7 waits 5 s by default).
+REDIS_CLUSTER_OPTS=(--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 1000
+    --repl-diskless-sync-delay 0 --save '' --appendonly no --maxmemory-policy noeviction)
+
+# Starts one Redis Cluster node on a free port, with its cluster bus on
+# another, and sets CLUSTER_NODE_PORT. Another process may take a port
+# between the probe and the bind: tries a few.
+start_redis_cluster_node() {
+    local port bus dir pid
+    for _ in 1 2 3 4 5; do
+        read -r port bus < <(free_port 2)
+        dir="$WORK/redis-cluster/$port"
+        mkdir -p "$dir"
+        "$IDEM_REDIS_SERVER" --bind 127.0.0.1 --port "$port" --cluster-port "$bus" --dir "$dir" \
+            "${REDIS_CLUSTER_OPTS[@]}" --logfile "$dir/redis.log" --daemonize no &
+        pid=$!
+        REDIS_CLUSTER_PIDS+=("$pid")
+        for _ in $(seq 1 100); do
+            # Another process may answer on this port: it must be ours.
+            if [[ $("$IDEM_REDIS_CLI" -p "$port" INFO server 2>/dev/null | tr -d '\r' | sed -n 's/^process_id://p') == "$pid" ]]; then
+                CLUSTER_NODE_PORT=$port
+                return 0
+            fi
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        unset 'REDIS_CLUSTER_PIDS[-1]'
+    done
+    cat "$dir/redis.log" >&2 || true
+    die "a Redis Cluster node did not start"
+}
+
+# Whether every node of the cluster on ports "$@" reports cluster_state:ok
+# and three of them are replicas whose link to their primary is up.
+redis_cluster_ready() {
+    local port info linked=0
+    for port in "$@"; do
+        "$IDEM_REDIS_CLI" -p "$port" CLUSTER INFO 2>/dev/null | grep -q '^cluster_state:ok' || return 1
+        info=$("$IDEM_REDIS_CLI" -p "$port" INFO replication 2>/dev/null | tr -d '\r')
+        if grep -q '^role:slave' <<<"$info"; then
+            grep -q '^master_link_status:up' <<<"$info" || return 1
+            linked=$((linked + 1))
+        fi
+    done
+    ((linked == 3))
+}
+
+# Starts a Redis Cluster of three primaries with one replica each, and
+# exports IDEM_REDIS_CLUSTER_URL (every node as a seed) and IDEM_REDIS_CLI.
+start_redis_cluster() {
+    command -v redis-server >/dev/null || apt_install redis-server
+    command -v redis-cli >/dev/null || apt_install redis-tools
+    IDEM_REDIS_SERVER=$(command -v redis-server)
+    IDEM_REDIS_CLI=$(command -v redis-cli)
+    export IDEM_REDIS_SERVER IDEM_REDIS_CLI
+    local ports=() port
+    for _ in 1 2 3 4 5 6; do
+        start_redis_cluster_node
+        ports+=("$CLUSTER_NODE_PORT")
+    done
+    "$IDEM_REDIS_CLI" --cluster create "${ports[@]/#/127.0.0.1:}" --cluster-replicas 1 --cluster-yes \
+        >"$WORK/redis-cluster/create.log" 2>&1 \
+        || { cat "$WORK/redis-cluster/create.log" >&2; die "redis-cli --cluster create failed"; }
+    local deadline=$((SECONDS + 30))
+    until redis_cluster_ready "${ports[@]}"; do
+        if ((SECONDS >= deadline)); then
+            for port in "${ports[@]}"; do
+                printf -- '--- node %s: CLUSTER NODES, then the end of its log\n' "$port" >&2
+                "$IDEM_REDIS_CLI" -p "$port" CLUSTER NODES >&2 || true
+                tail -n 20 "$WORK/redis-cluster/$port/redis.log" >&2 || true
+            done
+            die "Redis Cluster not ready after 30 s (want cluster_state:ok on every node and 3 linked replicas)"
+        fi
+        sleep 0.1
+    done
+    local seeds="${ports[*]/#/127.0.0.1:}"
+    export IDEM_REDIS_CLUSTER_URL="redis-cluster://${seeds// /,}"
+    log "Redis Cluster (3 primaries, 3 replicas) on $IDEM_REDIS_CLUSTER_URL"
 }
 
 start_postgres() {

@@ -1,5 +1,6 @@
 //! Where the backend test servers are, what to do when one is missing,
-//! stores connected to them, and scratch directories for private servers.
+//! stores connected to them, and the binaries and scratch directories of
+//! private servers.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -41,6 +42,15 @@ pub fn url(variable: &str, test: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// A server binary: the path in `variable` (set by `scripts/test`), else
+/// `name` from `PATH`; `None` when neither is there.
+pub fn binary(variable: &str, name: &str) -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(variable).filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(path));
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(name)).find(|path| path.is_file())
 }
 
 /// A new empty directory for a private server, named `<name>-<pid>-...`

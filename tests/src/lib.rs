@@ -1,7 +1,7 @@
 //! Shared helpers of the integration tests: finding the test servers,
-//! starting private ones for tests that stop them, and the one HTTP client,
-//! execution counter and free-port finder that every test binary uses, and a
-//! latency proxy that puts a store server far away.
+//! starting private ones (a Redis Cluster too) for tests that stop them, and
+//! the one HTTP client, execution counter and free-port finder that every
+//! test binary uses, and a latency proxy that puts a store server far away.
 
 pub mod backend;
 pub mod blocking;
@@ -23,6 +23,10 @@ pub mod port;
 #[cfg(feature = "postgres")]
 pub mod postgres_server;
 pub mod proxy;
+#[cfg(feature = "redis")]
+pub mod redis_cluster;
+#[cfg(feature = "redis")]
+pub mod redis_node;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 pub mod server;

@@ -29,14 +29,6 @@ pub struct RedisServer {
     child: Option<Child>,
 }
 
-/// The redis-server binary: `$IDEM_REDIS_SERVER`, else `redis-server` on `PATH`.
-fn binary() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("IDEM_REDIS_SERVER").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(path));
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join("redis-server")).find(|path| path.is_file())
-}
-
 impl RedisServer {
     /// Starts a private server for `test`, or returns `None` after printing
     /// a skip line when no redis-server binary is found (a failure under
@@ -48,7 +40,7 @@ impl RedisServer {
     /// [`RedisServer::start`] with extra `redis-server` arguments (such as
     /// `["--rename-command", "CONFIG", ""]`), kept across restarts.
     pub fn start_with(test: &str, args: &[&str]) -> Option<Self> {
-        let Some(binary) = binary() else {
+        let Some(binary) = backend::binary("IDEM_REDIS_SERVER", "redis-server") else {
             let missing = "no redis-server binary (IDEM_REDIS_SERVER unset and none on PATH)";
             backend::skip(test, missing, "scripts/test sets IDEM_REDIS_SERVER");
             return None;

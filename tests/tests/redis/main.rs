@@ -1,12 +1,14 @@
 //! The Redis store against real servers: the conformance suite, leases,
 //! outages, round trips, a slow Redis behind a latency proxy, the server
 //! settings read at connect, `#[idempotent]` on a real actix-web server, and
-//! all of it again on a real Redis Cluster, in one test binary. Needs
-//! `IDEM_REDIS_URL` and `IDEM_REDIS_CLUSTER_URL` (set by `scripts/test`).
+//! all of it again on a real Redis Cluster (with the cluster test
+//! infrastructure's own check), in one test binary. Needs `IDEM_REDIS_URL`
+//! and `IDEM_REDIS_CLUSTER_URL` (set by `scripts/test`).
 #![cfg(feature = "redis")]
 
 mod actix;
 mod cluster;
+mod cluster_setup;
 mod conformance;
 mod lease;
 mod outage;
