@@ -174,6 +174,24 @@ impl RedisCluster {
         let _ = child.wait();
     }
 
+    /// Suspends the node at `port` (SIGSTOP): it answers nothing, and a
+    /// replica receives nothing of its primary's writes, like a replica
+    /// that lags. [`RedisCluster::thaw`] resumes it.
+    pub fn freeze(&self, port: u16) {
+        self.signal(port, "-STOP");
+    }
+
+    /// Resumes a [`RedisCluster::freeze`]d node (SIGCONT).
+    pub fn thaw(&self, port: u16) {
+        self.signal(port, "-CONT");
+    }
+
+    fn signal(&self, port: u16, signal: &str) {
+        let child = self.node(port).child.as_ref().unwrap_or_else(|| panic!("node {port} is not running"));
+        let status = Command::new("kill").args([signal, &child.id().to_string()]).status().expect("running kill");
+        assert!(status.success(), "kill {signal} {} (node {port}) failed: {status}", child.id());
+    }
+
     /// Starts the killed node at `port` again, on the same ports and
     /// directory: it keeps its identity (`nodes.conf`) but not its data, and
     /// a former primary whose slots were taken over comes back as a replica.

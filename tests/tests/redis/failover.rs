@@ -1,0 +1,263 @@
+//! A Redis Cluster primary killed (`kill -9`) during a storm of payments
+//! whose keys all live on it, on a private six-node cluster, with
+//! `#[idempotent]` on a real actix-web server that is never restarted.
+//!
+//! Its replica is frozen (SIGSTOP) and cut off (`CLIENT KILL TYPE replica`
+//! on the primary) for the last second before the kill, so the writes of
+//! that second never reach it: the window in which Redis's asynchronous
+//! replication loses acknowledged writes, made wide enough to hit every
+//! time. Then the primary dies, the replica is thawed and
+//! promoted, and every key is retried until it is answered. With replica
+//! acknowledgements (`WAIT`) no key runs twice: the claims of that second
+//! fail closed (503). Without them, completions of that second are lost and
+//! their retries run again: the documented window, counted.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix_web::{HttpRequest, HttpResponse, post, web};
+use idem_runtime::store::{IdempotencyKey, Scope, StorageKey};
+use idem_runtime::{Idem, RedisStore, idempotent};
+use idem_tests::http::client;
+use idem_tests::redis_cluster::RedisCluster;
+use idem_tests::server::TestServer;
+
+/// Executions of the handler, by idempotency key.
+#[derive(Default)]
+struct Executions(Mutex<HashMap<String, u32>>);
+
+/// A lease well above the failover's few seconds: an execution whose
+/// completion is not acknowledged keeps its key until a replica has it.
+#[idempotent(scope = "route", lock_ttl = "10s")]
+#[post("/pay")]
+async fn pay(request: HttpRequest, executions: web::Data<Executions>) -> HttpResponse {
+    charge(&request, &executions).await
+}
+
+/// The same with a short lease, so that a lease left behind by a lost
+/// completion lapses within the test.
+#[idempotent(scope = "route", lock_ttl = "3s")]
+#[post("/pay-short")]
+async fn pay_short(request: HttpRequest, executions: web::Data<Executions>) -> HttpResponse {
+    charge(&request, &executions).await
+}
+
+async fn charge(request: &HttpRequest, executions: &Executions) -> HttpResponse {
+    let key = request.headers().get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    *executions.0.lock().expect("the executions lock").entry(key.clone()).or_default() += 1;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    HttpResponse::Created().body(format!("paid {key}"))
+}
+
+/// CRC16 (XMODEM) of the key's hash tag, modulo 16384: its cluster slot.
+fn slot(record_key: &str) -> u16 {
+    let tag = record_key.split_once('{').and_then(|(_, rest)| rest.split_once('}')).map_or(record_key, |(tag, _)| tag);
+    let mut crc: u16 = 0;
+    for &byte in tag.as_bytes() {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
+
+/// `count` keys whose records for `route` live on the primary at `port`.
+fn keys_on(store: &RedisStore, route: &str, port: u16, count: usize) -> Vec<String> {
+    let slots = idem_tests::redis_node::served_slots(&format!("127.0.0.1:{port}")).expect("the primary's slots");
+    let run = std::process::id();
+    (0..)
+        .map(|i| format!("pay-{run}-{i}"))
+        .filter(|key| {
+            let parsed = IdempotencyKey::parse(key.as_bytes()).expect("a valid key");
+            let record = store.record_key(&StorageKey::new(Scope::Route, None, "POST", route, &parsed));
+            let slot = slot(&record);
+            slots.iter().any(|range| range.contains(&slot))
+        })
+        .take(count)
+        .collect()
+}
+
+/// What the storm saw.
+#[derive(Default)]
+struct Seen {
+    /// When each status was answered, relative to the storm's start.
+    answers: Vec<(Duration, u16)>,
+}
+
+/// Sends each key of `keys` (shared by `clients` tasks, in order) until it
+/// is answered 201, retrying 409 and 503, until `stop`.
+async fn storm(
+    url: String,
+    keys: Arc<Vec<String>>,
+    next: Arc<Mutex<usize>>,
+    stop: Arc<AtomicBool>,
+    start: Instant,
+) -> Seen {
+    let http = client(Duration::from_secs(10));
+    let mut seen = Seen::default();
+    while !stop.load(Ordering::Relaxed) {
+        let key = {
+            let mut next = next.lock().expect("the key counter lock");
+            let Some(key) = keys.get(*next) else { break };
+            *next += 1;
+            key.clone()
+        };
+        while !stop.load(Ordering::Relaxed) {
+            let status = match http.post(&url).insert_header(("Idempotency-Key", key.as_str())).send_body("{}").await {
+                Ok(response) => response.status().as_u16(),
+                Err(_) => 0,
+            };
+            seen.answers.push((start.elapsed(), status));
+            match status {
+                201 => break,
+                409 | 503 | 0 => tokio::time::sleep(Duration::from_millis(25)).await,
+                other => panic!("key {key}: unexpected status {other}"),
+            }
+        }
+    }
+    seen
+}
+
+/// What one run of the scenario came to.
+struct Outcome {
+    /// The keys sent.
+    sent: Vec<String>,
+    /// Executions of the handler by key.
+    executions: HashMap<String, u32>,
+    /// Every answer of the storm, with its time since the start.
+    answers: Vec<(Duration, u16)>,
+    /// When the primary was killed, since the start.
+    killed: Duration,
+    /// When its replica served its slots, since the start.
+    promoted: Duration,
+    /// When the killed primary was back as a replica, since the start.
+    rejoined: Duration,
+}
+
+/// Runs the scenario on `route`, with or without replica acknowledgements.
+async fn scenario(test: &str, route: &'static str, acks: bool) -> Option<Outcome> {
+    let mut cluster = RedisCluster::start(test)?;
+    let store = RedisStore::connect(&cluster.url()).await.expect("connecting to the private cluster");
+    let store = if acks { store.with_replica_acks(1, Duration::from_millis(300)) } else { store };
+    let primary = cluster.primary_of("{probe}");
+    let replica = *cluster.replicas_of(primary).first().expect("the primary has a replica");
+    let keys = Arc::new(keys_on(&store, route, primary, 4_000));
+    let executions = web::Data::new(Executions::default());
+    let shared = executions.clone();
+    // Store calls give up well within the short lease's third.
+    let idem = Idem::new(store).store_timeout(Duration::from_millis(900));
+    let server = TestServer::with_workers(4, idem, move |config| {
+        config.app_data(shared.clone()).service(pay).service(pay_short);
+    });
+
+    let (next, stop, start) = (Arc::new(Mutex::new(0)), Arc::new(AtomicBool::new(false)), Instant::now());
+    let clients: Vec<_> = (0..16)
+        .map(|_| actix_web::rt::spawn(storm(server.at(route), keys.clone(), next.clone(), stop.clone(), start)))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The replica stops (and cannot reconnect), and the primary drops its
+    // link: the writes of the next second exist on the primary only.
+    cluster.freeze(replica);
+    let dropped: i64 = cluster.query(primary, redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica")).unwrap();
+    assert_eq!(dropped, 1, "the primary dropped its replica's link");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.kill(primary);
+    let killed = start.elapsed();
+    cluster.thaw(replica);
+    let (mut cluster, promoted) = actix_web::rt::task::spawn_blocking(move || {
+        let new = cluster.wait_for_new_primary(primary, Duration::from_secs(20));
+        assert_eq!(new, replica, "the frozen replica was promoted");
+        (cluster, start.elapsed())
+    })
+    .await
+    .expect("waiting for the promotion");
+    // The dead primary comes back, as the new primary's replica: with
+    // replica acknowledgements, the slot takes writes again only then.
+    let cluster = actix_web::rt::task::spawn_blocking(move || {
+        cluster.restart(primary);
+        cluster.wait_until_healthy(Duration::from_secs(20));
+        cluster
+    })
+    .await
+    .expect("waiting for the old primary to rejoin");
+    let rejoined = start.elapsed();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut answers = Vec::new();
+    for handle in clients {
+        answers.extend(handle.await.expect("a storm client").answers);
+    }
+
+    // Every key sent is retried (as after a lost response) until answered:
+    // a key whose record the failover lost runs again here.
+    let sent: Vec<String> = keys[..*next.lock().expect("the key counter lock")].to_vec();
+    let http = client(Duration::from_secs(10));
+    for key in &sent {
+        // A claim whose answer was lost in the outage holds its key until
+        // its lease (10 s at most) runs out: 409 meanwhile.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let response = http.post(server.at(route)).insert_header(("Idempotency-Key", key.as_str())).send_body("{}");
+            let status = response.await.map_or(0, |r| r.status().as_u16());
+            if status == 201 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "key {key} still answered {status} after the failover");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    server.stop().await;
+    drop(cluster);
+    let executions = std::mem::take(&mut *executions.0.lock().expect("the executions lock"));
+    Some(Outcome { sent, executions, answers, killed, promoted, rejoined })
+}
+
+/// How many answers were `status` in `[from, to)`.
+fn answered(answers: &[(Duration, u16)], status: u16, from: Duration, to: Duration) -> usize {
+    answers.iter().filter(|(at, s)| *s == status && *at >= from && *at < to).count()
+}
+
+#[actix_web::test]
+async fn a_killed_primary_is_503_until_its_replica_takes_over_and_with_replica_acks_nothing_runs_twice() {
+    let test = "a_killed_primary_is_503_until_its_replica_takes_over_and_with_replica_acks_nothing_runs_twice";
+    let Some(Outcome { sent, executions, answers, killed, promoted, rejoined }) = scenario(test, "/pay", true).await
+    else {
+        return;
+    };
+    let twice: Vec<_> = executions.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "with replica acks, keys ran twice: {twice:?}");
+    for key in &sent {
+        assert_eq!(executions.get(key), Some(&1), "key {key} was answered 201 without running once");
+    }
+    let outage = answered(&answers, 503, killed, promoted);
+    let unreplicated = answered(&answers, 503, promoted, rejoined);
+    let after = answered(&answers, 201, rejoined, Duration::MAX);
+    let before = answered(&answers, 201, Duration::ZERO, killed);
+    eprintln!(
+        "{test}: {} keys; killed at {killed:?}, replica promoted at {promoted:?} ({:?} later), old primary back \
+         as its replica at {rejoined:?}; 201 before the kill: {before}, 503 until the promotion: {outage}, 503 \
+         while the new primary had no replica: {unreplicated}, 201 after: {after}",
+        sent.len(),
+        promoted - killed
+    );
+    assert!(outage > 0, "requests on the dead primary's slots were answered 503 until the promotion");
+    assert!(after > 0, "requests succeeded again once the slot had a replica, without a restart");
+}
+
+#[actix_web::test]
+async fn without_replica_acks_a_failover_loses_the_writes_its_replica_lacked() {
+    let test = "without_replica_acks_a_failover_loses_the_writes_its_replica_lacked";
+    let Some(Outcome { sent, executions, killed, promoted, .. }) = scenario(test, "/pay-short", false).await else {
+        return;
+    };
+    let twice = executions.values().filter(|n| **n > 1).count();
+    eprintln!(
+        "{test}: {} keys; replica frozen 1 s before the kill at {killed:?}, promoted at {promoted:?}: \
+         {twice} keys ran twice",
+        sent.len()
+    );
+    assert!(twice > 0, "the writes of the second the replica missed were lost at failover, and ran again");
+}
