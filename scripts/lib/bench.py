@@ -29,6 +29,7 @@ MODES = [
     ("bare", "/bare", None),
     ("memory", "/memory", None),
     ("redis", "/redis", "redis"),
+    ("redis-acks", "/redis-acks", "redis"),
     ("hand-redis", "/hand/redis", "redis"),
     ("postgres", "/postgres", "postgres"),
     ("hand-postgres", "/hand/postgres", "postgres"),
@@ -244,6 +245,11 @@ def main():
             met &= ratio >= target
             cells.append(f"{ratio:.2f}× {'met' if ratio >= target else 'NOT met'}")
         print(f"| {mode} / {anchor} | {cells[0]} | {cells[1]} | ≥ {target:.2f}× |")
+    print()
+    print("| cost of replica acknowledgements (WAIT 1) | replays | first executions |")
+    print("|---|---:|---:|")
+    cells = [f"{median('redis-acks', path, 'rate') / median('redis', path, 'rate'):.2f}×" for path in PATHS]
+    print(f"| redis-acks / redis | {cells[0]} | {cells[1]} |")
     print()
     print("every target met" if met else "some targets are not met")
 

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `/bare` | the handler, not annotated |
 //! | `/memory`, `/redis`, `/postgres` | the handler under `#[idempotent]` on that store |
+//! | `/redis-acks` | the same on Redis with replica acknowledgements (`WAIT 1`; the server needs a replica) |
 //! | `/hand/redis`, `/hand/postgres` | the anchors: the handler made idempotent by hand, with the least code a careful engineer would write and the same round trips (1 for a replay, 2 for a first execution), without fencing, fingerprints or leases |
 //!
 //! Every path ends in `/orders` and takes `POST` with an `Idempotency-Key`.
@@ -13,6 +14,7 @@ mod anchors;
 mod order;
 
 use std::io;
+use std::time::Duration;
 
 use actix_web::{App, HttpServer, web};
 use clap::Parser;
@@ -45,6 +47,9 @@ async fn main() -> io::Result<()> {
     let memory = Idem::new(MemoryStore::with_max_bytes(4 << 30));
     let redis = RedisStore::connect(&args.redis).await.map_err(io::Error::other)?;
     redis.load_scripts().await.map_err(io::Error::other)?;
+    // The same store waiting for a replica's acknowledgement of each claim,
+    // completion and renewal (`WAIT 1`): what durability across a failover costs.
+    let redis_acks = Idem::new(redis.clone().with_replica_acks(1, Duration::from_secs(1)));
     let redis = Idem::new(redis);
     let options = PostgresStore::pool_options().max_connections(args.pg_connections);
     let postgres = PostgresStore::connect_with(&args.postgres, options).await.map_err(io::Error::other)?;
@@ -57,6 +62,7 @@ async fn main() -> io::Result<()> {
             .service(web::scope("/bare").service(order::bare))
             .service(web::scope("/memory").app_data(memory.clone()).service(order::annotated))
             .service(web::scope("/redis").app_data(redis.clone()).service(order::annotated))
+            .service(web::scope("/redis-acks").app_data(redis_acks.clone()).service(order::annotated))
             .service(web::scope("/postgres").app_data(postgres.clone()).service(order::annotated))
             .service(web::scope("/hand").service(anchors::by_hand_on_redis).service(anchors::by_hand_on_postgres))
     });
