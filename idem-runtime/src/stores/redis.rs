@@ -25,10 +25,15 @@ use self::renewals::{RenewalConnection, Source};
 use self::scripts::Scripts;
 use crate::redact::Redacted;
 use crate::scope::StorageKey;
+#[cfg(doc)]
+use crate::record::StoredResponse;
+#[cfg(doc)]
+use crate::store::Store;
 use crate::store::StoreError;
 
-/// A [`Store`] in Redis or Valkey: atomic Lua scripts, one round trip per
-/// operation, expiry by the server's clock. The sections below give the key
+/// A [`Store`] in Redis or Valkey, on one server or a
+/// Redis Cluster: atomic Lua scripts, one round trip per operation, expiry
+/// by the server's clock. The sections below give the key
 /// layout and deployment advice.
 ///
 /// Cloning is cheap and shares the connection.
@@ -119,18 +124,42 @@ use crate::store::StoreError;
 ///
 /// - `maxmemory-policy noeviction`: an evicted record lets a retry run the
 ///   handler a second time, silently breaking at-most-once.
+///   [`RedisStore::connect`] reads it on every primary and refuses any other
+///   policy ([`RedisStore::check_server`]).
 /// - Persistence: `appendonly yes` (`appendfsync everysec` or `always`); a
-///   restart without it forgets every record. Replication is asynchronous,
-///   so a failover can lose the last claims in the same way.
-/// - Redis Cluster: every script touches one key, so no command is ever
-///   `CROSSSLOT`. This store talks to one endpoint through a
-///   [`ConnectionManager`]; reach a cluster through a cluster-aware proxy.
+///   restart without it forgets every record (logged at connect).
+/// - Replication is asynchronous: a claim or completion acknowledged by a
+///   primary that dies before its replica has it is lost at failover, and a
+///   retry runs the handler again. [`RedisStore::with_replica_acks`] closes
+///   that window at the cost of a replica round trip per first execution.
+///
+/// # Redis Cluster
+///
+/// Give the seed nodes as `redis-cluster://host:port,host:port,...`. The
+/// store uses the redis crate's async cluster client: it learns the slot
+/// map from any seed, sends each script to the primary of its record's
+/// slot, follows `MOVED` and `ASK`, loads the scripts on every primary (and
+/// again on `NOSCRIPT`, as after a replica's promotion), and refreshes the
+/// slot map after a failure. Every script touches one key, so no command is
+/// ever `CROSSSLOT`; a batch of renewals is one pipeline per slot, sent
+/// together.
+///
+/// When a primary dies, operations on its slots fail within the timeouts
+/// (503 before a handler runs, completions retried while their leases
+/// hold) until the cluster promotes its replica, then succeed without a
+/// restart; other slots are unaffected. With replica acknowledgements,
+/// writes to a slot whose primary has no live replica fail closed until
+/// one is back: run two replicas per primary to keep taking writes after
+/// one failover. Keep the lease (`lock_ttl`) well above the cluster's
+/// failover time (about twice `cluster-node-timeout`): a lease that runs
+/// out during a failover lets a retry take the key over.
 ///
 /// # Outages
 ///
-/// The connection is a [`ConnectionManager`]: one multiplexed connection
-/// that reconnects by itself. With [`RedisStore::default_config`] an
-/// operation fails within about the response timeout (2 s) when the server
+/// A single server is reached through a
+/// [`ConnectionManager`](redis::aio::ConnectionManager): one multiplexed
+/// connection that reconnects by itself. With [`RedisStore::default_config`]
+/// an operation fails within about the response timeout (2 s) when the server
 /// hangs, and within a few connection attempts (1 s each at most) when it
 /// is down, with [`StoreError::Timeout`] or [`StoreError::Unavailable`]
 /// (the runtime answers 503 before a handler runs). Once the server is back,
