@@ -163,6 +163,19 @@ impl Execution {
         loop {
             let until_deadline = self.lease.deadline().saturating_duration_since(Instant::now());
             if !self.is_held() || until_deadline.is_zero() {
+                // An attempt that failed may yet have been applied (its
+                // answer lost, or, with replica acknowledgements, not yet
+                // acknowledged), after which renewals find the key completed
+                // and report the lease lost. One last attempt asks the
+                // store, whose fence judges: a store that recognises its own
+                // completion repeated (Redis) answers it held once it is safe.
+                if failed_before {
+                    match self.try_complete(record).await {
+                        Tried::Done(Outcome::LeaseLost) => return self.settle_unknown(record).await,
+                        Tried::Done(outcome) => return outcome,
+                        Tried::Refused | Tried::Failed => {}
+                    }
+                }
                 tracing::error!("the response could not be stored before the lease ran out");
                 return Outcome::LeaseLost;
             }
