@@ -26,6 +26,8 @@ pub mod proxy;
 #[cfg(feature = "redis")]
 pub mod redis_cluster;
 #[cfg(feature = "redis")]
+pub mod redis_events;
+#[cfg(feature = "redis")]
 pub mod redis_node;
 #[cfg(feature = "redis")]
 pub mod redis_server;

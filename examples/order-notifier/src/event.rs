@@ -7,8 +7,11 @@ use serde::{Deserialize, Serialize};
 /// The topic of the event each created order emits.
 pub const ORDER_CREATED: &str = "order.created";
 
-/// The Redis Stream the order service appends its events to.
-pub const STREAM: &str = "order-service:events";
+/// The Redis Stream the order service appends its events to. It carries the
+/// hash tag of the order service's other keys, `{order-service}`: the
+/// script that stores an order appends its event too, and on a Redis
+/// Cluster the keys of one script must live in one slot.
+pub const STREAM: &str = "{order-service}:events";
 
 /// The consumer group of the notifiers on [`STREAM`].
 pub const GROUP: &str = "order-notifier";

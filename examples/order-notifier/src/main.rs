@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! order-notifier --store redis://127.0.0.1:6379/
+//! order-notifier --store redis-cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002
 //! ```
 
 use std::process::ExitCode;
@@ -24,9 +25,11 @@ use tracing_subscriber::EnvFilter;
 #[derive(Debug, Parser)]
 #[command(name = "order-notifier", version, about = "One notification per order, through idem's inbox.")]
 struct Config {
-    /// The order service's backend: a `redis://` or a `postgres://` URL.
-    /// (With `memory`, the order service notifies in-process.) Prefer the
-    /// environment variable for a URL with a password.
+    /// The order service's backend: a `redis://` URL, a Redis Cluster's
+    /// seed nodes (`redis-cluster://host:port,host:port,...`) or a
+    /// `postgres://` URL. (With `memory`, the order service notifies
+    /// in-process.) Prefer the environment variable for a URL with a
+    /// password.
     #[arg(long, env = "IDEM_STORE", hide_env_values = true)]
     store: String,
 
@@ -90,7 +93,7 @@ async fn connect(config: &Config) -> Result<Consumer, String> {
     let name = config.consumer.clone().unwrap_or_else(|| format!("notifier-{}", std::process::id()));
     let scheme = url.split_once("://").map(|(scheme, _)| scheme.to_ascii_lowercase());
     let (store, transport, outlet): (Arc<dyn Store>, Arc<dyn Transport>, Outlet) =
-        if matches!(scheme.as_deref(), Some("redis" | "rediss" | "valkey" | "valkeys")) {
+        if scheme.as_deref().is_some_and(is_redis) {
             let store = RedisStore::connect(url).await.map_err(|e| e.to_string())?;
             let outbox = RedisOutbox::connect(url, STREAM, GROUP, &name).await.map_err(|e| e.to_string())?;
             let outlet = Outlet::redis(url).await.map_err(|e| e.to_string())?;
@@ -105,10 +108,10 @@ async fn connect(config: &Config) -> Result<Consumer, String> {
             (Arc::new(store), Arc::new(outbox), outlet)
         } else if url == "memory" {
             return Err("--store memory: the order service notifies in-process on the memory store; \
-                    give order-notifier the redis:// or postgres:// URL the service uses"
+                    give order-notifier the redis://, redis-cluster:// or postgres:// URL the service uses"
                 .to_owned());
         } else {
-            return Err("--store / IDEM_STORE must be a redis:// or a postgres:// URL".to_owned());
+            return Err("--store / IDEM_STORE must be a redis://, a redis-cluster:// or a postgres:// URL".to_owned());
         };
     // Store calls get a third of the lease at most, so renewals keep up. An
     // event is remembered for a week: far longer than one can stay
@@ -123,6 +126,13 @@ async fn connect(config: &Config) -> Result<Consumer, String> {
         .crash_before_ack(config.crash_before_ack))
 }
 
+/// Whether `scheme` names one Redis (or Valkey) server or a cluster's seed
+/// nodes.
+fn is_redis(scheme: &str) -> bool {
+    let server = scheme.strip_suffix("-cluster").unwrap_or(scheme);
+    matches!(server, "redis" | "rediss" | "valkey" | "valkeys")
+}
+
 /// Completes at SIGTERM or SIGINT.
 async fn stopped() {
     let Ok(mut terminate) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
@@ -134,4 +144,19 @@ async fn stopped() {
         _ = tokio::signal::ctrl_c() => {}
     }
     tracing::info!("stopping: finishing the notification in hand");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_servers_and_clusters_are_recognized() {
+        for scheme in ["redis", "rediss", "valkey", "redis-cluster", "rediss-cluster", "valkeys-cluster"] {
+            assert!(is_redis(scheme), "{scheme}");
+        }
+        for scheme in ["postgres", "cluster", "redis-cluster-cluster", "mysql"] {
+            assert!(!is_redis(scheme), "{scheme}");
+        }
+    }
 }

@@ -16,16 +16,21 @@ use std::sync::{Arc, LazyLock};
 
 use parking_lot::Mutex;
 
-use redis::aio::ConnectionManager;
+use idem_runtime::RedisConnection;
 use redis::{AsyncCommands, Script};
 use sqlx::{PgConnection, PgPool};
 
 use crate::event::OrderCreated;
 
+// The Redis keys share the hash tag `{order-notifier}`: on a Redis Cluster
+// the keys of one script must live in one slot, and `SEND` writes all three
+// kinds. (A real service would tag each notification's keys by its own id
+// and count elsewhere, rather than keep every send in one slot.)
+
 /// The Redis counter of notifications sent.
-const SENT: &str = "order-notifier:notifications_sent";
+const SENT: &str = "{order-notifier}:notifications_sent";
 /// The Redis list of the orders notified, one entry per notification.
-pub const NOTIFIED: &str = "order-notifier:notified";
+pub const NOTIFIED: &str = "{order-notifier}:notified";
 
 /// Sends once per key: records the key, and only if it is new counts the
 /// notification and lists its order. One round trip, atomic.
@@ -74,8 +79,8 @@ impl OutletError {
 pub enum Outlet {
     /// Keys sent, in this process (the order service on the memory store).
     Memory(Arc<Mutex<HashSet<String>>>),
-    /// A counter and a list in Redis.
-    Redis(ConnectionManager),
+    /// A counter and a list in Redis, on one server or a Redis Cluster.
+    Redis(RedisConnection),
     /// Rows of `order_notifier_notifications`, written in the inbox's
     /// transaction ([`Outlet::send_in`]).
     Postgres(PgPool),
@@ -98,12 +103,12 @@ impl Outlet {
         Self::Memory(Arc::default())
     }
 
-    /// Notifications recorded in the Redis at `url`, on a connection of
-    /// their own.
+    /// Notifications recorded in the Redis at `url` (one server, or a Redis
+    /// Cluster's `redis-cluster://` seed nodes), on a connection of their
+    /// own.
     pub async fn redis(url: &str) -> Result<Self, OutletError> {
-        let client = redis::Client::open(url).map_err(OutletError::redis)?;
         let config = idem_runtime::RedisStore::default_config();
-        let connection = ConnectionManager::new_with_config(client, config).await.map_err(OutletError::redis)?;
+        let connection = RedisConnection::open(url, &config).await.map_err(OutletError::redis)?;
         Ok(Self::Redis(connection))
     }
 
@@ -132,7 +137,7 @@ impl Outlet {
             Self::Redis(connection) => {
                 let mut connection = connection.clone();
                 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SEND));
-                let mut invocation = SCRIPT.key(format!("order-notifier:sent:{key}"));
+                let mut invocation = SCRIPT.key(format!("{{order-notifier}}:sent:{key}"));
                 invocation.key(SENT).key(NOTIFIED).arg(&order.order_id);
                 invocation.invoke_async::<i64>(&mut connection).await.map(drop).map_err(OutletError::redis)
             }

@@ -62,11 +62,13 @@ pub async fn connect(url: &StoreUrl) -> Result<Backend, String> {
                 shown: "memory".to_owned(),
             })
         }
-        StoreUrl::Redis(raw) => {
+        StoreUrl::Redis(raw) | StoreUrl::RedisCluster(raw) => {
             // The store first: its errors mask the password. The repository
             // and the provider get connections of their own, so business
             // commands never delay lease renewals (nor change the store's
-            // database).
+            // database). On one server or a cluster alike: every connection
+            // is a `RedisConnection`, and each multi-key script touches one
+            // slot (see `repo::redis`).
             let store = RedisStore::connect(raw).await.map_err(|e| e.to_string())?;
             let repo =
                 Arc::new(RedisRepo::connect(raw).await.map_err(|e| format!("the order repository on redis: {e}"))?);
@@ -83,7 +85,8 @@ pub async fn connect(url: &StoreUrl) -> Result<Backend, String> {
             })
         }
         StoreUrl::Unknown { scheme } => Err(format!(
-            "--store / IDEM_STORE must be `memory`, a redis:// URL or a postgres:// URL; got {}",
+            "--store / IDEM_STORE must be `memory`, a redis:// URL, a redis-cluster:// URL or a postgres:// URL; \
+             got {}",
             scheme.as_deref().map_or_else(|| "no URL scheme".to_owned(), |s| format!("scheme `{s}`"))
         )),
         StoreUrl::Postgres(raw) => {

@@ -15,9 +15,10 @@ pub struct Config {
     pub addr: String,
 
     /// Where idempotency records, orders and charges live: `memory`, a
-    /// `redis://` URL or a `postgres://` URL. Prefer the environment
-    /// variable for a URL with a password: the value is never printed, not
-    /// even by `--help` or a parse error.
+    /// `redis://` URL, a Redis Cluster's seed nodes
+    /// (`redis-cluster://host:port,host:port,...`) or a `postgres://` URL.
+    /// Prefer the environment variable for a URL with a password: the value
+    /// is never printed, not even by `--help` or a parse error.
     #[arg(long, env = "IDEM_STORE", hide_env_values = true, default_value = "memory", value_parser = StoreUrl::read)]
     pub store: StoreUrl,
 
@@ -64,6 +65,10 @@ pub enum StoreUrl {
     Memory,
     /// A Redis (or Valkey) server.
     Redis(String),
+    /// A Redis Cluster, by its seed nodes:
+    /// `redis-cluster://[user:password@]host:port,host:port,...` (or
+    /// `rediss-cluster://`, `valkey-cluster://`, `valkeys-cluster://`).
+    RedisCluster(String),
     /// A PostgreSQL database.
     Postgres(String),
     /// Anything else, refused when the service connects (not while parsing
@@ -85,6 +90,9 @@ impl StoreUrl {
         match (text, scheme.as_deref()) {
             ("memory", _) => Self::Memory,
             (_, Some("redis" | "rediss" | "valkey" | "valkeys")) => Self::Redis(text.to_owned()),
+            (_, Some("redis-cluster" | "rediss-cluster" | "valkey-cluster" | "valkeys-cluster")) => {
+                Self::RedisCluster(text.to_owned())
+            }
             (_, Some("postgres" | "postgresql")) => Self::Postgres(text.to_owned()),
             _ => Self::Unknown {
                 scheme: scheme.filter(|s| s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))),
@@ -92,11 +100,12 @@ impl StoreUrl {
         }
     }
 
-    /// `memory`, `redis` or `postgres`.
+    /// `memory`, `redis`, `redis-cluster` or `postgres`.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Memory => "memory",
             Self::Redis(_) => "redis",
+            Self::RedisCluster(_) => "redis-cluster",
             Self::Postgres(_) => "postgres",
             Self::Unknown { .. } => "unknown",
         }
@@ -126,9 +135,25 @@ mod tests {
     fn store_urls_are_recognized() {
         assert_eq!(StoreUrl::parse("memory"), StoreUrl::Memory);
         assert_eq!(StoreUrl::parse("redis://h/1").kind(), "redis");
+        assert_eq!(StoreUrl::parse("valkeys://h").kind(), "redis");
         assert_eq!(StoreUrl::parse("postgresql://h/db").kind(), "postgres");
         assert_eq!(StoreUrl::parse("mysql://u:pw@h"), StoreUrl::Unknown { scheme: Some("mysql".into()) });
         assert_eq!(StoreUrl::parse(""), StoreUrl::Unknown { scheme: None });
+    }
+
+    #[test]
+    fn redis_cluster_urls_are_recognized() {
+        let seeds = "redis-cluster://127.0.0.1:7000,127.0.0.1:7001";
+        assert_eq!(StoreUrl::parse(seeds), StoreUrl::RedisCluster(seeds.to_owned()));
+        for url in ["REDIS-CLUSTER://h:1", "rediss-cluster://h:1,h:2", "valkey-cluster://h:1", "valkeys-cluster://h:1"]
+        {
+            assert_eq!(StoreUrl::parse(url).kind(), "redis-cluster", "{url}");
+        }
+        // Through the flag and the environment's name alike.
+        let config = Config::try_parse_from(["order-service", "--store", seeds]).unwrap();
+        assert_eq!(config.store, StoreUrl::RedisCluster(seeds.to_owned()));
+        // Not a cluster scheme: refused at connect, like any unknown one.
+        assert_eq!(StoreUrl::parse("cluster://h:1"), StoreUrl::Unknown { scheme: Some("cluster".into()) });
     }
 
     #[test]
@@ -137,6 +162,10 @@ mod tests {
         assert_eq!(format!("{url:?}"), "postgres://<hidden>");
         let url = StoreUrl::parse("redis://:pw@127.0.0.1:6379/0");
         assert_eq!(format!("{url:?}"), "redis://<hidden>");
+        let url = StoreUrl::parse("redis-cluster://app:s3cret@10.0.0.1:7000,10.0.0.2:7001/?protocol=resp3");
+        assert_eq!(format!("{url:?}"), "redis-cluster://<hidden>");
+        let config = Config::try_parse_from(["order-service", "--store", "rediss-cluster://:s3cret@h:1,h:2"]).unwrap();
+        assert!(!format!("{config:?}").contains("s3cret"), "{config:?}");
         assert_eq!(format!("{:?}", StoreUrl::parse("pw@h")), "?://<hidden>");
     }
 

@@ -1,20 +1,20 @@
 //! The outbox on Redis: a stream written in the same script (or `MULTI`)
 //! as the business write, read through a consumer group: an entry stays
 //! pending until acknowledged, and one idle longer than the visibility
-//! timeout is claimed by the next receiver (`XAUTOCLAIM`).
+//! timeout is claimed by the next receiver (`XAUTOCLAIM`). On one server
+//! or a Redis Cluster: every command touches the stream's key alone.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Cmd, Value};
 
 use super::{DEFAULT_VISIBILITY, Event, Message, RECEIVE_WAIT, Receipt, Transport};
 use crate::redact::Redacted;
 use crate::store::StoreError;
-use crate::stores::RedisStore;
+use crate::stores::{RedisConnection, RedisStore};
 
 const KIND: &str = "redis";
 
@@ -29,11 +29,20 @@ const KIND: &str = "redis";
 /// removes it (`XACK` and `XDEL` in one `MULTI`): the stream belongs to this
 /// one group.
 ///
+/// The stream may live on one server or on a Redis Cluster
+/// ([`RedisOutbox::connect`] takes a `redis-cluster://` URL too). Every
+/// command the outbox sends touches the stream's key alone, the
+/// acknowledgement's `MULTI` included, so the cluster routes each to the
+/// stream's slot; on a cluster, give the stream a `{hash tag}` shared with
+/// the keys of the business write that appends to it (such as
+/// `{orders}:events` beside `{orders}:order:<id>`), since that write's
+/// script or `MULTI` must touch keys of one slot.
+///
 /// The outbox has a connection of its own: a receive blocks it for up to a
 /// second while it waits for entries.
 #[derive(Clone)]
 pub struct RedisOutbox {
-    connection: ConnectionManager,
+    connection: RedisConnection,
     stream: String,
     group: String,
     consumer: String,
@@ -59,8 +68,10 @@ fn fail(error: redis::RedisError) -> StoreError {
 impl RedisOutbox {
     /// Connects to `url` as `consumer` of `group` on `stream`, creating the
     /// stream and the group if missing, with the
-    /// [default visibility timeout](DEFAULT_VISIBILITY). Errors never
-    /// contain the URL's password.
+    /// [default visibility timeout](DEFAULT_VISIBILITY). `url` is one server
+    /// (`redis://`, `rediss://`) or a Redis Cluster's seed nodes
+    /// (`redis-cluster://host:port,host:port,...`), as for
+    /// [`RedisStore::connect`]. Errors never contain the URL's password.
     pub async fn connect(url: &str, stream: &str, group: &str, consumer: &str) -> Result<Self, StoreError> {
         let redacted = Redacted::new(url);
         let masked = |error: redis::RedisError| StoreError::Unavailable {
@@ -68,9 +79,9 @@ impl RedisOutbox {
             message: format!("{} ({})", redacted.scrub(&error.to_string()), redacted.as_str()),
             source: None,
         };
-        let client = redis::Client::open(url).map_err(masked)?;
+        // A receive's `BLOCK` holds its reply for up to `RECEIVE_WAIT`.
         let config = RedisStore::default_config().set_response_timeout(Some(RECEIVE_WAIT + Duration::from_secs(2)));
-        let mut connection = ConnectionManager::new_with_config(client, config).await.map_err(masked)?;
+        let mut connection = RedisConnection::open(url, &config).await.map_err(masked)?;
         let created: redis::RedisResult<()> = connection.xgroup_create_mkstream(stream, group, "0").await;
         match created {
             Ok(()) => {}

@@ -132,21 +132,11 @@ async fn a_first_order_on_redis_is_three_round_trips_and_a_replay_one() {
 async fn every_order_on_redis_is_notified_exactly_once() {
     let Some(redis) = RedisServer::start("every_order_on_redis_is_notified_exactly_once") else { return };
     let service = OrderService::start(&redis.url(), 0).await;
-    // The order service's stream and the notifiers' group (SPEC 13).
-    let transport =
-        idem_runtime::outbox::RedisOutbox::connect(&redis.url(), "order-service:events", "order-notifier", "observer")
-            .await
-            .expect("connecting to the stream");
+    let transport = idem_tests::redis_events::observer(&redis.url()).await;
     idem_tests::notifier_checks::two_notifiers_and_a_kill(&service, &redis.url(), &transport).await;
     idem_tests::notifier_checks::a_crash_before_the_ack(&service, &redis.url(), &transport).await;
     idem_tests::notifier_checks::a_crash_after_the_send(&service, &redis.url(), &transport).await;
-    let client = redis::Client::open(redis.url()).expect("a client");
-    let mut connection = client.get_multiplexed_async_connection().await.expect("connecting");
-    let notified: Vec<String> =
-        redis::AsyncCommands::lrange(&mut connection, "order-notifier:notified", 0, -1).await.unwrap();
-    let distinct: std::collections::BTreeSet<&String> = notified.iter().collect();
-    assert_eq!(distinct.len(), notified.len(), "no order notified twice");
-    assert_eq!(notified.len() as u64, stats(&service).await.0);
+    idem_tests::redis_events::each_order_notified_once(&service, &redis.url()).await;
 }
 
 /// SPEC 11: `order-client` through a proxy that loses 30 % of the

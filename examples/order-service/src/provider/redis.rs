@@ -1,7 +1,10 @@
-//! The provider's ledger in Redis, under keys of its own.
+//! The provider's ledger in Redis, under keys of its own, on one server or
+//! a Redis Cluster. Its keys carry the order service's hash tag (see
+//! `repo::redis`): `CHARGE_ONCE` writes a charge and the counter, which on a
+//! cluster must share a slot.
 
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
+use idem_runtime::RedisConnection;
 use redis::{AsyncCommands, Script};
 
 use super::Ledger;
@@ -9,7 +12,7 @@ use crate::model::Charge;
 use crate::repo::RepoError;
 
 /// The charges counter.
-const CHARGES: &str = "order-service:provider:charges";
+const CHARGES: &str = "{order-service}:provider:charges";
 
 /// Records a charge under its idempotency key unless one is there, counts
 /// it only then, and returns the charge stored under the key: one round
@@ -27,13 +30,13 @@ return redis.call('GET', KEYS[1])
 /// Charges as JSON strings keyed by idempotency key, and a counter.
 #[derive(Clone)]
 pub struct RedisLedger {
-    connection: ConnectionManager,
+    connection: RedisConnection,
     charge_once: Script,
 }
 
 fn charge_key(key: &str) -> String {
     // The keys come from `derived_key`: hex digits, no separator to escape.
-    format!("order-service:provider:charge:{key}")
+    format!("{{order-service}}:provider:charge:{key}")
 }
 
 fn fail(error: impl std::fmt::Display) -> RepoError {
@@ -42,11 +45,10 @@ fn fail(error: impl std::fmt::Display) -> RepoError {
 
 impl RedisLedger {
     /// Opens a connection of its own (the provider is another system than
-    /// the service) to `url`.
+    /// the service) to `url`: one server, or a Redis Cluster's
+    /// `redis-cluster://` seed nodes.
     pub async fn connect(url: &str) -> Result<Self, redis::RedisError> {
-        let client = redis::Client::open(url)?;
-        let mut connection =
-            ConnectionManager::new_with_config(client, idem_runtime::RedisStore::default_config()).await?;
+        let mut connection = RedisConnection::open(url, &idem_runtime::RedisStore::default_config()).await?;
         let charge_once = Script::new(CHARGE_ONCE);
         // Loaded now: every charge is then one EVALSHA, the first included.
         charge_once.load_async(&mut connection).await?;

@@ -1,7 +1,16 @@
-//! Orders in Redis, beside the idempotency records.
+//! Orders in Redis, beside the idempotency records, on one server or a
+//! Redis Cluster.
+//!
+//! Every key of the order service carries one hash tag, `{order-service}`
+//! (the outbox stream [`STREAM`] and the provider's ledger included): on a
+//! Redis Cluster, a script must touch keys of one slot only, and the order's
+//! insert writes the order, its owner's list, the counter and the outbox
+//! stream in one script. The example so keeps all its business data in one
+//! slot, on one primary; a real service would partition it instead, by a
+//! tag per customer or per order, and count and publish per partition.
 
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
+use idem_runtime::RedisConnection;
 use redis::{AsyncCommands, Script};
 
 use order_notifier::event::STREAM;
@@ -9,8 +18,8 @@ use order_notifier::event::STREAM;
 use super::{InsertOrder, Repo, RepoError};
 use crate::model::Order;
 
-const ORDERS_CREATED: &str = "order-service:orders_created";
-const REFUNDS: &str = "order-service:refunds";
+const ORDERS_CREATED: &str = "{order-service}:orders_created";
+const REFUNDS: &str = "{order-service}:refunds";
 
 /// Records a provider event's refund unless the event was recorded; only
 /// then counts it. Returns 1 if recorded. One round trip, atomic.
@@ -44,23 +53,23 @@ return redis.call('GET', KEYS[1])
 /// Orders as JSON strings, an id list per owner, and a counter.
 #[derive(Clone)]
 pub struct RedisRepo {
-    connection: ConnectionManager,
+    connection: RedisConnection,
     insert_order: Script,
     record_refund: Script,
 }
 
 fn order_key(id: &str) -> String {
-    format!("order-service:order:{id}")
+    format!("{{order-service}}:order:{id}")
 }
 
 fn event_key(event_id: &str) -> String {
     // Length-prefixed, like owners: the id comes from outside.
-    format!("order-service:refund-event:{}:{event_id}", event_id.len())
+    format!("{{order-service}}:refund-event:{}:{event_id}", event_id.len())
 }
 
 fn owner_key(owner: &str) -> String {
     // Length-prefixed, so that no owner name can reach another's list.
-    format!("order-service:owner:{}:{owner}", owner.len())
+    format!("{{order-service}}:owner:{}:{owner}", owner.len())
 }
 
 fn fail(error: impl std::fmt::Display) -> RepoError {
@@ -69,15 +78,14 @@ fn fail(error: impl std::fmt::Display) -> RepoError {
 
 impl RedisRepo {
     /// Opens a connection of its own (auto-reconnecting, with the store's
-    /// fail-fast timeouts) to `url`.
+    /// fail-fast timeouts) to `url`: one server, or a Redis Cluster's
+    /// `redis-cluster://` seed nodes.
     pub async fn connect(url: &str) -> Result<Self, redis::RedisError> {
-        let client = redis::Client::open(url)?;
-        let mut connection =
-            ConnectionManager::new_with_config(client, idem_runtime::RedisStore::default_config()).await?;
+        let mut connection = RedisConnection::open(url, &idem_runtime::RedisStore::default_config()).await?;
         let insert_order = Script::new(INSERT_ORDER);
-        // Loaded now: every insert is then one EVALSHA, the first included,
-        // and a first execution of `POST /orders` three round trips in all
-        // (claim, insert, completion).
+        // Loaded now (on every primary of a cluster): every insert is then
+        // one EVALSHA, the first included, and a first execution of
+        // `POST /orders` three round trips in all (claim, insert, completion).
         insert_order.load_async(&mut connection).await?;
         let record_refund = Script::new(RECORD_REFUND);
         record_refund.load_async(&mut connection).await?;

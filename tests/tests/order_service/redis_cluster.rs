@@ -1,0 +1,48 @@
+//! The order service binary on a Redis Cluster (SPEC 6 and 13): the
+//! contract, storms across two processes, and the event path through the
+//! outbox stream to two notifiers. Each test starts a private cluster (three
+//! primaries, three replicas), so that `/stats` counts its own requests
+//! only. Every multi-key step of the service (the order's insert with its
+//! outbox event, a refund, a charge, a notification, an acknowledgement)
+//! must keep to one slot here, or the cluster refuses it with `CROSSSLOT`.
+
+use idem_tests::notifier_checks::two_notifiers_and_a_kill;
+use idem_tests::order_checks::{contract, failure_outcomes, storms};
+use idem_tests::redis_cluster::RedisCluster;
+use idem_tests::redis_events::{each_order_notified_once, observer};
+use idem_tests::service::OrderService;
+use idem_tests::webhook_checks::webhooks;
+
+#[actix_web::test]
+async fn contract_on_a_redis_cluster() {
+    let Some(cluster) = RedisCluster::start("contract_on_a_redis_cluster") else { return };
+    let service = OrderService::start(&cluster.url(), 400).await;
+    contract(&service).await;
+    failure_outcomes(&service).await;
+}
+
+#[actix_web::test]
+async fn storms_across_two_processes_on_one_redis_cluster_run_once() {
+    let Some(cluster) = RedisCluster::start("storms_across_two_processes_on_one_redis_cluster_run_once") else {
+        return;
+    };
+    let first = OrderService::start(&cluster.url(), 200).await;
+    let second = OrderService::start(&cluster.url(), 200).await;
+    storms(&[&first, &second]).await;
+    webhooks(&[&first, &second]).await;
+}
+
+/// The order's `order.created` appended to the stream in the order's own
+/// script, read by two notifiers that redeliver on purpose (one killed and
+/// restarted): exactly one notification per order.
+#[actix_web::test]
+async fn every_order_on_a_redis_cluster_is_notified_exactly_once() {
+    let Some(cluster) = RedisCluster::start("every_order_on_a_redis_cluster_is_notified_exactly_once") else {
+        return;
+    };
+    let url = cluster.url();
+    let service = OrderService::start(&url, 0).await;
+    let transport = observer(&url).await;
+    two_notifiers_and_a_kill(&service, &url, &transport).await;
+    each_order_notified_once(&service, &url).await;
+}
