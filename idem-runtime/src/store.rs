@@ -141,6 +141,11 @@ pub enum Fence {
     /// The token no longer owns the key (lease expired, taken over, or the
     /// record is gone): nothing was changed.
     Lost,
+    /// No answer for this one lease: only [`Store::renew_many`] says so,
+    /// for the leases of a batch whose part failed while the rest was
+    /// answered (a Redis Cluster shard down, say). The keeper tries that
+    /// lease again, as after a failed call.
+    Unknown,
 }
 
 /// An idempotency record store.

@@ -274,7 +274,7 @@ fn apply(kept: &mut HashMap<u64, Kept>, answer: Answer) {
     for (i, id) in ids.iter().enumerate() {
         let Some(k) = kept.get_mut(id) else { continue };
         k.renewing = false;
-        match fences.as_ref().map(|f| f[i]) {
+        match fences.as_ref().map(|f| f[i]).filter(|fence| *fence != Fence::Unknown) {
             Some(Fence::Held) => {
                 k.state.confirm(sent, answered);
                 k.due = k.state.confirmed_sent() + k.state.lease / 3;

@@ -23,10 +23,10 @@ pub use self::error::InvalidKeyPrefix;
 use self::error::{Endpoint, check_prefix};
 use self::renewals::{RenewalConnection, Source};
 use self::scripts::Scripts;
-use crate::redact::Redacted;
-use crate::scope::StorageKey;
 #[cfg(doc)]
 use crate::record::StoredResponse;
+use crate::redact::Redacted;
+use crate::scope::StorageKey;
 #[cfg(doc)]
 use crate::store::Store;
 use crate::store::StoreError;
@@ -147,7 +147,7 @@ use crate::store::StoreError;
 /// When a primary dies, operations on its slots fail within the timeouts
 /// (503 before a handler runs, completions retried while their leases
 /// hold) until the cluster promotes its replica, then succeed without a
-/// restart; other slots are unaffected. With replica acknowledgements,
+/// restart. With replica acknowledgements,
 /// writes to a slot whose primary has no live replica fail closed until
 /// one is back: run two replicas per primary to keep taking writes after
 /// one failover. Keep the lease (`lock_ttl`) well above the cluster's

@@ -47,6 +47,11 @@ end
 if fp ~= ARGV[1] then
   return {4}
 end
+if tok == ARGV[2] and lease_end > now then
+  -- This very claim, sent again (the client retried it after a lost
+  -- answer): its token is new to every claim, so the key is this one's.
+  return {1, 0}
+end
 if tok and lease_end > now then
   return {3, lease_end - now}
 end

@@ -84,20 +84,29 @@ pub(super) async fn check_settings(
     cmd.arg("GET").arg("maxmemory-policy").arg("appendonly");
     let answers = match connection.on_every_primary(cmd).await {
         Ok(answers) => answers,
-        Err(error) if error.kind() == redis::ErrorKind::Io || error.is_timeout() => {
-            return Err(endpoint.error("read the server's settings", error));
-        }
-        Err(error) => {
-            tracing::warn!(
-                error = %error,
-                "could not read maxmemory-policy and appendonly (CONFIG GET refused); check by hand that the Redis \
-                 servers use `maxmemory-policy noeviction`, or an evicted record lets a retry run its handler again"
-            );
+        Err(error) if refuses_config(&error.to_string()) => {
+            warn_unchecked(&error.to_string());
             return Ok(());
         }
+        // Anything else (a server loading, a cluster down, a lost
+        // connection) is no answer: fail rather than accept unchecked.
+        Err(error) => return Err(endpoint.error("read the server's settings", error)),
     };
     let target = endpoint.display().unwrap_or("the caller's connection").to_owned();
     for (node, answer) in answers {
+        if let Value::ServerError(error) = &answer {
+            let text = format!("{error:?}");
+            if !refuses_config(&text) {
+                let node = node.unwrap_or_else(|| target.clone());
+                return Err(StoreError::Unavailable {
+                    store: "redis",
+                    message: format!("read the server's settings on {node}: {text}"),
+                    source: None,
+                });
+            }
+            warn_unchecked(&text);
+            continue;
+        }
         let settings = read(node, answer);
         let node = settings.node.clone().unwrap_or_else(|| target.clone());
         match settings.maxmemory_policy.as_deref() {
@@ -124,6 +133,21 @@ pub(super) async fn check_settings(
         }
     }
     Ok(())
+}
+
+/// Whether an error says `CONFIG` is refused for good (renamed, disabled
+/// or denied by an ACL), as opposed to a server that cannot answer now.
+fn refuses_config(error: &str) -> bool {
+    let error = error.to_ascii_lowercase();
+    error.contains("noperm") || error.contains("unknown command") || error.contains("unknown subcommand")
+}
+
+fn warn_unchecked(error: &str) {
+    tracing::warn!(
+        error,
+        "could not read maxmemory-policy and appendonly (CONFIG GET refused); check by hand that the Redis servers \
+         use `maxmemory-policy noeviction`, or an evicted record lets a retry run its handler again"
+    );
 }
 
 /// Reads a `CONFIG GET` answer: a map (RESP3) or a flat array of names and
@@ -171,6 +195,15 @@ mod tests {
             assert_eq!(settings.appendonly.as_deref(), Some("no"));
         }
         assert_eq!(read(None, Value::Nil).maxmemory_policy, None);
+    }
+
+    #[test]
+    fn only_a_refused_config_command_is_accepted_unchecked() {
+        assert!(refuses_config("ERR unknown command 'CONFIG', with args beginning with: 'GET'"));
+        assert!(refuses_config("NOPERM User app has no permissions to run the 'config|get' command"));
+        assert!(!refuses_config("LOADING Redis is loading the dataset in memory"));
+        assert!(!refuses_config("CLUSTERDOWN The cluster is down"));
+        assert!(!refuses_config("broken pipe"));
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use futures_util::future::try_join_all;
+use futures_util::future::join_all;
 use redis::aio::ConnectionManagerConfig;
 use redis::cluster::ClusterClient;
 use redis::cluster_routing::Slot;
@@ -176,11 +176,23 @@ impl RedisStore {
         let sent = groups
             .iter()
             .map(|members| self.renew_slot(connection.clone(), members.iter().map(|&i| &renewals[i]).collect()));
-        let answered = try_join_all(sent).await?;
+        // A group that fails (its shard down, or its replicas late) leaves
+        // its own leases unanswered, never the others': the batch fails only
+        // when every group does.
+        let answered = join_all(sent).await;
+        if answered.iter().all(Result::is_err) {
+            let error = answered.into_iter().find_map(Result::err);
+            return Err(error.unwrap_or(StoreError::Corrupt { store: "redis", message: "no renewal group".into() }));
+        }
         let mut replies: Vec<Option<Value>> = vec![None; renewals.len()];
         for (members, answers) in groups.iter().zip(answered) {
-            for (&i, answer) in members.iter().zip(answers) {
-                replies[i] = Some(answer);
+            match answers {
+                Ok(answers) => {
+                    for (&i, answer) in members.iter().zip(answers) {
+                        replies[i] = Some(answer);
+                    }
+                }
+                Err(error) => tracing::warn!(%error, leases = members.len(), "renewals of one slot failed"),
             }
         }
         replies
@@ -188,7 +200,7 @@ impl RedisStore {
             .map(|reply| match reply {
                 Some(Value::ServerError(error)) => Err(self.endpoint.error("renew many", RedisError::from(error))),
                 Some(reply) => reply::fence(reply),
-                None => Err(StoreError::Corrupt { store: "redis", message: "a renewal went unanswered".into() }),
+                None => Ok(Fence::Unknown),
             })
             .collect()
     }
