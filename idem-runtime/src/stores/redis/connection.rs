@@ -206,8 +206,13 @@ fn invalid_url(message: &str) -> redis::RedisError {
 /// bounded by the timeouts, then succeeds again once the cluster has
 /// promoted a replica (the client refreshes its slot map on the failures).
 pub(super) fn cluster_client(nodes: Vec<String>, config: &ConnectionManagerConfig) -> RedisResult<ClusterClient> {
+    // A command to a dead primary's slot meets a refused connection, a
+    // fallback node's `MOVED` and a redirect before the slot map is rebuilt:
+    // each costs a retry, and a few are needed to come through a failure or
+    // a resharding at all. The overall timeout below bounds the time.
+    let retries = u32::try_from(config.number_of_retries()).unwrap_or(u32::MAX).max(MIN_CLUSTER_RETRIES);
     let mut builder = ClusterClientBuilder::new(nodes)
-        .retries(u32::try_from(config.number_of_retries()).unwrap_or(u32::MAX))
+        .retries(retries)
         .min_retry_wait(millis(config.min_delay()))
         .max_retry_wait(config.max_delay().map_or(1_000, millis));
     if let Some(timeout) = config.connection_timeout() {
@@ -220,6 +225,9 @@ pub(super) fn cluster_client(nodes: Vec<String>, config: &ConnectionManagerConfi
     }
     builder.build()
 }
+
+/// Fewest retries of a cluster command (see [`cluster_client`]).
+const MIN_CLUSTER_RETRIES: u32 = 6;
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)

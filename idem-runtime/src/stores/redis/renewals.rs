@@ -192,7 +192,10 @@ impl RedisStore {
                         replies[i] = Some(answer);
                     }
                 }
-                Err(error) => tracing::warn!(%error, leases = members.len(), "renewals of one slot failed"),
+                Err(error) => {
+                    eprintln!("DEBUG group failed: {error:?}");
+                    tracing::warn!(%error, leases = members.len(), "renewals of one slot failed")
+                }
             }
         }
         replies
