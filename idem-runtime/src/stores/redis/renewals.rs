@@ -192,10 +192,7 @@ impl RedisStore {
                         replies[i] = Some(answer);
                     }
                 }
-                Err(error) => {
-                    eprintln!("DEBUG group failed: {error:?}");
-                    tracing::warn!(%error, leases = members.len(), "renewals of one slot failed")
-                }
+                Err(error) => tracing::warn!(%error, leases = members.len(), "renewals of one slot failed"),
             }
         }
         replies
