@@ -162,13 +162,15 @@ impl Execution {
         let mut pause = FIRST_PAUSE;
         loop {
             let until_deadline = self.lease.deadline().saturating_duration_since(Instant::now());
-            if !self.is_held() || until_deadline.is_zero() {
-                // An attempt that failed may yet have been applied (its
-                // answer lost, or, with replica acknowledgements, not yet
-                // acknowledged), after which renewals find the key completed
-                // and report the lease lost. One last attempt asks the
-                // store, whose fence judges: a store that recognises its own
-                // completion repeated (Redis) answers it held once it is safe.
+            // An attempt that failed may yet have been applied (its answer
+            // lost, or, with replica acknowledgements, not yet acknowledged),
+            // after which renewals find the key completed and report the
+            // lease lost. So after a failed attempt a lost lease does not end
+            // the retries before its last deadline: the store's fence judges
+            // each one, and a store that recognises its own completion
+            // repeated (Redis) answers it held once it is safe.
+            if until_deadline.is_zero() || (!self.is_held() && !failed_before) {
+                // One last attempt after a failed one, for the same reason.
                 if failed_before {
                     match self.try_complete(record).await {
                         Tried::Done(Outcome::LeaseLost) => return self.settle_unknown(record).await,

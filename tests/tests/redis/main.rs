@@ -14,6 +14,7 @@ mod failover;
 mod lease;
 mod outage;
 mod outbox;
+mod repeats;
 mod round_trips;
 mod settings;
 mod slow_store;

@@ -12,7 +12,10 @@
 local record = redis.call('HMGET', KEYS[1], 'tok', 'lease', 'done', 'resp')
 if record[1] ~= ARGV[1] then
   if record[3] == ARGV[1] and record[4] == ARGV[2] then
-    redis.call('HSET', KEYS[1], 'done', ARGV[1])
+    -- Written again by an expiry left as it is: a write that replicates
+    -- (so a WAIT after it covers the record) and that a server at
+    -- maxmemory still accepts.
+    redis.call('PEXPIRE', KEYS[1], math.max(redis.call('PTTL', KEYS[1]), 1))
     return 1
   end
   return 0

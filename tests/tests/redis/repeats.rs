@@ -1,0 +1,63 @@
+//! Scripts sent again with the same arguments, as a client does after a
+//! lost answer (redis-rs's cluster client retries on its own): a claim
+//! repeated with its own token still owns the key, a completion repeated
+//! with its token and response is still held; anything else is refused.
+
+use idem_runtime::store::testing::{fingerprint, fresh_key, response};
+use idem_runtime::store::{Claim, Fence, FencingToken, Store};
+use idem_tests::backend::{redis_store, url};
+use redis::Value;
+
+const CLAIM: &str = include_str!("../../../idem-runtime/src/stores/redis/claim.lua");
+const LEASE_MS: u64 = 30_000;
+
+async fn claim(connection: &mut redis::aio::MultiplexedConnection, key: &str, token: &[u8]) -> Value {
+    redis::cmd("EVAL")
+        .arg(CLAIM)
+        .arg(1)
+        .arg(key)
+        .arg(fingerprint("a").as_bytes().as_slice())
+        .arg(token)
+        .arg(LEASE_MS)
+        .arg(LEASE_MS * 2)
+        .query_async(connection)
+        .await
+        .expect("EVAL claim.lua")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_sent_again_with_its_own_token_still_owns_the_key() {
+    let test = "a_claim_sent_again_with_its_own_token_still_owns_the_key";
+    let (Some(url), Some(store)) = (url("IDEM_REDIS_URL", test), redis_store(test).await) else { return };
+    let mut connection = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let key = fresh_key();
+    let record = store.record_key(&key);
+    let token = FencingToken::generate().to_bytes();
+    let acquired = Value::Array(vec![Value::Int(1), Value::Int(0)]);
+    assert_eq!(claim(&mut connection, &record, &token).await, acquired);
+    assert_eq!(claim(&mut connection, &record, &token).await, acquired, "the same claim, sent again");
+    let other = FencingToken::generate().to_bytes();
+    let Value::Array(answer) = claim(&mut connection, &record, &other).await else { panic!("an array") };
+    assert_eq!(answer.first(), Some(&Value::Int(3)), "another claim finds the key in flight");
+    // The repeated claim's token is the owner's: it completes the key.
+    let owner = FencingToken::from_bytes(token);
+    assert_eq!(store.complete(&key, owner, &response(b"done"), LEASE).await.unwrap(), Fence::Held);
+    assert_eq!(store.claim(&key, &fingerprint("a"), LEASE, LEASE).await.unwrap(), Claim::Replay(response(b"done")));
+}
+
+const LEASE: std::time::Duration = std::time::Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_completion_sent_again_is_held_and_no_other_is() {
+    let Some(store) = redis_store("a_completion_sent_again_is_held_and_no_other_is").await else { return };
+    let key = fresh_key();
+    let Claim::Acquired { token, .. } = store.claim(&key, &fingerprint("a"), LEASE, LEASE).await.unwrap() else {
+        panic!("a fresh key is acquired");
+    };
+    assert_eq!(store.complete(&key, token, &response(b"done"), LEASE).await.unwrap(), Fence::Held);
+    assert_eq!(store.complete(&key, token, &response(b"done"), LEASE).await.unwrap(), Fence::Held, "sent again");
+    assert_eq!(store.complete(&key, token, &response(b"other"), LEASE).await.unwrap(), Fence::Lost);
+    let stranger = FencingToken::generate();
+    assert_eq!(store.complete(&key, stranger, &response(b"done"), LEASE).await.unwrap(), Fence::Lost);
+    assert_eq!(store.claim(&key, &fingerprint("a"), LEASE, LEASE).await.unwrap(), Claim::Replay(response(b"done")));
+}
