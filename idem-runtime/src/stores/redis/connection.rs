@@ -77,7 +77,10 @@ impl Target {
         };
         let path = tail.split_once('?').map_or(tail, |(path, _)| path);
         if !matches!(path, "" | "/" | "/0") {
-            return Err(format!("a Redis Cluster has database 0 only; the URL names `{path}`"));
+            // The path is not echoed: a password with a raw `/` would leak into it.
+            return Err("a Redis Cluster has database 0 only; the URL names another database (passwords must be \
+                        percent-encoded)"
+                .to_owned());
         }
         let query = tail.split_once('?').map(|(_, query)| format!("?{query}")).unwrap_or_default();
         let nodes: Vec<String> = hosts

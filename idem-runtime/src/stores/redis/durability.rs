@@ -93,6 +93,9 @@ pub(super) async fn check_settings(
         Err(error) => return Err(endpoint.error("read the server's settings", error)),
     };
     let target = endpoint.display().unwrap_or("the caller's connection").to_owned();
+    if connection.is_cluster() {
+        warn_unanswered(connection, answers.len()).await;
+    }
     for (node, answer) in answers {
         if let Value::ServerError(error) = &answer {
             let text = format!("{error:?}");
@@ -133,6 +136,28 @@ pub(super) async fn check_settings(
         }
     }
     Ok(())
+}
+
+/// Logs when fewer primaries answered than the cluster has (one not
+/// connected yet is skipped by the client's fan-out): their settings went
+/// unchecked.
+async fn warn_unanswered(connection: &mut RedisConnection, answered: usize) {
+    let nodes: redis::RedisResult<String> = redis::cmd("CLUSTER").arg("NODES").query_async(connection).await;
+    let Ok(nodes) = nodes else { return };
+    // <id> <address> <flags> <primary> <ping> <pong> <epoch> <link> <slot>...
+    let primaries = nodes
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .filter(|fields| fields.len() > 8 && fields[2].split(',').any(|flag| flag == "master"))
+        .count();
+    if answered < primaries {
+        tracing::warn!(
+            answered,
+            primaries,
+            "not every Redis Cluster primary answered CONFIG GET at connect; check maxmemory-policy noeviction on the \
+             others by hand"
+        );
+    }
 }
 
 /// Whether an error says `CONFIG` is refused for good (renamed, disabled
