@@ -321,7 +321,7 @@ impl RedisCluster {
 impl Node {
     /// Starts the process and waits until it answers on its port.
     fn spawn(&mut self, server: &Path) -> Result<(), String> {
-        let mut child = Command::new(server)
+        let child = Command::new(server)
             .args(["--port", &self.port.to_string(), "--cluster-port", &self.bus_port.to_string()])
             .args(SETTINGS)
             .arg("--dir")
@@ -333,24 +333,8 @@ impl Node {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("running {}: {e}", server.display()))?;
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            // Another process may answer on this port: it must be our child.
-            let info = query::<String>(&address(self.port), redis::cmd("INFO").arg("server")).unwrap_or_default();
-            if info_field(&info, "process_id") == Some(child.id().to_string().as_str()) {
-                self.child = Some(child);
-                return Ok(());
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!("redis-server exited with {status}"));
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err("redis-server did not answer in time".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.child = Some(crate::redis_server::answering(child, self.port)?);
+        Ok(())
     }
 }
 

@@ -107,7 +107,7 @@ impl RedisServer {
 
     fn spawn(&mut self) -> Result<(), String> {
         let log = self.dir.join("redis.log");
-        let mut child = Command::new(&self.binary)
+        let child = Command::new(&self.binary)
             .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
             .arg("--dir")
             .arg(&self.dir)
@@ -120,23 +120,29 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("running {}: {e}", self.binary.display()))?;
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            // Another process may answer on this port: it must be our child.
-            if server_pid(self.port) == Some(child.id()) {
-                self.child = Some(child);
-                return Ok(());
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!("redis-server exited with {status}"));
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err("redis-server did not answer in time".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        self.child = Some(answering(child, self.port)?);
+        Ok(())
+    }
+}
+
+/// Waits until `child`, a redis-server just spawned, answers on `port`
+/// (another process may answer there: it must be this child); kills it if
+/// it does not within the start timeout.
+pub(crate) fn answering(mut child: Child, port: u16) -> Result<Child, String> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if server_pid(port) == Some(child.id()) {
+            return Ok(child);
         }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("redis-server exited with {status}"));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("redis-server did not answer in time".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
