@@ -13,7 +13,7 @@
 //! their retries run again: the documented window, counted.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -79,32 +79,60 @@ struct Seen {
     answers: Vec<(Duration, u16)>,
 }
 
-/// Sends each key of `keys` (shared by `clients` tasks, in order) until it
-/// is answered 201, retrying 409 and 503, until `stop`.
-async fn storm(
+/// What the storm's clients share.
+struct Storm {
     url: String,
-    keys: Arc<Vec<String>>,
-    next: Arc<Mutex<usize>>,
-    stop: Arc<AtomicBool>,
+    keys: Vec<String>,
+    /// The next key to send.
+    next: Mutex<usize>,
+    stop: AtomicBool,
     start: Instant,
-) -> Seen {
+    /// When the last 201 came, in milliseconds since the start.
+    last_created_ms: AtomicU64,
+}
+
+impl Storm {
+    fn since_start(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// The first 201 at or after `after`, waiting up to `timeout` for it.
+    async fn created_after(&self, after: Duration, timeout: Duration) -> Option<Duration> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            let last = Duration::from_millis(self.last_created_ms.load(Ordering::Relaxed));
+            if last >= after {
+                return Some(last);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+}
+
+/// Sends the storm's keys (shared by every client, in order), each until it
+/// is answered 201, retrying 409 and 503, until the storm stops.
+async fn storm(storm: Arc<Storm>) -> Seen {
     let http = client(Duration::from_secs(10));
     let mut seen = Seen::default();
-    while !stop.load(Ordering::Relaxed) {
+    while !storm.stop.load(Ordering::Relaxed) {
         let key = {
-            let mut next = next.lock().expect("the key counter lock");
-            let Some(key) = keys.get(*next) else { break };
+            let mut next = storm.next.lock().expect("the key counter lock");
+            let Some(key) = storm.keys.get(*next) else { break };
             *next += 1;
             key.clone()
         };
-        while !stop.load(Ordering::Relaxed) {
-            let status = match http.post(&url).insert_header(("Idempotency-Key", key.as_str())).send_body("{}").await {
-                Ok(response) => response.status().as_u16(),
-                Err(_) => 0,
-            };
-            seen.answers.push((start.elapsed(), status));
+        while !storm.stop.load(Ordering::Relaxed) {
+            let sent = http.post(&storm.url).insert_header(("Idempotency-Key", key.as_str())).send_body("{}").await;
+            let status = sent.map_or(0, |response| response.status().as_u16());
+            let at = storm.since_start();
+            seen.answers.push((at, status));
             match status {
-                201 => break,
+                201 => {
+                    let ms = u64::try_from(at.as_millis()).unwrap_or(u64::MAX);
+                    storm.last_created_ms.fetch_max(ms, Ordering::Relaxed);
+                    break;
+                }
                 409 | 503 | 0 => tokio::time::sleep(Duration::from_millis(25)).await,
                 other => panic!("key {key}: unexpected status {other}"),
             }
@@ -127,6 +155,8 @@ struct Outcome {
     promoted: Duration,
     /// When the killed primary was back as a replica, since the start.
     rejoined: Duration,
+    /// When a request first succeeded after that, if it did within 20 s.
+    recovered: Option<Duration>,
 }
 
 /// Runs the scenario on `route`, with or without replica acknowledgements.
@@ -136,7 +166,7 @@ async fn scenario(test: &str, route: &'static str, acks: bool) -> Option<Outcome
     let store = if acks { store.with_replica_acks(1, Duration::from_millis(300)) } else { store };
     let primary = cluster.primary_of("{probe}");
     let replica = *cluster.replicas_of(primary).first().expect("the primary has a replica");
-    let keys = Arc::new(keys_on(&store, route, primary, 4_000));
+    let keys = keys_on(&store, route, primary, 4_000);
     let executions = web::Data::new(Executions::default());
     let shared = executions.clone();
     // Store calls give up well within a third of the lease.
@@ -145,10 +175,16 @@ async fn scenario(test: &str, route: &'static str, acks: bool) -> Option<Outcome
         config.app_data(shared.clone()).service(pay);
     });
 
-    let (next, stop, start) = (Arc::new(Mutex::new(0)), Arc::new(AtomicBool::new(false)), Instant::now());
-    let clients: Vec<_> = (0..16)
-        .map(|_| actix_web::rt::spawn(storm(server.at(route), keys.clone(), next.clone(), stop.clone(), start)))
-        .collect();
+    let start = Instant::now();
+    let shared = Arc::new(Storm {
+        url: server.at(route),
+        keys,
+        next: Mutex::new(0),
+        stop: AtomicBool::new(false),
+        start,
+        last_created_ms: AtomicU64::new(0),
+    });
+    let clients: Vec<_> = (0..16).map(|_| actix_web::rt::spawn(storm(Arc::clone(&shared)))).collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
     // The replica stops (and cannot reconnect), and the primary drops its
     // link: the writes of the next second exist on the primary only.
@@ -181,8 +217,10 @@ async fn scenario(test: &str, route: &'static str, acks: bool) -> Option<Outcome
         "the failover took {:?}: longer than the 10 s lease allows for this test to mean anything",
         rejoined - killed
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    stop.store(true, Ordering::Relaxed);
+    // The storm goes on until a request succeeds again, without a restart.
+    let recovered = shared.created_after(rejoined, Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    shared.stop.store(true, Ordering::Relaxed);
     let mut answers = Vec::new();
     for handle in clients {
         answers.extend(handle.await.expect("a storm client").answers);
@@ -190,7 +228,7 @@ async fn scenario(test: &str, route: &'static str, acks: bool) -> Option<Outcome
 
     // Every key sent is retried (as after a lost response) until answered:
     // a key whose record the failover lost runs again here.
-    let sent: Vec<String> = keys[..*next.lock().expect("the key counter lock")].to_vec();
+    let sent: Vec<String> = shared.keys[..*shared.next.lock().expect("the key counter lock")].to_vec();
     let http = client(Duration::from_secs(10));
     for key in &sent {
         // A claim whose answer was lost in the outage holds its key until
@@ -209,7 +247,7 @@ async fn scenario(test: &str, route: &'static str, acks: bool) -> Option<Outcome
     server.stop().await;
     drop(cluster);
     let executions = std::mem::take(&mut *executions.0.lock().expect("the executions lock"));
-    Some(Outcome { sent, executions, answers, killed, promoted, rejoined })
+    Some(Outcome { sent, executions, answers, killed, promoted, rejoined, recovered })
 }
 
 /// How many answers were `status` in `[from, to)`.
@@ -220,7 +258,8 @@ fn answered(answers: &[(Duration, u16)], status: u16, from: Duration, to: Durati
 #[actix_web::test]
 async fn a_killed_primary_is_503_until_its_replica_takes_over_and_with_replica_acks_nothing_runs_twice() {
     let test = "a_killed_primary_is_503_until_its_replica_takes_over_and_with_replica_acks_nothing_runs_twice";
-    let Some(Outcome { sent, executions, answers, killed, promoted, rejoined }) = scenario(test, "/pay", true).await
+    let Some(Outcome { sent, executions, answers, killed, promoted, rejoined, recovered }) =
+        scenario(test, "/pay", true).await
     else {
         return;
     };
@@ -236,12 +275,13 @@ async fn a_killed_primary_is_503_until_its_replica_takes_over_and_with_replica_a
     eprintln!(
         "{test}: {} keys; killed at {killed:?}, replica promoted at {promoted:?} ({:?} later), old primary back \
          as its replica at {rejoined:?}; 201 before the kill: {before}, 503 until the promotion: {outage}, 503 \
-         while the new primary had no replica: {unreplicated}, 201 after: {after}",
+         while the new primary had no replica: {unreplicated}, first 201 after it at {recovered:?}, 201 after: \
+         {after}",
         sent.len(),
         promoted - killed
     );
     assert!(outage > 0, "requests on the dead primary's slots were answered 503 until the promotion");
-    assert!(after > 0, "requests succeeded again once the slot had a replica, without a restart");
+    assert!(recovered.is_some(), "requests succeeded again once the slot had a replica, without a restart");
 }
 
 #[actix_web::test]
