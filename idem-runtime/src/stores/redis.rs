@@ -87,7 +87,9 @@ use crate::store::StoreError;
 /// | `fp` | request fingerprint, 32 raw bytes | always |
 /// | `tok` | owner's fencing token, 16 raw bytes | while in flight |
 /// | `lease` | end of the owner's lease, decimal milliseconds since 1970 by the server's `TIME` | while in flight |
+/// | `att` | which attempt the claim was (0 first, 1 after a release, 2 a takeover) | while in flight |
 /// | `resp` | the response, [`StoredResponse::to_bytes`] (binary, postcard) | once completed |
+/// | `done` | the token that completed it, so that the same completion sent again is recognised | once completed |
 ///
 /// A record with `fp` alone is *released* (a tombstone). One with `tok`
 /// whose `lease` has passed is a *lapsed* lease (its owner crashed or

@@ -48,6 +48,42 @@ async fn a_claim_sent_again_with_its_own_token_still_owns_the_key() {
 const LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_claim_sent_again_keeps_its_attempt() {
+    let test = "a_claim_sent_again_keeps_its_attempt";
+    let (Some(url), Some(store)) = (url("IDEM_REDIS_URL", test), redis_store(test).await) else { return };
+    let mut connection = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let key = fresh_key();
+    let Claim::Acquired { token: first, .. } = store.claim(&key, &fingerprint("a"), LEASE, LEASE).await.unwrap() else {
+        panic!("a fresh key is acquired");
+    };
+    assert_eq!(store.release(&key, first).await.unwrap(), Fence::Held);
+    let token = FencingToken::generate().to_bytes();
+    let after_release = Value::Array(vec![Value::Int(1), Value::Int(1)]);
+    let record = store.record_key(&key);
+    assert_eq!(claim(&mut connection, &record, &token).await, after_release);
+    assert_eq!(claim(&mut connection, &record, &token).await, after_release, "sent again: still after a release");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_completion_sent_again_keeps_a_record_without_expiry() {
+    let test = "a_completion_sent_again_keeps_a_record_without_expiry";
+    let (Some(url), Some(store)) = (url("IDEM_REDIS_URL", test), redis_store(test).await) else { return };
+    let mut connection = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let key = fresh_key();
+    let Claim::Acquired { token, .. } = store.claim(&key, &fingerprint("a"), LEASE, LEASE).await.unwrap() else {
+        panic!("a fresh key is acquired");
+    };
+    assert_eq!(store.complete(&key, token, &response(b"done"), LEASE).await.unwrap(), Fence::Held);
+    // Persisted by hand (or restored without its expiry).
+    let () = redis::cmd("PERSIST").arg(store.record_key(&key)).query_async(&mut connection).await.unwrap();
+    assert_eq!(store.complete(&key, token, &response(b"done"), LEASE).await.unwrap(), Fence::Held, "sent again");
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert_eq!(store.claim(&key, &fingerprint("a"), LEASE, LEASE).await.unwrap(), Claim::Replay(response(b"done")));
+    let left: i64 = redis::cmd("PTTL").arg(store.record_key(&key)).query_async(&mut connection).await.unwrap();
+    assert!(left > 20_000, "the record got the TTL back, {left} ms");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_completion_sent_again_is_held_and_no_other_is() {
     let Some(store) = redis_store("a_completion_sent_again_is_held_and_no_other_is").await else { return };
     let key = fresh_key();

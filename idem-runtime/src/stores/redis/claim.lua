@@ -29,7 +29,8 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
 local function acquire(attempt)
-  redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'tok', ARGV[2], 'lease', string.format('%d', now + tonumber(ARGV[3])))
+  redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'tok', ARGV[2], 'lease', string.format('%d', now + tonumber(ARGV[3])),
+    'att', attempt)
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
   return {1, attempt}
 end
@@ -49,8 +50,9 @@ if fp ~= ARGV[1] then
 end
 if tok == ARGV[2] and lease_end > now then
   -- This very claim, sent again (the client retried it after a lost
-  -- answer): its token is new to every claim, so the key is this one's.
-  return {1, 0}
+  -- answer): its token is new to every claim, so the key is this one's,
+  -- as the attempt it was.
+  return {1, tonumber(redis.call('HGET', KEYS[1], 'att')) or 2}
 end
 if tok and lease_end > now then
   return {3, lease_end - now}

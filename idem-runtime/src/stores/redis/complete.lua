@@ -15,7 +15,9 @@ if record[1] ~= ARGV[1] then
     -- Written again by an expiry left as it is: a write that replicates
     -- (so a WAIT after it covers the record) and that a server at
     -- maxmemory still accepts.
-    redis.call('PEXPIRE', KEYS[1], math.max(redis.call('PTTL', KEYS[1]), 1))
+    -- A record without expiry (PERSIST by hand, a restore) gets the TTL.
+    local left = redis.call('PTTL', KEYS[1])
+    redis.call('PEXPIRE', KEYS[1], left > 0 and left or ARGV[3])
     return 1
   end
   return 0
@@ -25,7 +27,7 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if (tonumber(record[2]) or 0) <= now then
   return 0
 end
-redis.call('HDEL', KEYS[1], 'tok', 'lease')
+redis.call('HDEL', KEYS[1], 'tok', 'lease', 'att')
 redis.call('HSET', KEYS[1], 'resp', ARGV[2], 'done', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1

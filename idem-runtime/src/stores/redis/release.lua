@@ -16,5 +16,5 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if (tonumber(record[2]) or 0) <= now then
   return 0
 end
-redis.call('HDEL', KEYS[1], 'tok', 'lease')
+redis.call('HDEL', KEYS[1], 'tok', 'lease', 'att')
 return 1

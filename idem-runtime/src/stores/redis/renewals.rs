@@ -198,7 +198,13 @@ impl RedisStore {
         replies
             .into_iter()
             .map(|reply| match reply {
-                Some(Value::ServerError(error)) => Err(self.endpoint.error("renew many", RedisError::from(error))),
+                // One lease's error (TRYAGAIN, say) leaves that lease
+                // unanswered, never the others.
+                Some(Value::ServerError(error)) => {
+                    let error = self.endpoint.error("renew many", RedisError::from(error));
+                    tracing::warn!(%error, "one renewal failed");
+                    Ok(Fence::Unknown)
+                }
                 Some(reply) => reply::fence(reply),
                 None => Ok(Fence::Unknown),
             })
