@@ -53,3 +53,23 @@ pub fn served_slots(address: &str) -> Option<Vec<RangeInclusive<u16>>> {
     });
     Some(slots.collect())
 }
+
+/// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag (the text
+/// between its first `{` and the next `}`, if not empty), else of the whole
+/// key, modulo 16384; as Redis computes it, without asking a node.
+pub fn slot_of(key: &str) -> u16 {
+    let tag = key
+        .split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(tag, _)| tag)
+        .filter(|tag| !tag.is_empty())
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &byte in tag.as_bytes() {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}

@@ -22,6 +22,7 @@ use idem_runtime::store::{IdempotencyKey, Scope, StorageKey};
 use idem_runtime::{Idem, RedisStore, idempotent};
 use idem_tests::http::client;
 use idem_tests::redis_cluster::RedisCluster;
+use idem_tests::redis_node::slot_of;
 use idem_tests::server::TestServer;
 
 /// Executions of the handler, by idempotency key.
@@ -43,19 +44,6 @@ async fn charge(request: &HttpRequest, executions: &Executions) -> HttpResponse 
     HttpResponse::Created().body(format!("paid {key}"))
 }
 
-/// CRC16 (XMODEM) of the key's hash tag, modulo 16384: its cluster slot.
-fn slot(record_key: &str) -> u16 {
-    let tag = record_key.split_once('{').and_then(|(_, rest)| rest.split_once('}')).map_or(record_key, |(tag, _)| tag);
-    let mut crc: u16 = 0;
-    for &byte in tag.as_bytes() {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
-        }
-    }
-    crc % 16384
-}
-
 /// `count` keys whose records for `route` live on the primary at `port`.
 fn keys_on(store: &RedisStore, route: &str, port: u16, count: usize) -> Vec<String> {
     let slots = idem_tests::redis_node::served_slots(&format!("127.0.0.1:{port}")).expect("the primary's slots");
@@ -65,7 +53,7 @@ fn keys_on(store: &RedisStore, route: &str, port: u16, count: usize) -> Vec<Stri
         .filter(|key| {
             let parsed = IdempotencyKey::parse(key.as_bytes()).expect("a valid key");
             let record = store.record_key(&StorageKey::new(Scope::Route, None, "POST", route, &parsed));
-            let slot = slot(&record);
+            let slot = slot_of(&record);
             slots.iter().any(|range| range.contains(&slot))
         })
         .take(count)
@@ -328,7 +316,7 @@ async fn a_dead_primary_leaves_only_its_own_renewals_unanswered() {
     let slots = idem_tests::redis_node::served_slots(&format!("127.0.0.1:{dead}")).expect("the primary's slots");
     let on_dead: Vec<bool> = renewals
         .iter()
-        .map(|renewal| slots.iter().any(|range| range.contains(&slot(&store.record_key(&renewal.key)))))
+        .map(|renewal| slots.iter().any(|range| range.contains(&slot_of(&store.record_key(&renewal.key)))))
         .collect();
     assert!(on_dead.iter().any(|&d| d) && on_dead.iter().any(|&d| !d), "leases on the dead primary and on others");
     // The renewals' own connection is open, as in a running service.

@@ -15,6 +15,7 @@ mod lease;
 mod outage;
 mod outbox;
 mod repeats;
+mod resharding;
 mod round_trips;
 mod settings;
 mod slow_store;

@@ -136,9 +136,21 @@ impl RedisStore {
 
     /// Renews `renewals` that share one slot, loading the script again for
     /// those answered `NOSCRIPT` (after a restart or a failover) and sending
-    /// them once more.
-    async fn renew_slot(&self, connection: RedisConnection, renewals: Vec<&Renewal>) -> Result<Vec<Value>, StoreError> {
-        let mut replies = self.renewal_pipeline(connection.clone(), &renewals).await?;
+    /// them once more. On a cluster, renewals the pipeline could not carry
+    /// (the slot migrating: `ASK` for some keys, `MOVED`; or the pipeline
+    /// failing as a whole) are sent one by one, each following its own
+    /// redirection. A renewal that still fails is [`Fence::Unknown`]; the
+    /// group fails only when the pipeline fails and no renewal gets through.
+    async fn renew_slot(&self, connection: RedisConnection, renewals: Vec<&Renewal>) -> Result<Vec<Fence>, StoreError> {
+        let replies = match self.renewal_pipeline(connection.clone(), &renewals).await {
+            Ok(replies) => replies,
+            Err(error) if connection.is_cluster() => {
+                let fences = self.renew_each(&renewals).await;
+                return if fences.iter().all(|fence| *fence == Fence::Unknown) { Err(error) } else { Ok(fences) };
+            }
+            Err(error) => return Err(error),
+        };
+        let mut replies = replies;
         let missing: Vec<usize> = (0..replies.len()).filter(|&i| is_noscript(&replies[i])).collect();
         if !missing.is_empty() {
             self.scripts
@@ -148,12 +160,45 @@ impl RedisStore {
                 .await
                 .map_err(|e| self.endpoint.error("load the renew script", e))?;
             let again: Vec<&Renewal> = missing.iter().map(|&i| renewals[i]).collect();
-            let answers = self.renewal_pipeline(connection, &again).await?;
+            let answers = self.renewal_pipeline(connection.clone(), &again).await?;
             for (i, answer) in missing.into_iter().zip(answers) {
                 replies[i] = answer;
             }
         }
-        Ok(replies)
+        let mut fences = Vec::with_capacity(replies.len());
+        for (renewal, reply) in renewals.iter().zip(replies) {
+            fences.push(match reply {
+                Value::ServerError(error) if connection.is_cluster() && is_redirect(&error) => {
+                    self.renew_each(&[renewal]).await[0]
+                }
+                // One lease's error (TRYAGAIN, say) leaves that lease
+                // unanswered, never the others.
+                Value::ServerError(error) => {
+                    let error = self.endpoint.error("renew many", RedisError::from(error));
+                    tracing::warn!(%error, "one renewal failed");
+                    Fence::Unknown
+                }
+                reply => reply::fence(reply)?,
+            });
+        }
+        Ok(fences)
+    }
+
+    /// `renewals` one command each, all at once: each follows its key's
+    /// redirections. A renewal that fails is [`Fence::Unknown`].
+    async fn renew_each(&self, renewals: &[&Renewal]) -> Vec<Fence> {
+        let sent = renewals.iter().map(|renewal| self.renew_one(renewal));
+        join_all(sent).await
+    }
+
+    async fn renew_one(&self, renewal: &Renewal) -> Fence {
+        match crate::store::Store::renew(self, &renewal.key, renewal.token, renewal.lease).await {
+            Ok(fence) => fence,
+            Err(error) => {
+                tracing::warn!(%error, "one renewal failed");
+                Fence::Unknown
+            }
+        }
     }
 
     /// [`Store::renew_many`](crate::store::Store::renew_many): one round
@@ -184,30 +229,23 @@ impl RedisStore {
             let error = answered.into_iter().find_map(Result::err);
             return Err(error.unwrap_or(StoreError::Corrupt { store: "redis", message: "no renewal group".into() }));
         }
-        let mut replies: Vec<Option<Value>> = vec![None; renewals.len()];
+        let mut fences = vec![Fence::Unknown; renewals.len()];
         for (members, answers) in groups.iter().zip(answered) {
             match answers {
                 Ok(answers) => {
-                    for (&i, answer) in members.iter().zip(answers) {
-                        replies[i] = Some(answer);
+                    for (&i, fence) in members.iter().zip(answers) {
+                        fences[i] = fence;
                     }
                 }
                 Err(error) => tracing::warn!(%error, leases = members.len(), "renewals of one slot failed"),
             }
         }
-        replies
-            .into_iter()
-            .map(|reply| match reply {
-                // One lease's error (TRYAGAIN, say) leaves that lease
-                // unanswered, never the others.
-                Some(Value::ServerError(error)) => {
-                    let error = self.endpoint.error("renew many", RedisError::from(error));
-                    tracing::warn!(%error, "one renewal failed");
-                    Ok(Fence::Unknown)
-                }
-                Some(reply) => reply::fence(reply),
-                None => Ok(Fence::Unknown),
-            })
-            .collect()
+        Ok(fences)
     }
+}
+
+/// Whether a server error sends the command to another node (`ASK`,
+/// `MOVED`): the slot is moving or has moved.
+fn is_redirect(error: &redis::ServerError) -> bool {
+    matches!(error.kind(), Some(ServerErrorKind::Ask | ServerErrorKind::Moved))
 }
