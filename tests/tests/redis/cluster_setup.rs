@@ -54,9 +54,22 @@ fn a_replica_takes_over_a_killed_primary_with_its_data_and_the_old_one_returns_a
     let replicas = cluster.replicas_of(old);
     assert_eq!(replicas.len(), 1, "replicas of the primary {old}: {replicas:?}");
 
-    let () = cluster.query(old, redis::cmd("SET").arg(key).arg("before")).expect("SET on the primary");
-    // Replication is asynchronous: the write must reach the replica before the kill.
-    let acknowledged: i64 = cluster.query(old, redis::cmd("WAIT").arg(1).arg(5000)).expect("WAIT");
+    // Replication is asynchronous: the write must reach the replica before
+    // the kill. `WAIT` counts the writes of its own connection only, so it
+    // goes in one pipeline with the `SET`, on one connection.
+    let mut connection = redis::Client::open(format!("redis://127.0.0.1:{old}/"))
+        .and_then(|client| client.get_connection())
+        .expect("a plain connection to the primary");
+    let (acknowledged,): (i64,) = redis::pipe()
+        .cmd("SET")
+        .arg(key)
+        .arg("before")
+        .ignore()
+        .cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut connection)
+        .expect("SET and WAIT on the primary");
     assert_eq!(acknowledged, 1, "the replica did not acknowledge the write");
 
     let killed = Instant::now();
