@@ -17,11 +17,12 @@ use redis::aio::ConnectionManagerConfig;
 use redis::{Cmd, ErrorKind, Script, ServerErrorKind, Value};
 
 pub use self::connection::RedisConnection;
+use self::connection::Source;
 pub use self::durability::OnEviction;
 use self::durability::ReplicaAcks;
 pub use self::error::InvalidKeyPrefix;
 use self::error::{Endpoint, check_prefix};
-use self::renewals::{RenewalConnection, Source};
+use self::renewals::RenewalConnection;
 use self::scripts::Scripts;
 #[cfg(doc)]
 use crate::record::StoredResponse;

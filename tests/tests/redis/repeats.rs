@@ -25,11 +25,24 @@ async fn claim(connection: &mut redis::aio::MultiplexedConnection, key: &str, to
         .expect("EVAL claim.lua")
 }
 
+/// A plain connection to the shared Redis.
+async fn plain(url: String) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.expect("connecting to Redis")
+}
+
+/// Claims a fresh `key` through the store and returns its token.
+async fn acquire(store: &impl Store, key: &idem_runtime::store::StorageKey) -> FencingToken {
+    match store.claim(key, &fingerprint("a"), LEASE, LEASE).await.unwrap() {
+        Claim::Acquired { token, .. } => token,
+        other => panic!("a fresh key is acquired, not {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claim_sent_again_with_its_own_token_still_owns_the_key() {
     let test = "a_claim_sent_again_with_its_own_token_still_owns_the_key";
     let (Some(url), Some(store)) = (url("IDEM_REDIS_URL", test), redis_store(test).await) else { return };
-    let mut connection = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let mut connection = plain(url).await;
     let key = fresh_key();
     let record = store.record_key(&key);
     let token = FencingToken::generate().to_bytes();
@@ -51,11 +64,9 @@ const LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 async fn a_claim_sent_again_keeps_its_attempt() {
     let test = "a_claim_sent_again_keeps_its_attempt";
     let (Some(url), Some(store)) = (url("IDEM_REDIS_URL", test), redis_store(test).await) else { return };
-    let mut connection = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let mut connection = plain(url).await;
     let key = fresh_key();
-    let Claim::Acquired { token: first, .. } = store.claim(&key, &fingerprint("a"), LEASE, LEASE).await.unwrap() else {
-        panic!("a fresh key is acquired");
-    };
+    let first = acquire(&store, &key).await;
     assert_eq!(store.release(&key, first).await.unwrap(), Fence::Held);
     let token = FencingToken::generate().to_bytes();
     let after_release = Value::Array(vec![Value::Int(1), Value::Int(1)]);
@@ -68,11 +79,9 @@ async fn a_claim_sent_again_keeps_its_attempt() {
 async fn a_completion_sent_again_keeps_a_record_without_expiry() {
     let test = "a_completion_sent_again_keeps_a_record_without_expiry";
     let (Some(url), Some(store)) = (url("IDEM_REDIS_URL", test), redis_store(test).await) else { return };
-    let mut connection = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let mut connection = plain(url).await;
     let key = fresh_key();
-    let Claim::Acquired { token, .. } = store.claim(&key, &fingerprint("a"), LEASE, LEASE).await.unwrap() else {
-        panic!("a fresh key is acquired");
-    };
+    let token = acquire(&store, &key).await;
     assert_eq!(store.complete(&key, token, &response(b"done"), LEASE).await.unwrap(), Fence::Held);
     // Persisted by hand (or restored without its expiry).
     let () = redis::cmd("PERSIST").arg(store.record_key(&key)).query_async(&mut connection).await.unwrap();
@@ -87,9 +96,7 @@ async fn a_completion_sent_again_keeps_a_record_without_expiry() {
 async fn a_completion_sent_again_is_held_and_no_other_is() {
     let Some(store) = redis_store("a_completion_sent_again_is_held_and_no_other_is").await else { return };
     let key = fresh_key();
-    let Claim::Acquired { token, .. } = store.claim(&key, &fingerprint("a"), LEASE, LEASE).await.unwrap() else {
-        panic!("a fresh key is acquired");
-    };
+    let token = acquire(&store, &key).await;
     assert_eq!(store.complete(&key, token, &response(b"done"), LEASE).await.unwrap(), Fence::Held);
     assert_eq!(store.complete(&key, token, &response(b"done"), LEASE).await.unwrap(), Fence::Held, "sent again");
     assert_eq!(store.complete(&key, token, &response(b"other"), LEASE).await.unwrap(), Fence::Lost);

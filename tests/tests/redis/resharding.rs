@@ -41,6 +41,14 @@ fn set_slot(cluster: &RedisCluster, port: u16, slot: u16, state: &str, node: &st
         .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {state} on {port}: {e}"));
 }
 
+/// Moves the record at `key` from the node at `source` to the one at
+/// `target` (`MIGRATE`).
+fn migrate(cluster: &RedisCluster, source: u16, target: u16, key: &str) {
+    let mut migrate = redis::cmd("MIGRATE");
+    migrate.arg("127.0.0.1").arg(target).arg("").arg(0).arg(5_000).arg("KEYS").arg(key);
+    let () = cluster.query(source, &migrate).unwrap_or_else(|e| panic!("MIGRATE {key} from {source}: {e}"));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn records_in_flight_follow_their_slot_to_another_primary() {
     resharding("records_in_flight_follow_their_slot_to_another_primary", false).await;
@@ -88,16 +96,7 @@ async fn resharding(test: &str, acks: bool) {
         .expect("EXISTS on the target");
     assert_eq!(on_target, 1, "a new record of a migrating slot is written on the target, after ASK");
 
-    let migrate = redis::cmd("MIGRATE")
-        .arg("127.0.0.1")
-        .arg(target)
-        .arg("")
-        .arg(0)
-        .arg(5_000)
-        .arg("KEYS")
-        .arg(store.record_key(&moved))
-        .clone();
-    let () = cluster.query(source, &migrate).expect("MIGRATE");
+    migrate(&cluster, source, target, &store.record_key(&moved));
     let renewals = [
         Renewal { key: moved.clone(), token: moved_token, lease: LEASE },
         Renewal { key: stays.clone(), token: stays_token, lease: LEASE },
@@ -107,16 +106,7 @@ async fn resharding(test: &str, acks: bool) {
     assert_eq!(store.complete(&moved, moved_token, &response(b"moved"), LEASE).await.unwrap(), Fence::Held);
 
     // The rest of the slot moves and the slot is the target's: MOVED.
-    let rest = redis::cmd("MIGRATE")
-        .arg("127.0.0.1")
-        .arg(target)
-        .arg("")
-        .arg(0)
-        .arg(5_000)
-        .arg("KEYS")
-        .arg(store.record_key(&stays))
-        .clone();
-    let () = cluster.query(source, &rest).expect("MIGRATE the rest");
+    migrate(&cluster, source, target, &store.record_key(&stays));
     // The target first, then the source; the others learn it by gossip.
     set_slot(&cluster, target, slot, "NODE", &target_id);
     set_slot(&cluster, source, slot, "NODE", &target_id);

@@ -4,19 +4,11 @@
 use std::sync::Arc;
 
 use super::shard::OVERHEAD;
-use super::tests::key;
+use super::tests::{fingerprint_of, key};
 use super::*;
-use crate::fingerprint::RequestParts;
 
 fn fingerprint(n: u8) -> Fingerprint {
-    Fingerprint::of(&RequestParts {
-        method: "POST",
-        path: "/",
-        query: "",
-        headers: &[],
-        content_type: None,
-        body: &[n],
-    })
+    fingerprint_of(&[n])
 }
 
 /// Three claims living `short`, in shards that neither `a`'s own nor the

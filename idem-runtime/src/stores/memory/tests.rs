@@ -11,15 +11,13 @@ pub(super) fn key(n: usize) -> StorageKey {
     StorageKey::new(Scope::Global, None, "POST", "/", &key)
 }
 
+/// The fingerprint of a request whose body is `body`.
+pub(super) fn fingerprint_of(body: &[u8]) -> Fingerprint {
+    Fingerprint::of(&RequestParts { method: "POST", path: "/", query: "", headers: &[], content_type: None, body })
+}
+
 fn fingerprint() -> Fingerprint {
-    Fingerprint::of(&RequestParts {
-        method: "POST",
-        path: "/",
-        query: "",
-        headers: &[],
-        content_type: None,
-        body: b"{}",
-    })
+    fingerprint_of(b"{}")
 }
 
 fn response() -> StoredResponse {

@@ -96,6 +96,32 @@ impl Target {
     }
 }
 
+/// What a store opens its connections from.
+pub(super) enum Source {
+    /// One server.
+    Server(redis::Client, ConnectionManagerConfig),
+    /// A cluster.
+    Cluster(ClusterClient),
+}
+
+impl Source {
+    /// Reads `url` (one server or a cluster's seed nodes); opens nothing yet.
+    pub(super) fn open(url: &str, config: &ConnectionManagerConfig) -> RedisResult<Self> {
+        Ok(match Target::parse(url).map_err(|e| invalid_url(&e))? {
+            Target::Server(url) => Self::Server(redis::Client::open(url)?, config.clone()),
+            Target::Cluster(nodes) => Self::Cluster(cluster_client(nodes, config)?),
+        })
+    }
+
+    /// A new connection.
+    pub(super) async fn connect(&self) -> RedisResult<RedisConnection> {
+        match self {
+            Self::Server(client, config) => RedisConnection::open_server(client.clone(), config).await,
+            Self::Cluster(client) => RedisConnection::open_cluster(client).await,
+        }
+    }
+}
+
 impl RedisConnection {
     /// Opens a connection to `url` with the timeouts and reconnection
     /// settings of `config`:
@@ -113,18 +139,15 @@ impl RedisConnection {
     /// Errors are the redis crate's, and may quote the URL: mask it before
     /// showing them (the store does).
     pub async fn open(url: &str, config: &ConnectionManagerConfig) -> RedisResult<Self> {
-        match Target::parse(url).map_err(|e| invalid_url(&e))? {
-            Target::Server(url) => Self::open_server(redis::Client::open(url)?, config).await,
-            Target::Cluster(nodes) => Self::open_cluster(&cluster_client(nodes, config)?).await,
-        }
+        Source::open(url, config)?.connect().await
     }
 
-    pub(super) async fn open_server(client: redis::Client, config: &ConnectionManagerConfig) -> RedisResult<Self> {
+    async fn open_server(client: redis::Client, config: &ConnectionManagerConfig) -> RedisResult<Self> {
         let manager = ConnectionManager::new_with_config(client, config.clone()).await?;
         Ok(Self::from(manager))
     }
 
-    pub(super) async fn open_cluster(client: &ClusterClient) -> RedisResult<Self> {
+    async fn open_cluster(client: &ClusterClient) -> RedisResult<Self> {
         Ok(Self::from(client.get_async_connection().await?))
     }
 
@@ -208,7 +231,7 @@ fn invalid_url(message: &str) -> redis::RedisError {
 /// command to a dead primary fails within about `retries` attempts, each
 /// bounded by the timeouts, then succeeds again once the cluster has
 /// promoted a replica (the client refreshes its slot map on the failures).
-pub(super) fn cluster_client(nodes: Vec<String>, config: &ConnectionManagerConfig) -> RedisResult<ClusterClient> {
+fn cluster_client(nodes: Vec<String>, config: &ConnectionManagerConfig) -> RedisResult<ClusterClient> {
     // A command to a dead primary's slot meets a refused connection, a
     // fallback node's `MOVED` and a redirect before the slot map is rebuilt:
     // each costs a retry, and a few are needed to come through a failure or

@@ -13,46 +13,15 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::aio::ConnectionManagerConfig;
-use redis::cluster::ClusterClient;
 use redis::cluster_routing::Slot;
-use redis::{RedisError, RedisResult, ServerErrorKind, Value};
+use redis::{RedisError, ServerErrorKind, Value};
 use tokio::sync::OnceCell;
 
 use super::RedisStore;
-use super::connection::{RedisConnection, Target, cluster_client};
+use super::connection::{RedisConnection, Source};
 use super::reply;
 use super::scripts::millis;
 use crate::store::{Fence, Renewal, StoreError};
-
-/// What a store opens its connections from.
-pub(super) enum Source {
-    /// One server.
-    Server(redis::Client, ConnectionManagerConfig),
-    /// A cluster.
-    Cluster(ClusterClient),
-}
-
-impl Source {
-    /// Reads `url` (one server or a cluster's seed nodes); opens nothing yet.
-    pub(super) fn open(url: &str, config: &ConnectionManagerConfig) -> RedisResult<Self> {
-        let target = Target::parse(url).map_err(|message| {
-            RedisError::from((redis::ErrorKind::InvalidClientConfig, "invalid Redis Cluster URL", message))
-        })?;
-        Ok(match target {
-            Target::Server(url) => Self::Server(redis::Client::open(url)?, config.clone()),
-            Target::Cluster(nodes) => Self::Cluster(cluster_client(nodes, config)?),
-        })
-    }
-
-    /// A new connection.
-    pub(super) async fn connect(&self) -> RedisResult<RedisConnection> {
-        match self {
-            Self::Server(client, config) => RedisConnection::open_server(client.clone(), config).await,
-            Self::Cluster(client) => RedisConnection::open_cluster(client).await,
-        }
-    }
-}
 
 /// The renewals' own connection, opened on first use.
 pub(super) struct RenewalConnection {
