@@ -132,8 +132,9 @@ impl RedisConnection {
     ///   `rediss-cluster://`): a Redis Cluster reached through the given seed
     ///   nodes (any reachable one is enough; the client learns the others).
     ///   `config`'s connection and response timeouts bound each node's
-    ///   connection and reply, and its number of retries bounds how often a
-    ///   command is retried after a failure or a redirection, so that a
+    ///   connection and reply, and its number of retries (at least 6)
+    ///   bounds how often a command is retried after a failure or a
+    ///   redirection, all within twice the response timeout, so that a
     ///   failed primary costs a bounded wait, never a hang.
     ///
     /// Errors are the redis crate's, and may quote the URL: mask it before
