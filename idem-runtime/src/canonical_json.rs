@@ -10,7 +10,6 @@
 //! [`MAX_DEPTH`]) yields `None`, and the caller hashes the raw bytes instead.
 
 use std::cell::RefCell;
-use std::ops::Range;
 
 /// Deepest nesting canonicalized; deeper documents are hashed as raw bytes.
 pub const MAX_DEPTH: usize = 128;
@@ -47,8 +46,12 @@ thread_local! {
 #[derive(Default)]
 struct Scratch {
     out: Vec<u8>,
-    members: Vec<(Text, Range<usize>)>,
-    values: Vec<u8>,
+    members: Vec<Member>,
+    /// Where an object's members wait while they are written again in key
+    /// order; used as a stack, like `members`.
+    moved: Vec<u8>,
+    /// Decoded keys (those with escapes), as [`Key::Decoded`] ranges.
+    keys: String,
 }
 
 /// Largest buffer a thread keeps between two requests; a larger one (a
@@ -57,20 +60,31 @@ const KEPT_CAPACITY: usize = 64 << 10;
 
 impl Scratch {
     fn canonicalize(&mut self, body: &[u8]) -> Option<&[u8]> {
-        let text = std::str::from_utf8(body).ok()?;
+        std::str::from_utf8(body).ok()?;
         self.out.clear();
         self.out.reserve(body.len());
-        let mut parser = Parser { text, pos: 0, members: &mut self.members, values: &mut self.values };
-        parser.members.clear();
-        parser.values.clear();
+        self.members.clear();
+        self.moved.clear();
+        self.keys.clear();
+        let mut parser = Parser {
+            bytes: body,
+            pos: 0,
+            out: &mut self.out,
+            members: &mut self.members,
+            moved: &mut self.moved,
+            keys: &mut self.keys,
+        };
         parser.skip_ws();
-        parser.value(&mut self.out, 0)?;
+        parser.value(0)?;
         parser.skip_ws();
-        (parser.pos == text.len()).then_some(self.out.as_slice())
+        (parser.pos == body.len()).then_some(self.out.as_slice())
     }
 
     fn trim(&mut self) {
-        if self.out.capacity() > KEPT_CAPACITY || self.values.capacity() > KEPT_CAPACITY {
+        if self.out.capacity() > KEPT_CAPACITY
+            || self.moved.capacity() > KEPT_CAPACITY
+            || self.keys.capacity() > KEPT_CAPACITY
+        {
             *self = Self::default();
         }
         self.members.clear();
@@ -78,169 +92,187 @@ impl Scratch {
     }
 }
 
-/// A string the parser read: its bytes in the document when they need no
-/// decoding (no backslash), else decoded.
-enum Text {
-    Raw(Range<usize>),
-    Decoded(String),
+/// An object member as written in `out`: its key, and where the whole
+/// member (`"key":value`) starts and ends, relative to the object's start.
+#[derive(Clone, Copy)]
+struct Member {
+    key: Key,
+    text: (usize, usize),
 }
 
-impl Text {
-    fn get<'t>(&'t self, text: &'t str) -> &'t str {
-        match self {
-            Self::Raw(range) => &text[range.clone()],
-            Self::Decoded(decoded) => decoded,
-        }
-    }
+/// A member's key, decoded: a slice of the body when it has no escapes,
+/// else a range of the decoded keys.
+#[derive(Clone, Copy)]
+enum Key {
+    Raw(usize, usize),
+    Decoded(usize, usize),
+}
 
-    /// Writes it: a raw string has no backslash and no control character
-    /// (the parser refuses those), so nothing to escape.
-    fn write(&self, out: &mut Vec<u8>, text: &str) {
+impl Key {
+    fn get<'t>(self, body: &'t [u8], keys: &'t str) -> &'t [u8] {
         match self {
-            Self::Raw(range) => {
-                out.push(b'"');
-                out.extend_from_slice(&text.as_bytes()[range.clone()]);
-                out.push(b'"');
-            }
-            Self::Decoded(decoded) => write_string(out, decoded),
+            Self::Raw(start, end) => &body[start..end],
+            Self::Decoded(start, end) => &keys.as_bytes()[start..end],
         }
     }
 }
+
+/// Bytes that end the plain run of a string: the quote, a backslash, and
+/// the control characters JSON requires escaped.
+static STRING_STOP: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        table[byte] = true;
+        byte += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
 
 struct Parser<'a, 's> {
-    text: &'a str,
+    bytes: &'a [u8],
     pos: usize,
+    /// The canonical form, as written so far.
+    out: &'s mut Vec<u8>,
     /// The members of the objects being read, innermost last: each object
     /// uses the part above where it started (no buffer per object).
-    members: &'s mut Vec<(Text, Range<usize>)>,
-    /// Where an object's values wait while its members are written in key
-    /// order; used as a stack like `members`.
-    values: &'s mut Vec<u8>,
+    members: &'s mut Vec<Member>,
+    moved: &'s mut Vec<u8>,
+    keys: &'s mut String,
 }
 
 impl Parser<'_, '_> {
+    #[inline]
     fn peek(&self) -> Option<u8> {
-        self.text.as_bytes().get(self.pos).copied()
+        self.bytes.get(self.pos).copied()
     }
 
+    #[inline]
     fn skip_ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
             self.pos += 1;
         }
     }
 
+    #[inline]
     fn eat(&mut self, byte: u8) -> Option<()> {
         (self.peek()? == byte).then(|| self.pos += 1)
     }
 
-    fn value(&mut self, out: &mut Vec<u8>, depth: usize) -> Option<()> {
+    fn value(&mut self, depth: usize) -> Option<()> {
         match self.peek()? {
-            b'{' => self.object(out, depth + 1),
-            b'[' => self.array(out, depth + 1),
-            b'"' => {
-                let string = self.string()?;
-                string.write(out, self.text);
-                Some(())
-            }
-            b't' => self.literal(out, "true"),
-            b'f' => self.literal(out, "false"),
-            b'n' => self.literal(out, "null"),
-            _ => self.number(out),
+            b'{' => self.object(depth + 1),
+            b'[' => self.array(depth + 1),
+            b'"' => self.string().map(drop),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            _ => self.number(),
         }
     }
 
-    fn literal(&mut self, out: &mut Vec<u8>, word: &str) -> Option<()> {
-        self.text[self.pos..].starts_with(word).then_some(())?;
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        self.bytes[self.pos..].starts_with(word).then_some(())?;
         self.pos += word.len();
-        out.extend_from_slice(word.as_bytes());
+        self.out.extend_from_slice(word);
         Some(())
     }
 
-    fn object(&mut self, out: &mut Vec<u8>, depth: usize) -> Option<()> {
+    /// Writes the members as they come, then, unless their keys already
+    /// come in order, lays them out again in key order.
+    fn object(&mut self, depth: usize) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;
         }
-        self.eat(b'{')?;
-        // Each value is written at the end of `out` as it is read, then the
-        // members are laid out again in key order.
-        let start = out.len();
+        self.pos += 1; // `{`
+        let start = self.out.len();
+        self.out.push(b'{');
         let first = self.members.len();
+        let mut sorted = true;
         self.skip_ws();
         if self.eat(b'}').is_none() {
             loop {
                 self.skip_ws();
+                let from = self.out.len() - start;
+                if self.peek()? != b'"' {
+                    return None;
+                }
                 let key = self.string()?;
                 self.skip_ws();
                 self.eat(b':')?;
+                self.out.push(b':');
                 self.skip_ws();
-                let from = out.len() - start;
-                self.value(out, depth)?;
-                self.members.push((key, from..out.len() - start));
+                self.value(depth)?;
+                if let Some(last) = self.members[first..].last() {
+                    sorted &= last.key.get(self.bytes, self.keys) <= key.get(self.bytes, self.keys);
+                }
+                self.members.push(Member { key, text: (from, self.out.len() - start) });
                 self.skip_ws();
                 if self.eat(b',').is_none() {
                     self.eat(b'}')?;
                     break;
                 }
+                self.out.push(b',');
             }
         }
-        let base = self.values.len();
-        self.values.extend_from_slice(&out[start..]);
-        out.truncate(start);
-        let text = self.text;
-        let members = &mut self.members[first..];
-        // Stable: members with equal keys keep their relative order.
-        if !members.is_sorted_by(|a, b| a.0.get(text) <= b.0.get(text)) {
-            members.sort_by(|a, b| a.0.get(text).cmp(b.0.get(text)));
-        }
-        out.push(b'{');
-        for (index, (key, value)) in members.iter().enumerate() {
-            if index > 0 {
-                out.push(b',');
+        if !sorted {
+            let (bytes, keys) = (self.bytes, &*self.keys);
+            let members = &mut self.members[first..];
+            // Stable: members with equal keys keep their relative order.
+            members.sort_by(|a, b| a.key.get(bytes, keys).cmp(b.key.get(bytes, keys)));
+            let base = self.moved.len();
+            self.moved.extend_from_slice(&self.out[start..]);
+            self.out.truncate(start + 1);
+            for (index, member) in members.iter().enumerate() {
+                if index > 0 {
+                    self.out.push(b',');
+                }
+                self.out.extend_from_slice(&self.moved[base + member.text.0..base + member.text.1]);
             }
-            key.write(out, text);
-            out.push(b':');
-            out.extend_from_slice(&self.values[base + value.start..base + value.end]);
+            self.moved.truncate(base);
         }
-        out.push(b'}');
+        self.out.push(b'}');
         self.members.truncate(first);
-        self.values.truncate(base);
         Some(())
     }
 
-    fn array(&mut self, out: &mut Vec<u8>, depth: usize) -> Option<()> {
+    fn array(&mut self, depth: usize) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;
         }
-        self.eat(b'[')?;
-        out.push(b'[');
+        self.pos += 1; // `[`
+        self.out.push(b'[');
         self.skip_ws();
         if self.eat(b']').is_none() {
             loop {
                 self.skip_ws();
-                self.value(out, depth)?;
+                self.value(depth)?;
                 self.skip_ws();
                 if self.eat(b',').is_none() {
                     self.eat(b']')?;
                     break;
                 }
-                out.push(b',');
+                self.out.push(b',');
             }
         }
-        out.push(b']');
+        self.out.push(b']');
         Some(())
     }
 
-    /// A JSON string token, decoded (escapes resolved). Strings without a
-    /// backslash stay where they are; the others go through serde_json.
-    fn string(&mut self) -> Option<Text> {
+    /// Reads a JSON string token and writes it in canonical form: as it
+    /// is when it has no escapes (nothing in it needs one), else decoded
+    /// (by serde_json) and escaped again the way serde_json escapes.
+    /// Answers its decoded contents, as a key.
+    fn string(&mut self) -> Option<Key> {
         let start = self.pos;
-        self.eat(b'"')?;
-        let bytes = self.text.as_bytes();
+        self.pos += 1; // `"`
         let mut escaped = false;
         loop {
-            let rest = bytes.get(self.pos..)?;
-            self.pos += rest.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
-            match bytes[self.pos] {
+            let rest = self.bytes.get(self.pos..)?;
+            self.pos += rest.iter().position(|&b| STRING_STOP[usize::from(b)])?;
+            match self.bytes[self.pos] {
                 b'"' => break,
                 b'\\' => {
                     escaped = true;
@@ -251,16 +283,20 @@ impl Parser<'_, '_> {
             }
         }
         self.pos += 1;
-        let token = self.text.get(start..self.pos)?;
-        if escaped {
-            serde_json::from_str::<String>(token).ok().map(Text::Decoded)
-        } else {
-            Some(Text::Raw(start + 1..self.pos - 1))
+        let token = &self.bytes[start..self.pos];
+        if !escaped {
+            self.out.extend_from_slice(token);
+            return Some(Key::Raw(start + 1, self.pos - 1));
         }
+        let decoded = serde_json::from_slice::<String>(token).ok()?;
+        write_string(self.out, &decoded);
+        let from = self.keys.len();
+        self.keys.push_str(&decoded);
+        Some(Key::Decoded(from, self.keys.len()))
     }
 
     /// A JSON number, validated against the grammar and copied verbatim.
-    fn number(&mut self, out: &mut Vec<u8>) -> Option<()> {
+    fn number(&mut self) -> Option<()> {
         let start = self.pos;
         let _ = self.eat(b'-');
         match self.peek()? {
@@ -280,10 +316,11 @@ impl Parser<'_, '_> {
             self.peek().filter(u8::is_ascii_digit)?;
             self.digits();
         }
-        out.extend_from_slice(&self.text.as_bytes()[start..self.pos]);
+        self.out.extend_from_slice(&self.bytes[start..self.pos]);
         Some(())
     }
 
+    #[inline]
     fn digits(&mut self) {
         while self.peek().is_some_and(|b| b.is_ascii_digit()) {
             self.pos += 1;

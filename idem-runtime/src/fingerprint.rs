@@ -252,6 +252,27 @@ mod tests {
         assert_eq!(with.to_hex(), "b71aeab4679ef01a27229262fdfbdc53acec3c70b922c9faf1917383b64484cb");
     }
 
+    /// Long fields and large bodies hash as their length-prefixed bytes.
+    #[test]
+    fn long_fields_hash_as_fed_one_by_one() {
+        let reference = |fields: &[&[u8]]| {
+            let mut hasher = Sha256::new();
+            for field in fields {
+                hasher.update((field.len() as u64).to_be_bytes());
+                hasher.update(field);
+            }
+            hex::encode(hasher.finalize())
+        };
+        for (path, body) in [(200, 10), (250, 300), (300, 1000), (40, 255), (1, 5000)] {
+            let path = format!("/{}", "p".repeat(path));
+            let body = vec![b'x'; body];
+            let fp = Fingerprint::of(&parts(&path, "q=1", Some("text/plain"), &body));
+            let fields: [&[u8]; 7] =
+                [b"idem-fingerprint-v1", b"POST", path.as_bytes(), b"q=1", b"raw", b"text/plain", &body];
+            assert_eq!(fp.to_hex(), reference(&fields), "path {} body {}", path.len(), body.len());
+        }
+    }
+
     #[test]
     fn invalid_json_falls_back_to_raw_bytes() {
         let ct = Some("application/json");

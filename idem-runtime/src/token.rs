@@ -6,15 +6,18 @@ use std::fmt;
 /// Tokens drawn per system call.
 const BATCH: usize = 32;
 
-/// A thread's batch of random bytes, and the process it was drawn in.
+/// A thread's batch of random bytes, and what tells whether the process
+/// forked since it was drawn.
 struct Batch {
     bytes: [u8; BATCH * 16],
     next: usize,
-    pid: u32,
+    /// Set when the batch is drawn; `pthread_atfork` behind it, so that
+    /// checking costs an atomic load, not a `getpid` system call.
+    fork: Option<forkguard::Guard>,
 }
 
 thread_local! {
-    static BATCH_OF_THREAD: RefCell<Batch> = const { RefCell::new(Batch { bytes: [0; BATCH * 16], next: BATCH, pid: 0 }) };
+    static BATCH_OF_THREAD: RefCell<Batch> = const { RefCell::new(Batch { bytes: [0; BATCH * 16], next: BATCH, fork: None }) };
 }
 
 /// An opaque, unguessable proof of ownership of an in-flight record.
@@ -32,12 +35,12 @@ impl FencingToken {
     pub fn generate() -> Self {
         BATCH_OF_THREAD.with(|batch| {
             let mut batch = batch.borrow_mut();
-            let pid = std::process::id();
-            if batch.next == BATCH || batch.pid != pid {
+            let forked = batch.fork.as_mut().is_none_or(forkguard::Guard::detected_fork);
+            if batch.next == BATCH || forked {
                 // The OS random source failing is not something a request can recover from.
                 getrandom::fill(&mut batch.bytes).expect("the operating system's random source failed");
                 batch.next = 0;
-                batch.pid = pid;
+                batch.fork.get_or_insert_with(forkguard::new);
             }
             let at = batch.next * 16;
             batch.next += 1;

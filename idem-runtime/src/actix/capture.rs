@@ -46,11 +46,16 @@ impl Captured {
         response.headers_mut().remove(REPLAYED_HEADER);
         let status = response.status();
         let headers = response.headers().iter().map(|(n, v)| (n.clone(), v.clone())).collect();
-        let mut body = response.into_body();
-        let mut read = BytesMut::new();
+        let body = response.into_body();
         if matches!(body.size(), BodySize::Sized(size) if size > limit as u64) {
             return Self { status, headers, body: Body::Overflow { head: Bytes::new(), rest: body }, retryable };
         }
+        // A body already in memory (most are) is kept as it is, not copied.
+        let mut body = match body.try_into_bytes() {
+            Ok(bytes) => return Self { status, headers, body: Body::Whole(bytes), retryable },
+            Err(body) => body,
+        };
+        let mut read = BytesMut::new();
         let body = loop {
             match poll_fn(|cx| Pin::new(&mut body).poll_next(cx)).await {
                 None => break Body::Whole(read.freeze()),

@@ -85,7 +85,11 @@ impl Running {
 
 impl Drop for RunningGuard {
     fn drop(&mut self) {
-        if self.running.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+        // Only a drain waits for the count to reach zero, and it sets
+        // `draining` before it reads the count: an execution that ends
+        // unseen by it finds the flag set here (both sequentially
+        // consistent), so no wake-up is lost, and none is paid outside one.
+        if self.running.count.fetch_sub(1, Ordering::SeqCst) == 1 && self.running.draining.load(Ordering::SeqCst) {
             self.running.idle.notify_waiters();
         }
     }
