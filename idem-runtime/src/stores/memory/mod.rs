@@ -222,9 +222,12 @@ impl MemoryStore {
                 return None;
             }
             let token = FencingToken::generate();
+            let earlier = expires_at < entry.expires_at;
             entry.expires_at = expires_at;
             entry.state = State::InFlight { token, lease_until };
-            shard.index(*key.digest(), expires_at);
+            if earlier {
+                shard.index(*key.digest(), expires_at);
+            }
             drop(shard);
             self.sweep_beside(key, now);
             self.has_room();
@@ -288,20 +291,17 @@ impl Store for MemoryStore {
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
         let now = Instant::now();
         let mut shard = self.shard(key).lock();
-        let moved = match shard.records.get_mut(key.digest()) {
+        match shard.records.get_mut(key.digest()) {
             Some(entry) if entry.owned_by(token, now) => {
                 let lease_until = deadline(now, lease);
                 entry.state = State::InFlight { token, lease_until };
-                let moved = lease_until > entry.expires_at;
+                // Only ever later: the record's index entry comes up first,
+                // and moves it then (see `Shard::free_expired`).
                 entry.expires_at = entry.expires_at.max(lease_until);
-                moved.then_some(entry.expires_at)
+                Ok(Fence::Held)
             }
-            _ => return Ok(Fence::Lost),
-        };
-        if let Some(at) = moved {
-            shard.index(*key.digest(), at);
+            _ => Ok(Fence::Lost),
         }
-        Ok(Fence::Held)
     }
 
     async fn complete(
@@ -347,10 +347,22 @@ impl Store for MemoryStore {
         if size <= RESERVED {
             self.totals.free(RESERVED - size, false);
         }
-        entry.state = State::Completed { response: response.clone() };
-        entry.expires_at = deadline(now, ttl);
-        let expires_at = entry.expires_at;
-        shard.index(*key.digest(), expires_at);
+        // The body copied: the caller's may be a slice of a larger buffer,
+        // or carry spare capacity, which the bound would not count.
+        let kept = StoredResponse {
+            status: response.status,
+            headers: response.headers.clone(),
+            body: bytes::Bytes::copy_from_slice(&response.body),
+        };
+        entry.state = State::Completed { response: kept };
+        let expires_at = deadline(now, ttl);
+        // A later end (the usual case) waits for the record's index entry
+        // to come up; an earlier one is indexed now.
+        let earlier = expires_at < entry.expires_at;
+        entry.expires_at = expires_at;
+        if earlier {
+            shard.index(*key.digest(), expires_at);
+        }
         shard.free_expired(now, FREE_PER_CALL, &self.totals);
         drop(shard);
         self.sweep_beside(key, now);

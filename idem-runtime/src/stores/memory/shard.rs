@@ -121,8 +121,12 @@ impl Entry {
 #[derive(Debug, Default)]
 pub(super) struct Shard {
     pub(super) records: HashMap<Key, Entry>,
-    /// Every record's end, soonest first. An entry whose record has moved
-    /// its end (or is gone) is stale and skipped when it comes up.
+    /// Records' ends, soonest first. Every record has an entry at or
+    /// before its end: a record that moved its end later keeps its entry,
+    /// which moves when it comes up (one entry per record, pushed once in
+    /// the common life of a record: claimed, then completed); an earlier
+    /// end gets an entry of its own. An entry whose record is gone is
+    /// stale and skipped.
     pub(super) deadlines: BinaryHeap<Reverse<(Instant, Key)>>,
 }
 
@@ -134,27 +138,34 @@ impl Shard {
         }
     }
 
-    /// Frees up to `batch` records whose end has come, soonest first.
+    /// Frees up to `batch` records whose end has come, soonest first
+    /// (looking at no more than four times as many index entries).
     pub(super) fn free_expired(&mut self, now: Instant, batch: usize, totals: &Totals) -> u64 {
         let mut freed = 0;
-        while freed < batch as u64 {
+        let mut looks = batch.saturating_mul(4);
+        while freed < batch as u64 && looks > 0 {
+            looks -= 1;
             match self.deadlines.peek() {
                 Some(Reverse((at, _))) if *at <= now => {}
                 _ => break,
             }
-            let Some(Reverse((at, key))) = self.deadlines.pop() else { break };
-            // Only the index entry of the record's current end frees it.
-            if self.records.get(&key).is_some_and(|entry| entry.expires_at == at) {
-                self.remove(&key, totals);
-                freed += 1;
+            let Some(Reverse((_, key))) = self.deadlines.pop() else { break };
+            match self.records.get(&key).map(|entry| entry.expires_at) {
+                Some(end) if end <= now => {
+                    self.remove(&key, totals);
+                    freed += 1;
+                }
+                // The record moved its end later: its entry moves with it.
+                Some(end) => self.deadlines.push(Reverse((end, key))),
+                None => {}
             }
         }
         freed
     }
 
     /// Records `key`'s new end in the index (and rebuilds the index when
-    /// stale entries pile up: one key claimed, released and claimed again
-    /// adds one each time).
+    /// stale entries pile up: a record freed on access, not through its
+    /// entry, leaves that entry behind).
     pub(super) fn index(&mut self, key: Key, at: Instant) {
         self.deadlines.push(Reverse((at, key)));
         if self.deadlines.len() > 2 * self.records.len() + STALE_SLACK {

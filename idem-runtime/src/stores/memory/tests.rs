@@ -114,3 +114,27 @@ async fn stale_index_entries_never_free_a_live_record() {
         Ok(Claim::Replay(_))
     ));
 }
+
+#[tokio::test]
+async fn a_record_whose_end_moved_is_freed_at_its_new_end() {
+    let store = MemoryStore::new();
+    let (later, earlier) = (key(2), key(3));
+    for (k, claim_ttl, ttl) in [(&later, 30, 150), (&earlier, 2_000, 40)] {
+        let Claim::Acquired { token, .. } =
+            store.claim(k, &fingerprint(), Duration::from_millis(20), Duration::from_millis(claim_ttl)).await.unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(store.complete(k, token, &response(), Duration::from_millis(ttl)).await.unwrap(), Fence::Held);
+    }
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    // The earlier end was indexed; the later one waits for the claim's entry, then moves.
+    assert_eq!(store.purge_expired(100).await.unwrap(), 1, "the record whose end came earlier is freed at it");
+    assert_eq!(store.len(), 1);
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert_eq!(store.purge_expired(100).await.unwrap(), 1, "the record whose end moved later is freed at it");
+    assert!(store.is_empty());
+    // Only the claim-time entry of the record freed early is left, until its time.
+    let index: usize = store.shards.iter().map(|shard| shard.lock().deadlines.len()).sum();
+    assert_eq!(index, 1);
+}
