@@ -36,19 +36,33 @@ pub(crate) async fn buffer(req: &HttpRequest, mut payload: Payload, limit: usize
     // Trust a declared length only so far: a client that declares 1 MiB and
     // then trickles must not pin 1 MiB per connection up front.
     let capacity = declared.map_or(0, |l| l.min(INITIAL_CAPACITY) as usize);
-    let mut body = BytesMut::with_capacity(capacity);
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|error| {
-            let status = error.status_code();
-            let detail = format!("the request body could not be read: {error}");
-            let mut response = problem::response(ProblemKind::InvalidBody, &detail);
-            *response.status_mut() = status;
-            response
-        })?;
+    let unreadable = |error: actix_web::error::PayloadError| {
+        let status = error.status_code();
+        let detail = format!("the request body could not be read: {error}");
+        let mut response = problem::response(ProblemKind::InvalidBody, &detail);
+        *response.status_mut() = status;
+        response
+    };
+    // A body that comes in one chunk (most small ones) is that chunk, not
+    // a copy of it.
+    let first = match payload.next().await {
+        None => return Ok(Bytes::new()),
+        Some(chunk) => chunk.map_err(unreadable)?,
+    };
+    if first.len() > limit {
+        return Err(too_large(&format!("more than {}", first.len())));
+    }
+    let Some(second) = payload.next().await else { return Ok(first) };
+    let mut body = BytesMut::with_capacity(capacity.max(first.len()));
+    body.extend_from_slice(&first);
+    let mut next = Some(second);
+    while let Some(chunk) = next {
+        let chunk = chunk.map_err(unreadable)?;
         if body.len() + chunk.len() > limit {
             return Err(too_large(&format!("more than {}", body.len() + chunk.len())));
         }
         body.extend_from_slice(&chunk);
+        next = payload.next().await;
     }
     Ok(body.freeze())
 }

@@ -175,13 +175,14 @@ pub(crate) fn problem_record(kind: ProblemKind, detail: &str) -> StoredResponse 
     }
 }
 
-/// A stored response, replayed with `Idempotent-Replayed: true`.
-pub(crate) fn replay(stored: &StoredResponse) -> HttpResponse {
+/// A stored response, replayed with `Idempotent-Replayed: true`. Its
+/// header values and body become the response's without a copy.
+pub(crate) fn replay(stored: StoredResponse) -> HttpResponse {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = HttpResponse::build(status).body(stored.body.clone());
+    let mut response = HttpResponse::build(status).body(stored.body);
     let headers = response.headers_mut();
-    for (name, value) in &stored.headers {
-        match (HeaderName::try_from(name.as_str()), HeaderValue::from_bytes(value)) {
+    for (name, value) in stored.headers {
+        match (HeaderName::try_from(name.as_str()), HeaderValue::from_maybe_shared(Bytes::from(value))) {
             (Ok(name), Ok(value)) => headers.append(name, value),
             _ => tracing::warn!(header = %name, "skipping an unreadable stored header"),
         }

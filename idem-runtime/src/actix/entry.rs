@@ -199,7 +199,7 @@ where
         match claim {
             Claim::Replay(stored) => {
                 count(&route, Outcome::Replayed);
-                return replay(&stored);
+                return replay(stored);
             }
             Claim::Mismatch => {
                 count(&route, Outcome::Mismatch);
