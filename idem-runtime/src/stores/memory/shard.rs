@@ -138,13 +138,12 @@ impl Shard {
         }
     }
 
-    /// Frees up to `batch` records whose end has come, soonest first
-    /// (looking at no more than four times as many index entries).
+    /// Frees up to `batch` records whose end has come, soonest first. An
+    /// entry moved on (its record's end is later) does not count: it
+    /// comes up again only at that end, so each is looked at once.
     pub(super) fn free_expired(&mut self, now: Instant, batch: usize, totals: &Totals) -> u64 {
         let mut freed = 0;
-        let mut looks = batch.saturating_mul(4);
-        while freed < batch as u64 && looks > 0 {
-            looks -= 1;
+        while freed < batch as u64 {
             match self.deadlines.peek() {
                 Some(Reverse((at, _))) if *at <= now => {}
                 _ => break,

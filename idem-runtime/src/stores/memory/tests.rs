@@ -138,3 +138,28 @@ async fn a_record_whose_end_moved_is_freed_at_its_new_end() {
     let index: usize = store.shards.iter().map(|shard| shard.lock().deadlines.len()).sum();
     assert_eq!(index, 1);
 }
+
+/// Entries of live records that come up first (completed with a longer
+/// TTL than their claim's) move on without using up a purge's batch: an
+/// expired record behind them is still freed.
+#[tokio::test]
+async fn entries_that_move_on_do_not_use_up_a_purge() {
+    let store = MemoryStore::new();
+    // Five keys of one shard.
+    let shard_of = |k: &StorageKey| usize::from(k.digest()[0]) % MemoryStore::SHARDS;
+    let first = key(0);
+    let keys: Vec<_> = (0..).map(key).filter(|k| shard_of(k) == shard_of(&first)).take(5).collect();
+    for k in &keys[..4] {
+        let Claim::Acquired { token, .. } =
+            store.claim(k, &fingerprint(), Duration::from_millis(10), Duration::from_millis(10)).await.unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(store.complete(k, token, &response(), Duration::from_secs(10)).await.unwrap(), Fence::Held);
+    }
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let _ = store.claim(&keys[4], &fingerprint(), Duration::from_millis(1), Duration::from_millis(13)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    assert_eq!(store.purge_expired(1).await.unwrap(), 1, "the expired record is freed");
+    assert_eq!(store.len(), 4);
+}
