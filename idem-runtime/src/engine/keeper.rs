@@ -214,13 +214,9 @@ async fn run(inbox: Arc<Inbox>) {
         // under load the keeper looks once a second (or every batch)
         // instead of once per lease handed over after an empty pass.
         let idle = now + IDLE_LOOK;
-        wake = kept
-            .values()
-            .filter(|k| !k.renewing)
-            .map(|k| k.due)
-            .chain(kept.values().map(|k| k.state.deadline()))
-            .min()
-            .map_or(Some(idle), |at| Some(at.min(idle)));
+        let soonest =
+            kept.values().filter(|k| !k.renewing).map(|k| k.due).chain(kept.values().map(|k| k.state.deadline())).min();
+        wake = Some(soonest.map_or(idle, |at| at.min(idle)));
         // Published under the inbox's lock: a lease handed over after this
         // is compared with this wake-up; one handed over before it is still
         // in the list, and is taken at once.

@@ -3,6 +3,7 @@
 //! repeated with its own token still owns the key, a completion repeated
 //! with its token and response is still held; anything else is refused.
 
+use idem_runtime::RedisStore;
 use idem_runtime::store::testing::{fingerprint, fresh_key, response};
 use idem_runtime::store::{Claim, Fence, FencingToken, Store};
 use idem_tests::backend::{redis_store, url};
@@ -25,9 +26,12 @@ async fn claim(connection: &mut redis::aio::MultiplexedConnection, key: &str, to
         .expect("EVAL claim.lua")
 }
 
-/// A plain connection to the shared Redis.
-async fn plain(url: String) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.expect("connecting to Redis")
+/// The shared Redis's store and a plain connection to it, or `None` when
+/// the test is skipped (no server outside `scripts/test`).
+async fn shared(test: &str) -> Option<(RedisStore, redis::aio::MultiplexedConnection)> {
+    let (Some(url), Some(store)) = (url("IDEM_REDIS_URL", test), redis_store(test).await) else { return None };
+    let client = redis::Client::open(url).unwrap();
+    Some((store, client.get_multiplexed_async_connection().await.expect("connecting to Redis")))
 }
 
 /// Claims a fresh `key` through the store and returns its token.
@@ -40,9 +44,9 @@ async fn acquire(store: &impl Store, key: &idem_runtime::store::StorageKey) -> F
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claim_sent_again_with_its_own_token_still_owns_the_key() {
-    let test = "a_claim_sent_again_with_its_own_token_still_owns_the_key";
-    let (Some(url), Some(store)) = (url("IDEM_REDIS_URL", test), redis_store(test).await) else { return };
-    let mut connection = plain(url).await;
+    let Some((store, mut connection)) = shared("a_claim_sent_again_with_its_own_token_still_owns_the_key").await else {
+        return;
+    };
     let key = fresh_key();
     let record = store.record_key(&key);
     let token = FencingToken::generate().to_bytes();
@@ -62,9 +66,7 @@ const LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claim_sent_again_keeps_its_attempt() {
-    let test = "a_claim_sent_again_keeps_its_attempt";
-    let (Some(url), Some(store)) = (url("IDEM_REDIS_URL", test), redis_store(test).await) else { return };
-    let mut connection = plain(url).await;
+    let Some((store, mut connection)) = shared("a_claim_sent_again_keeps_its_attempt").await else { return };
     let key = fresh_key();
     let first = acquire(&store, &key).await;
     assert_eq!(store.release(&key, first).await.unwrap(), Fence::Held);
@@ -77,9 +79,9 @@ async fn a_claim_sent_again_keeps_its_attempt() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_completion_sent_again_keeps_a_record_without_expiry() {
-    let test = "a_completion_sent_again_keeps_a_record_without_expiry";
-    let (Some(url), Some(store)) = (url("IDEM_REDIS_URL", test), redis_store(test).await) else { return };
-    let mut connection = plain(url).await;
+    let Some((store, mut connection)) = shared("a_completion_sent_again_keeps_a_record_without_expiry").await else {
+        return;
+    };
     let key = fresh_key();
     let token = acquire(&store, &key).await;
     assert_eq!(store.complete(&key, token, &response(b"done"), LEASE).await.unwrap(), Fence::Held);
