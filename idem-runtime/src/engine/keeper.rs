@@ -6,14 +6,20 @@
 //! living there, and so would every handler sharing that worker. The keeper
 //! runs elsewhere: a blocked worker keeps its leases. Renewals of one store
 //! go out together, one [`Store::renew_many`] call per batch (one round trip
-//! on Redis and Postgres), so the cost per request is a push on a list, not
-//! a task and a timer.
+//! on Redis and Postgres), so the cost per request is a place in a list,
+//! not a task and a timer.
+//!
+//! The list holds the live leases only: the holder takes its lease out when
+//! it is done, so a lease is freed on the thread that made it. (Freed by the
+//! keeper, thousands at a time, they made the workers wait for their own
+//! allocator.) The keeper looks through the list when it wakes up, and
+//! keeps a lease only while a renewal is on its way.
 //!
 //! Handing a lease over wakes the keeper only when it would otherwise
-//! sleep past the lease's first renewal (or when the list holds a batch's
-//! worth). It never sleeps longer than a second, so under load leases that
-//! end before their first renewal never wake it (with the default 30 s
-//! lease), and a request costs no thread switch.
+//! sleep past the lease's first renewal. It never sleeps longer than a
+//! second, so under load leases that end before their first renewal never
+//! wake it (with the default 30 s lease), and a request costs no thread
+//! switch.
 //!
 //! Schedule: a lease is renewed a third of the way through, counted from
 //! when its last confirmed claim or renewal was *sent*; a lease due soon is
@@ -36,28 +42,27 @@ use super::lease::LeaseState;
 use crate::observe::store_call;
 use crate::store::{Fence, Renewal, StoreError};
 
-/// The keeper's inbox, started with the first lease.
+/// The keeper's list of leases, started with the first lease.
 static KEEPER: OnceLock<Keeper> = OnceLock::new();
 
-/// The keeper's inbox and its runtime.
+/// The keeper's list and its runtime.
 struct Keeper {
-    inbox: Arc<Inbox>,
+    shared: Arc<Shared>,
     runtime: tokio::runtime::Handle,
 }
 
-/// Leases handed over and not yet taken by the keeper, and when it means to
-/// wake up next.
+/// What the holders and the keeper share.
 #[derive(Default)]
-struct Inbox {
-    state: Mutex<InboxState>,
+struct Shared {
+    leases: Mutex<Leases>,
     /// Wakes the keeper (a permit is kept if it is not waiting).
     wake_up: Notify,
     /// The keeper thread has ended (it panicked): nothing renews.
     stopped: AtomicBool,
 }
 
-/// Marks the inbox stopped when the keeper thread ends, however it ends.
-struct Stopped(Arc<Inbox>);
+/// Marks the keeper stopped when its thread ends, however it ends.
+struct Stopped(Arc<Shared>);
 
 impl Drop for Stopped {
     fn drop(&mut self) {
@@ -65,41 +70,70 @@ impl Drop for Stopped {
     }
 }
 
+/// Every live lease of the process, and when the keeper means to wake up
+/// next.
 #[derive(Default)]
-struct InboxState {
-    leases: Vec<Arc<LeaseState>>,
+struct Leases {
+    /// A lease per slot, from [`keep`] until its holder calls [`forget`].
+    slots: Vec<Option<Arc<LeaseState>>>,
+    /// Empty slots, taken before the list grows.
+    vacant: Vec<usize>,
     /// The keeper's next wake-up (at most a second ahead once it has run).
     wake: Option<Instant>,
 }
 
-/// Leases that wake the keeper whatever their schedule, so that leases
-/// that ended are freed in batches.
-const INBOX_BATCH: usize = 4096;
+/// A lease's place in the keeper's list, held by the lease's holder.
+pub(crate) struct Slot(usize);
 
 /// Longest the keeper sleeps, even with no lease to renew.
 const IDLE_LOOK: Duration = Duration::from_secs(1);
 
-/// Hands a lease to the keeper, starting it on first use.
-pub(crate) fn keep(lease: Arc<LeaseState>) {
+/// Hands a lease to the keeper, starting it on first use. The holder gives
+/// the slot back with [`forget`] when it is done with the lease. `None` if
+/// the keeper has stopped.
+pub(crate) fn keep(lease: &Arc<LeaseState>) -> Option<Slot> {
     let keeper = KEEPER.get_or_init(start);
-    if keeper.inbox.stopped.load(Ordering::Acquire) {
+    if keeper.shared.stopped.load(Ordering::Acquire) {
         // Nothing renews: the lease ends at its deadline and the
         // completion is refused by its fence.
         tracing::error!("the idempotency lease keeper is not running; this lease will not be renewed");
-        return;
+        return None;
     }
-    let due = first_renewal(&lease);
-    let mut inbox = keeper.inbox.state.lock();
-    inbox.leases.push(lease);
-    let wake = inbox.wake.is_none_or(|wake| due < wake) || inbox.leases.len().is_multiple_of(INBOX_BATCH);
+    let due = lease.next_renewal();
+    let mut leases = keeper.shared.leases.lock();
+    let slot = match leases.vacant.pop() {
+        Some(slot) => {
+            leases.slots[slot] = Some(Arc::clone(lease));
+            slot
+        }
+        None => {
+            leases.slots.push(Some(Arc::clone(lease)));
+            leases.slots.len() - 1
+        }
+    };
+    let wake = leases.wake.is_none_or(|wake| due < wake);
     if wake {
         // Later leases need not wake it again before it has looked.
-        inbox.wake = Some(Instant::now());
+        leases.wake = Some(Instant::now());
     }
-    drop(inbox);
+    drop(leases);
     if wake {
-        keeper.inbox.wake_up.notify_one();
+        keeper.shared.wake_up.notify_one();
     }
+    Some(Slot(slot))
+}
+
+/// Takes a lease out of the keeper's list: its holder is done with it. The
+/// list's reference is dropped here, on the holder's thread.
+pub(crate) fn forget(slot: Slot) {
+    let Some(keeper) = KEEPER.get() else { return };
+    let lease = {
+        let mut leases = keeper.shared.leases.lock();
+        let lease = leases.slots[slot.0].take();
+        leases.vacant.push(slot.0);
+        lease
+    };
+    drop(lease);
 }
 
 /// Runs `work` on the keeper's runtime, apart from the application's
@@ -117,8 +151,8 @@ pub(crate) fn spawn_joined<T: Send + 'static>(
 }
 
 fn start() -> Keeper {
-    let inbox = Arc::new(Inbox::default());
-    let leases = Arc::clone(&inbox);
+    let shared = Arc::new(Shared::default());
+    let leases = Arc::clone(&shared);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("idem-lease-keeper")
@@ -132,101 +166,77 @@ fn start() -> Keeper {
             runtime.block_on(run(leases));
         })
         .expect("starting the lease keeper thread");
-    Keeper { inbox, runtime: handle }
+    Keeper { shared, runtime: handle }
 }
 
-/// A lease as the keeper tracks it.
-struct Kept {
-    state: Arc<LeaseState>,
-    /// When to renew next.
-    due: Instant,
-    /// A renewal is on its way.
-    renewing: bool,
+/// How early a lease may be renewed to join a batch.
+fn slack(lease: &LeaseState) -> Duration {
+    lease.lease / 6
 }
 
-/// When a lease is renewed next: a third of the way through.
-fn first_renewal(state: &LeaseState) -> Instant {
-    state.confirmed_sent() + state.lease / 3
-}
-
-impl Kept {
-    fn new(state: Arc<LeaseState>) -> Self {
-        let due = first_renewal(&state);
-        Self { state, due, renewing: false }
-    }
-
-    /// How early a lease may be renewed to join a batch.
-    fn slack(&self) -> Duration {
-        self.state.lease / 6
-    }
-
-    fn after_failure(&self) -> Duration {
-        (self.state.lease / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
-    }
+/// When a failed renewal is tried again.
+fn after_failure(lease: &LeaseState) -> Duration {
+    (lease.lease / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
 }
 
 /// The answer to one batch of renewals.
 struct Answer {
-    ids: Vec<u64>,
+    leases: Vec<Arc<LeaseState>>,
     sent: Instant,
     answered: Instant,
     fences: Result<Vec<Fence>, StoreError>,
 }
 
-async fn run(inbox: Arc<Inbox>) {
-    let mut kept: HashMap<u64, Kept> = HashMap::new();
-    let mut next_id = 0u64;
+async fn run(shared: Arc<Shared>) {
     let (answers_tx, mut answers) = unbounded_channel::<Answer>();
     let mut wake: Option<Instant> = None;
     loop {
         tokio::select! {
-            () = inbox.wake_up.notified() => {}
-            Some(answer) = answers.recv() => apply(&mut kept, answer),
+            () = shared.wake_up.notified() => {}
+            Some(answer) = answers.recv() => apply(answer),
             () = sleep_until(wake) => {}
         }
-        // Taken under the lock, filed after it: handing over never waits
-        // for the filing.
-        let handed_over = std::mem::take(&mut inbox.state.lock().leases);
-        for lease in handed_over {
-            kept.insert(next_id, Kept::new(lease));
-            next_id += 1;
-        }
         let now = Instant::now();
-        kept.retain(|_, k| {
-            if k.state.is_done() {
-                return false;
-            }
-            if now >= k.state.deadline() {
-                // Lost whether or not a renewal is on its way: a late
-                // confirmation cannot bring it back (see `lease.rs`).
-                k.state.lose();
-                if !k.renewing {
-                    tracing::warn!(key = %k.state.key.hash_tag(), "a lease ran out before a renewal could be confirmed");
-                }
-                return false;
-            }
-            true
-        });
-        renew_due(&mut kept, now, &answers_tx);
         // Never later than a second from now, even with nothing kept: a
         // lease handed over meanwhile whose first renewal is due after that
         // (most: a third of 30 s by default) then needs no wake-up, and
-        // under load the keeper looks once a second (or every batch)
-        // instead of once per lease handed over after an empty pass.
-        let idle = now + IDLE_LOOK;
-        let soonest =
-            kept.values().filter(|k| !k.renewing).map(|k| k.due).chain(kept.values().map(|k| k.state.deadline())).min();
-        wake = Some(soonest.map_or(idle, |at| at.min(idle)));
-        // Published under the inbox's lock: a lease handed over after this
-        // is compared with this wake-up; one handed over before it is still
-        // in the list, and is taken at once.
-        let mut state = inbox.state.lock();
-        if state.leases.is_empty() {
-            state.wake = wake;
-        } else {
-            drop(state);
-            inbox.wake_up.notify_one();
+        // under load the keeper looks once a second instead of once per
+        // lease handed over after an empty pass.
+        let mut soonest = now + IDLE_LOOK;
+        let mut due = Vec::new();
+        {
+            // One look under the lock, short (the live leases only), so
+            // that a lease handed over during it is in it, and one handed
+            // over after it compares with this wake-up.
+            let mut leases = shared.leases.lock();
+            for lease in leases.slots.iter().flatten() {
+                if lease.is_done() || lease.is_lost() {
+                    continue;
+                }
+                let mut plan = lease.plan.lock();
+                let deadline = lease.deadline();
+                if now >= deadline {
+                    // Lost whether or not a renewal is on its way: a late
+                    // confirmation cannot bring it back (see `lease.rs`).
+                    lease.lose();
+                    if !plan.renewing {
+                        tracing::warn!(key = %lease.key.hash_tag(), "a lease ran out before a renewal could be confirmed");
+                    }
+                    continue;
+                }
+                if !plan.renewing && plan.due <= now + slack(lease) {
+                    plan.renewing = true;
+                    due.push(Arc::clone(lease));
+                }
+                if !plan.renewing {
+                    soonest = soonest.min(plan.due);
+                }
+                soonest = soonest.min(deadline);
+            }
+            leases.wake = Some(soonest);
         }
+        wake = Some(soonest);
+        renew(due, &answers_tx);
     }
 }
 
@@ -237,24 +247,19 @@ async fn sleep_until(wake: Option<Instant>) {
     }
 }
 
-/// Sends one batch per store for every lease that is due (or nearly).
-fn renew_due(kept: &mut HashMap<u64, Kept>, now: Instant, answers: &UnboundedSender<Answer>) {
-    let mut batches: HashMap<*const (), Vec<u64>> = HashMap::new();
-    for (&id, k) in kept.iter() {
-        if !k.renewing && k.due <= now + k.slack() {
-            batches.entry(Arc::as_ptr(&k.state.store).cast::<()>()).or_default().push(id);
-        }
+/// Sends one batch per store of the leases that are due (or nearly).
+fn renew(due: Vec<Arc<LeaseState>>, answers: &UnboundedSender<Answer>) {
+    let mut batches: HashMap<*const (), Vec<Arc<LeaseState>>> = HashMap::new();
+    for lease in due {
+        batches.entry(Arc::as_ptr(&lease.store).cast::<()>()).or_default().push(lease);
     }
-    for ids in batches.into_values() {
-        let mut renewals = Vec::with_capacity(ids.len());
-        let mut timeout = Duration::MAX;
-        for id in &ids {
-            let k = kept.get_mut(id).expect("batched ids are kept");
-            k.renewing = true;
-            timeout = timeout.min(k.state.timeout);
-            renewals.push(Renewal { key: k.state.key.clone(), token: k.state.token, lease: k.state.lease });
-        }
-        let store = Arc::clone(&kept[&ids[0]].state.store);
+    for leases in batches.into_values() {
+        let timeout = leases.iter().map(|lease| lease.timeout).min().unwrap_or(Duration::MAX);
+        let renewals: Vec<Renewal> = leases
+            .iter()
+            .map(|lease| Renewal { key: lease.key.clone(), token: lease.token, lease: lease.lease })
+            .collect();
+        let store = Arc::clone(&leases[0].store);
         let answers = answers.clone();
         tokio::spawn(async move {
             let sent = Instant::now();
@@ -267,40 +272,43 @@ fn renew_due(kept: &mut HashMap<u64, Kept>, now: Instant, answers: &UnboundedSen
             });
             let answered = Instant::now();
             // The keeper outlives every batch; a send can only fail at exit.
-            let _ = answers.send(Answer { ids, sent, answered, fences });
+            let _ = answers.send(Answer { leases, sent, answered, fences });
         });
     }
 }
 
-fn apply(kept: &mut HashMap<u64, Kept>, answer: Answer) {
-    let Answer { ids, sent, answered, fences } = answer;
+fn apply(answer: Answer) {
+    let Answer { leases, sent, answered, fences } = answer;
     let fences = match fences {
-        Ok(fences) if fences.len() == ids.len() => Some(fences),
+        Ok(fences) if fences.len() == leases.len() => Some(fences),
         Ok(fences) => {
-            tracing::error!(asked = ids.len(), answered = fences.len(), "the store answered a renewal batch wrongly");
+            tracing::error!(
+                asked = leases.len(),
+                answered = fences.len(),
+                "the store answered a renewal batch wrongly"
+            );
             None
         }
         Err(_) => None, // logged by store_call
     };
-    for (i, id) in ids.iter().enumerate() {
-        let Some(k) = kept.get_mut(id) else { continue };
-        k.renewing = false;
+    for (i, lease) in leases.iter().enumerate() {
+        let mut plan = lease.plan.lock();
+        plan.renewing = false;
         match fences.as_ref().map(|f| f[i]).filter(|fence| *fence != Fence::Unknown) {
             Some(Fence::Held) => {
-                k.state.confirm(sent, answered);
-                k.due = k.state.confirmed_sent() + k.state.lease / 3;
+                lease.confirm(sent, answered);
+                plan.due = lease.next_renewal();
             }
             Some(_) => {
-                if !k.state.is_done() {
-                    tracing::warn!(key = %k.state.key.hash_tag(), "the lease was lost while the handler ran");
+                if !lease.is_done() {
+                    tracing::warn!(key = %lease.key.hash_tag(), "the lease was lost while the handler ran");
                 }
-                k.state.lose();
+                lease.lose();
             }
-            None => k.due = answered + k.after_failure(),
+            None => plan.due = answered + after_failure(lease),
         }
-        if !k.state.is_held() {
-            k.state.lose();
-            kept.remove(id);
+        if !lease.is_held() {
+            lease.lose();
         }
     }
 }

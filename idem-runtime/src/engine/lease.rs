@@ -29,8 +29,16 @@ pub(crate) struct LeaseState {
     times: Mutex<Times>,
     lost: AtomicBool,
     /// The holder is done with it (completed, released or gone): the keeper
-    /// forgets it.
+    /// leaves it alone.
     done: AtomicBool,
+    /// The keeper's own schedule for it (only the keeper uses it).
+    pub(crate) plan: Mutex<Plan>,
+}
+
+/// When the keeper renews a lease next, and whether a renewal is on its way.
+pub(crate) struct Plan {
+    pub(crate) due: Instant,
+    pub(crate) renewing: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -42,6 +50,27 @@ struct Times {
 }
 
 impl LeaseState {
+    fn new(
+        store: Arc<dyn Store>,
+        key: StorageKey,
+        token: FencingToken,
+        lease: Duration,
+        timeout: Duration,
+        sent: Instant,
+    ) -> Self {
+        Self {
+            store,
+            key,
+            token,
+            lease,
+            timeout,
+            times: Mutex::new(Times { confirmed_sent: sent, deadline: end(sent, lease) }),
+            lost: AtomicBool::new(false),
+            done: AtomicBool::new(false),
+            plan: Mutex::new(Plan { due: end(sent, lease / 3), renewing: false }),
+        }
+    }
+
     /// The local deadline.
     pub(crate) fn deadline(&self) -> Instant {
         self.times.lock().deadline
@@ -59,6 +88,17 @@ impl LeaseState {
 
     pub(crate) fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
+    }
+
+    /// Whether the store said it is lost, or its deadline passed unconfirmed.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// When it is renewed next, counted from its last confirmed claim or
+    /// renewal: a third of the way through.
+    pub(crate) fn next_renewal(&self) -> Instant {
+        end(self.confirmed_sent(), self.lease / 3)
     }
 
     /// A renewal sent at `sent` was confirmed when it came back at
@@ -93,6 +133,8 @@ fn end(sent: Instant, lease: Duration) -> Instant {
 /// dropped.
 pub(crate) struct Lease {
     state: Arc<LeaseState>,
+    /// Its place among the keeper's leases (none if the keeper stopped).
+    slot: Option<keeper::Slot>,
 }
 
 impl Lease {
@@ -105,18 +147,9 @@ impl Lease {
         timeout: Duration,
         sent: Instant,
     ) -> Self {
-        let state = Arc::new(LeaseState {
-            store,
-            key,
-            token,
-            lease,
-            timeout,
-            times: Mutex::new(Times { confirmed_sent: sent, deadline: end(sent, lease) }),
-            lost: AtomicBool::new(false),
-            done: AtomicBool::new(false),
-        });
-        keeper::keep(Arc::clone(&state));
-        Self { state }
+        let state = Arc::new(LeaseState::new(store, key, token, lease, timeout, sent));
+        let slot = keeper::keep(&state);
+        Self { state, slot }
     }
 
     /// Whether this process may still act as the key's owner.
@@ -145,6 +178,12 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.state.done.store(true, Ordering::Release);
+        // Out of the keeper's list here, so that the lease is freed on this
+        // thread, not on the keeper's (which would contend for this
+        // thread's allocator).
+        if let Some(slot) = self.slot.take() {
+            keeper::forget(slot);
+        }
     }
 }
 
@@ -156,16 +195,8 @@ mod tests {
 
     fn state(lease: Duration, sent: Instant) -> LeaseState {
         let key = StorageKey::new(Scope::Global, None, "POST", "/", &IdempotencyKey::parse(b"k").unwrap());
-        LeaseState {
-            store: Arc::new(crate::stores::MemoryStore::new()),
-            key,
-            token: FencingToken::generate(),
-            lease,
-            timeout: lease / 3,
-            times: Mutex::new(Times { confirmed_sent: sent, deadline: sent + lease }),
-            lost: AtomicBool::new(false),
-            done: AtomicBool::new(false),
-        }
+        let store = Arc::new(crate::stores::MemoryStore::new());
+        LeaseState::new(store, key, FencingToken::generate(), lease, lease / 3, sent)
     }
 
     #[test]
@@ -200,5 +231,26 @@ mod tests {
         // Lost for good.
         lease.confirm(start + Duration::from_millis(400), start + Duration::from_millis(500));
         assert!(!lease.is_held());
+    }
+
+    #[test]
+    fn a_lease_let_go_is_freed_by_its_holder_not_the_keeper() {
+        let key = StorageKey::new(Scope::Global, None, "POST", "/", &IdempotencyKey::parse(b"k").unwrap());
+        let store: Arc<dyn Store> = Arc::new(crate::stores::MemoryStore::new());
+        let lease = Lease::hold(
+            store,
+            key,
+            FencingToken::generate(),
+            Duration::from_secs(30),
+            Duration::from_secs(1),
+            Instant::now(),
+        );
+        let state = Arc::clone(&lease.state);
+        assert_eq!(Arc::strong_count(&state), 3, "the holder, the keeper's list and this test");
+        drop(lease);
+        // The keeper's reference went with the holder's: whoever drops
+        // the last one frees the state, on its own thread.
+        assert_eq!(Arc::strong_count(&state), 1);
+        assert!(state.is_done());
     }
 }
