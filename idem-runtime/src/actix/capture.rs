@@ -20,6 +20,9 @@ use crate::record::StoredResponse;
 /// handler that sets it has it removed from its response and its record.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 
+/// [`REPLAYED_HEADER`] as a header name, looked up without a copy.
+pub(crate) const REPLAYED: HeaderName = HeaderName::from_static(REPLAYED_HEADER);
+
 /// A handler response, its body collected up to the stored-response limit.
 pub(crate) struct Captured {
     status: StatusCode,
@@ -43,7 +46,7 @@ impl Captured {
     /// Reads the body of `response`, at most `limit` bytes of it.
     pub(crate) async fn collect(mut response: HttpResponse<BoxBody>, limit: usize) -> Self {
         let retryable = is_marked(&response);
-        response.headers_mut().remove(REPLAYED_HEADER);
+        response.headers_mut().remove(REPLAYED);
         let status = response.status();
         let headers = response.headers().iter().map(|(n, v)| (n.clone(), v.clone())).collect();
         let body = response.into_body();
@@ -187,6 +190,6 @@ pub(crate) fn replay(stored: StoredResponse) -> HttpResponse {
             _ => tracing::warn!(header = %name, "skipping an unreadable stored header"),
         }
     }
-    headers.insert(HeaderName::from_static(REPLAYED_HEADER), HeaderValue::from_static("true"));
+    headers.insert(REPLAYED, HeaderValue::from_static("true"));
     response
 }

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::body::buffer;
-use super::capture::{REPLAYED_HEADER, replay};
+use super::capture::{REPLAYED, replay};
 use super::config::{Config, Idem};
 use super::context::{Annotated, PendingContext};
 use super::execute::{Claimed, execute};
@@ -264,6 +264,6 @@ where
     let _ = config;
     let mut response = handler.call(args).await.respond_to(&req).map_into_boxed_body();
     // The header belongs to the runtime, with or without a key.
-    response.headers_mut().remove(REPLAYED_HEADER);
+    response.headers_mut().remove(REPLAYED);
     response
 }

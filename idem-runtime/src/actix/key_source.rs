@@ -33,10 +33,15 @@ pub(super) fn read_early(req: &HttpRequest, options: &RouteOptions, route: &str)
     }
 }
 
+/// The key header unless a route renames it.
+const DEFAULT_HEADER: HeaderName = HeaderName::from_static("idempotency-key");
+
 fn from_header(req: &HttpRequest, options: &RouteOptions) -> Result<Option<Early>, Refusal> {
-    // A lower-case token (as the attribute writes it) is looked up without
-    // copying it into a new header name.
-    let mut values = if is_lower_case_token(options.header) {
+    // The default header, and any lower-case token, are looked up without
+    // copying the name into a new header name.
+    let mut values = if options.header.eq_ignore_ascii_case(DEFAULT_HEADER.as_str()) {
+        req.headers().get_all(DEFAULT_HEADER)
+    } else if is_lower_case_token(options.header) {
         req.headers().get_all(HeaderName::from_static(options.header))
     } else {
         req.headers().get_all(options.header)

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use actix_web::{Handler, HttpRequest, HttpResponse, Responder};
 
-use super::capture::REPLAYED_HEADER;
+use super::capture::REPLAYED;
 use super::config::Config;
 use super::execute::{Claimed, Ending, call, releases, settle};
 use super::problem::{self, ProblemKind};
@@ -157,7 +157,7 @@ where
     };
     let lent = pending.lend(tx);
     let mut response = handler.call(args).await.respond_to(&req).map_into_boxed_body();
-    response.headers_mut().remove(REPLAYED_HEADER);
+    response.headers_mut().remove(REPLAYED);
     let Some(tx) = lent.take_back() else {
         tracing::error!("the handler kept its idem_runtime::Tx past its return; nothing is committed");
         let detail = "the request handler kept its transaction past its return, so it was never committed";
