@@ -13,7 +13,9 @@
 //! it is done, so a lease is freed on the thread that made it. (Freed by the
 //! keeper, thousands at a time, they made the workers wait for their own
 //! allocator.) The keeper looks through the list when it wakes up, and
-//! keeps a lease only while a renewal is on its way.
+//! holds a lease of its own only while a renewal is on its way (a lease
+//! whose holder finishes meanwhile is freed by the keeper: only leases
+//! that live long enough to be renewed).
 //!
 //! Handing a lease over wakes the keeper only when it would otherwise
 //! sleep past the lease's first renewal. It never sleeps longer than a
@@ -204,6 +206,7 @@ async fn run(shared: Arc<Shared>) {
         // lease handed over after an empty pass.
         let mut soonest = now + IDLE_LOOK;
         let mut due = Vec::new();
+        let mut ran_out = Vec::new();
         {
             // One look under the lock, short (the live leases only), so
             // that a lease handed over during it is in it, and one handed
@@ -220,11 +223,15 @@ async fn run(shared: Arc<Shared>) {
                     // confirmation cannot bring it back (see `lease.rs`).
                     lease.lose();
                     if !plan.renewing {
-                        tracing::warn!(key = %lease.key.hash_tag(), "a lease ran out before a renewal could be confirmed");
+                        ran_out.push(Arc::clone(lease));
                     }
                     continue;
                 }
-                if !plan.renewing && plan.due <= now + slack(lease) {
+                // A retry after a failure waits its whole pause: with the
+                // slack (a sixth of the lease, more than the pause) it would
+                // go again at once, in a loop for as long as the store is down.
+                let early = if plan.retrying { Duration::ZERO } else { slack(lease) };
+                if !plan.renewing && plan.due <= now + early {
                     plan.renewing = true;
                     due.push(Arc::clone(lease));
                 }
@@ -234,6 +241,10 @@ async fn run(shared: Arc<Shared>) {
                 soonest = soonest.min(deadline);
             }
             leases.wake = Some(soonest);
+        }
+        // Logged outside the lock, which every claim and completion takes.
+        for lease in ran_out {
+            tracing::warn!(key = %lease.key.hash_tag(), "a lease ran out before a renewal could be confirmed");
         }
         wake = Some(soonest);
         renew(due, &answers_tx);
@@ -298,6 +309,7 @@ fn apply(answer: Answer) {
             Some(Fence::Held) => {
                 lease.confirm(sent, answered);
                 plan.due = lease.next_renewal();
+                plan.retrying = false;
             }
             Some(_) => {
                 if !lease.is_done() {
@@ -305,7 +317,10 @@ fn apply(answer: Answer) {
                 }
                 lease.lose();
             }
-            None => plan.due = answered + after_failure(lease),
+            None => {
+                plan.due = answered + after_failure(lease);
+                plan.retrying = true;
+            }
         }
         if !lease.is_held() {
             lease.lose();

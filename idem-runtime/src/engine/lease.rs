@@ -39,6 +39,9 @@ pub(crate) struct LeaseState {
 pub(crate) struct Plan {
     pub(crate) due: Instant,
     pub(crate) renewing: bool,
+    /// The last renewal failed: the next one waits until `due`, without
+    /// the slack that lets a lease join an earlier batch.
+    pub(crate) retrying: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -67,7 +70,7 @@ impl LeaseState {
             times: Mutex::new(Times { confirmed_sent: sent, deadline: end(sent, lease) }),
             lost: AtomicBool::new(false),
             done: AtomicBool::new(false),
-            plan: Mutex::new(Plan { due: end(sent, lease / 3), renewing: false }),
+            plan: Mutex::new(Plan { due: end(sent, lease / 3), renewing: false, retrying: false }),
         }
     }
 

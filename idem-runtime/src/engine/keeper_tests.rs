@@ -1,0 +1,120 @@
+//! The keeper's schedule, against a memory store whose renewals can be made
+//! to fail (a store that refuses connections answers at once).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use super::lease::Lease;
+use crate::fingerprint::{Fingerprint, RequestParts};
+use crate::key::IdempotencyKey;
+use crate::record::{Record, StoredResponse};
+use crate::scope::{Scope, StorageKey};
+use crate::store::{Claim, Fence, FencingToken, Renewal, Store, StoreError};
+use crate::stores::MemoryStore;
+
+/// A memory store that counts renewal batches, and refuses them while
+/// `refusing` is set.
+#[derive(Default)]
+struct Flaky {
+    inner: MemoryStore,
+    refusing: AtomicBool,
+    batches: AtomicUsize,
+}
+
+#[async_trait]
+impl Store for Flaky {
+    fn kind(&self) -> &'static str {
+        "flaky"
+    }
+
+    async fn claim(
+        &self,
+        key: &StorageKey,
+        fp: &Fingerprint,
+        lease: Duration,
+        ttl: Duration,
+    ) -> Result<Claim, StoreError> {
+        self.inner.claim(key, fp, lease, ttl).await
+    }
+
+    async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
+        self.inner.renew(key, token, lease).await
+    }
+
+    async fn renew_many(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        if self.refusing.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable { store: "flaky", message: "connection refused".into(), source: None });
+        }
+        self.inner.renew_many(renewals).await
+    }
+
+    async fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<Fence, StoreError> {
+        self.inner.complete(key, token, response, ttl).await
+    }
+
+    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
+        self.inner.release(key, token).await
+    }
+
+    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+
+    async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
+        self.inner.purge_expired(batch).await
+    }
+}
+
+/// Claims a new key on `store` and hands its lease to the keeper.
+fn hold(store: &Arc<Flaky>, lease: Duration) -> Lease {
+    let key = format!("keeper-{}", FencingToken::generate().to_hex());
+    let key = StorageKey::new(Scope::Route, None, "POST", "/k", &IdempotencyKey::parse(key.as_bytes()).unwrap());
+    let parts = RequestParts { method: "POST", path: "/k", query: "", headers: &[], content_type: None, body: b"" };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let sent = Instant::now();
+    let Claim::Acquired { token, .. } =
+        runtime.block_on(store.claim(&key, &Fingerprint::of(&parts), lease, lease)).unwrap()
+    else {
+        panic!("a new key is acquired")
+    };
+    let store: Arc<dyn Store> = Arc::clone(store) as Arc<dyn Store>;
+    Lease::hold(store, key, token, lease, lease / 4, sent)
+}
+
+#[test]
+fn a_failed_renewal_waits_a_tenth_of_the_lease_before_it_is_tried_again() {
+    let store = Arc::new(Flaky::default());
+    store.refusing.store(true, Ordering::SeqCst);
+    // Due after a third (1 s); from then on, retries a tenth apart (300 ms).
+    let lease = hold(&store, Duration::from_secs(3));
+    std::thread::sleep(Duration::from_millis(1_700));
+    let batches = store.batches.load(Ordering::SeqCst);
+    drop(lease);
+    // The first at a third (1 s), then about every 300 ms: 3 or so.
+    // Without the pause, tens of thousands.
+    assert!((1..=6).contains(&batches), "{batches} renewal batches in 1.7 s");
+}
+
+#[test]
+fn a_lease_renewed_after_failures_is_kept() {
+    let store = Arc::new(Flaky::default());
+    store.refusing.store(true, Ordering::SeqCst);
+    let lease = hold(&store, Duration::from_millis(600));
+    // Refused for a while (less than the lease), then answered again.
+    std::thread::sleep(Duration::from_millis(300));
+    store.refusing.store(false, Ordering::SeqCst);
+    for _ in 0..12 {
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(lease.is_held(), "renewed in time once the store answers");
+    }
+}
