@@ -109,11 +109,12 @@ fn a_failed_renewal_waits_a_tenth_of_the_lease_before_it_is_tried_again() {
 fn a_lease_renewed_after_failures_is_kept() {
     let store = Arc::new(Flaky::default());
     store.refusing.store(true, Ordering::SeqCst);
-    let lease = hold(&store, Duration::from_millis(600));
-    // Refused for a while (less than the lease), then answered again.
-    std::thread::sleep(Duration::from_millis(300));
+    // Due at 400 ms; refused until 500 ms (retried every 120 ms), then
+    // answered: renewed with about 700 ms to spare.
+    let lease = hold(&store, Duration::from_millis(1_200));
+    std::thread::sleep(Duration::from_millis(500));
     store.refusing.store(false, Ordering::SeqCst);
-    for _ in 0..12 {
+    for _ in 0..20 {
         std::thread::sleep(Duration::from_millis(100));
         assert!(lease.is_held(), "renewed in time once the store answers");
     }
