@@ -31,6 +31,7 @@ MODES = [
     ("redis", "/redis", "redis"),
     ("redis-acks", "/redis-acks", "redis"),
     ("hand-redis", "/hand/redis", "redis"),
+    ("hand-redis-per-worker", "/hand/redis-per-worker", "redis"),
     ("postgres", "/postgres", "postgres"),
     ("hand-postgres", "/hand/postgres", "postgres"),
 ]
@@ -250,6 +251,12 @@ def main():
     print("|---|---:|---:|")
     cells = [f"{median('redis-acks', path, 'rate') / median('redis', path, 'rate'):.2f}×" for path in PATHS]
     print(f"| redis-acks / redis | {cells[0]} | {cells[1]} |")
+    print()
+    print("| the anchor on a connection per worker (not SPEC 12) | replays | first executions |")
+    print("|---|---:|---:|")
+    for mode, anchor in [("hand-redis-per-worker", "hand-redis"), ("redis", "hand-redis-per-worker")]:
+        cells = [f"{median(mode, path, 'rate') / median(anchor, path, 'rate'):.2f}×" for path in PATHS]
+        print(f"| {mode} / {anchor} | {cells[0]} | {cells[1]} |")
     print()
     print("every target met" if met else "some targets are not met")
 

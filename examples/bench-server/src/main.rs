@@ -1,5 +1,5 @@
 //! The server `scripts/bench` measures. One small JSON order handler,
-//! served six ways side by side, each under its own path prefix:
+//! served eight ways side by side, each under its own path prefix:
 //!
 //! | prefix | what runs |
 //! |---|---|
@@ -7,6 +7,7 @@
 //! | `/memory`, `/redis`, `/postgres` | the handler under `#[idempotent]` on that store |
 //! | `/redis-acks` | the same on Redis with replica acknowledgements (`WAIT 1`; the server needs a replica) |
 //! | `/hand/redis`, `/hand/postgres` | the anchors: the handler made idempotent by hand, with the least code a careful engineer would write and the same round trips (1 for a replay, 2 for a first execution), without fencing, fingerprints or leases |
+//! | `/hand/redis-per-worker` | the Redis anchor on a connection of each worker's own (as the store has), to show what one shared connection costs; not an anchor of SPEC 12 |
 //!
 //! Every path ends in `/orders` and takes `POST` with an `Idempotency-Key`.
 
@@ -64,7 +65,12 @@ async fn main() -> io::Result<()> {
             .service(web::scope("/redis").app_data(redis.clone()).service(order::annotated))
             .service(web::scope("/redis-acks").app_data(redis_acks.clone()).service(order::annotated))
             .service(web::scope("/postgres").app_data(postgres.clone()).service(order::annotated))
-            .service(web::scope("/hand").service(anchors::by_hand_on_redis).service(anchors::by_hand_on_postgres))
+            .service(
+                web::scope("/hand")
+                    .service(anchors::by_hand_on_redis)
+                    .service(anchors::by_hand_on_redis_per_worker)
+                    .service(anchors::by_hand_on_postgres),
+            )
     });
     let server = if args.workers > 0 { server.workers(args.workers) } else { server };
     println!("bench-server listening on {}", args.bind);
