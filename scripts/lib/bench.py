@@ -155,7 +155,8 @@ class Monitor:
 
     def read(self):
         for line in self.proc.stdout:
-            if "lua]" not in line and '"PING"' not in line:
+            # Scripts' commands, and connections' set-up, are not round trips.
+            if "lua]" not in line and not any(c in line for c in ('"PING"', '"HELLO"', '"CLIENT"')):
                 with self.lock:
                     self.count += 1
 

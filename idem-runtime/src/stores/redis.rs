@@ -4,6 +4,7 @@
 mod connection;
 mod durability;
 mod error;
+mod local;
 mod operations;
 mod renewals;
 mod reply;
@@ -22,6 +23,7 @@ pub use self::durability::OnEviction;
 use self::durability::ReplicaAcks;
 pub use self::error::InvalidKeyPrefix;
 use self::error::{Endpoint, check_prefix};
+use self::local::LocalConnections;
 use self::renewals::RenewalConnection;
 use self::scripts::Scripts;
 #[cfg(doc)]
@@ -37,7 +39,18 @@ use crate::store::StoreError;
 /// by the server's clock. The sections below give the key
 /// layout and deployment advice.
 ///
-/// Cloning is cheap and shares the connection.
+/// Cloning is cheap and shares the connections.
+///
+/// A store that [`RedisStore::connect`] opened on a single server also
+/// opens, in the background, a connection for each single-threaded runtime
+/// that uses it (each actix worker): the connection's driver then runs on
+/// the worker that waits for its replies, which spares two thread switches
+/// per command. Until it is open, and whenever it cannot be, the worker
+/// uses the store's shared connection. Count one connection per worker,
+/// two for the lease keeper (its renewals, and completions it retries),
+/// one shared, and one for each blocking thread (`web::block`) that uses
+/// the store while it lives. Never block a worker thread on a store call
+/// (`block_on` in a handler): its connection's driver runs on that thread.
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -159,21 +172,25 @@ use crate::store::StoreError;
 ///
 /// # Outages
 ///
-/// A single server is reached through a
-/// [`ConnectionManager`](redis::aio::ConnectionManager): one multiplexed
-/// connection that reconnects by itself. With [`RedisStore::default_config`]
+/// A single server is reached through
+/// [`ConnectionManager`](redis::aio::ConnectionManager)s: multiplexed
+/// connections that reconnect by themselves. With [`RedisStore::default_config`]
 /// an operation fails within about the response timeout (2 s) when the server
 /// hangs, and within a few connection attempts (1 s each at most) when it
 /// is down, with [`StoreError::Timeout`] or [`StoreError::Unavailable`]
 /// (the runtime answers 503 before a handler runs). Once the server is back,
 /// the same store works again without a restart (the first call may still
-/// see the failed reconnection). A timed-out operation may yet have run on
+/// see the failed reconnection: the first call on each actix worker,
+/// which has a connection of its own). A timed-out operation may yet have run on
 /// the server: a claim then holds its key until its lease runs out, so
 /// retries get 409 meanwhile, never a second execution. Errors and `Debug`
 /// output show the URL with its password masked.
 #[derive(Clone)]
 pub struct RedisStore {
     connection: RedisConnection,
+    /// Each thread's own connection (a store on a single server that it
+    /// opened itself; see `local.rs`).
+    local: Option<Arc<LocalConnections>>,
     renewals: Arc<RenewalConnection>,
     scripts: Arc<Scripts>,
     prefix: String,
@@ -232,7 +249,12 @@ impl RedisStore {
         let endpoint = Endpoint::new(Some(Redacted::new(url)), config.response_timeout());
         let source = Source::open(url, &config).map_err(|e| endpoint.error("open", e))?;
         let connection = source.connect().await.map_err(|e| endpoint.error("connect", e))?;
-        let store = Self::build(connection, RenewalConnection::new(Some(source)), endpoint);
+        let local = match &source {
+            Source::Server(client, config) => Some(LocalConnections::new(client.clone(), config.clone())),
+            Source::Cluster(_) => None,
+        };
+        let mut store = Self::build(connection, RenewalConnection::new(Some(source)), endpoint);
+        store.local = local;
         store.load_scripts().await?;
         store.check_server(OnEviction::Refuse).await?;
         Ok(store)
@@ -259,6 +281,7 @@ impl RedisStore {
     fn build(connection: RedisConnection, renewals: RenewalConnection, endpoint: Endpoint) -> Self {
         Self {
             connection,
+            local: None,
             renewals: Arc::new(renewals),
             scripts: Arc::new(Scripts::new()),
             prefix: String::new(),
@@ -376,7 +399,7 @@ impl RedisStore {
         args: impl FnOnce(&mut Cmd),
     ) -> Result<Value, StoreError> {
         let command = self.evalsha(script, key, args);
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection_here();
         let reply = match command.query_async(&mut connection).await {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 match script.prepare_invoke().load_async(&mut connection).await {
@@ -403,7 +426,7 @@ impl RedisStore {
         let Some(acks) = self.acks else { return Ok((self.run(operation, script, key, args).await?, Ok(()))) };
         let mut pipeline = redis::pipe();
         pipeline.add_command(self.evalsha(script, key, args)).add_command(acks.wait());
-        let mut connection = self.connection.clone();
+        let mut connection = self.connection_here();
         let replies: Result<Vec<Value>, _> = match pipeline.query_async(&mut connection).await {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 match script.prepare_invoke().load_async(&mut connection).await {
@@ -420,6 +443,15 @@ impl RedisStore {
                 store: "redis",
                 message: format!("{operation} and WAIT were answered {other:?}"),
             }),
+        }
+    }
+
+    /// The connection this thread's operations go through: its own (see
+    /// `local.rs`), else the shared one.
+    fn connection_here(&self) -> RedisConnection {
+        match &self.local {
+            Some(local) => local.here(&self.connection),
+            None => self.connection.clone(),
         }
     }
 

@@ -65,7 +65,9 @@ async fn a_crash_after_the_order_insert_on_redis_leaves_one_order() {
 }
 
 /// The commands clients send to a Redis server, as `MONITOR` shows them
-/// (those a script runs are marked `lua]` there and left out).
+/// (those a script runs are marked `lua]` there and left out, and so is a
+/// connection's set-up, `HELLO` and `CLIENT SETINFO`: a worker opens its
+/// own connection on its first request).
 struct Monitor {
     lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
@@ -85,7 +87,8 @@ impl Monitor {
         std::thread::spawn(move || {
             for line in reader.lines() {
                 let Ok(line) = line else { return };
-                if !line.contains("lua]") && !line.contains("\"PING\"") {
+                let setup = ["\"PING\"", "\"HELLO\"", "\"CLIENT\""].iter().any(|command| line.contains(command));
+                if !line.contains("lua]") && !setup {
                     kept.lock().unwrap().push(line);
                 }
             }

@@ -19,3 +19,4 @@ mod resharding;
 mod round_trips;
 mod settings;
 mod slow_store;
+mod thread_connections;
