@@ -25,9 +25,11 @@
 //!
 //! Schedule: a lease is renewed a third of the way through, counted from
 //! when its last confirmed claim or renewal was *sent*; a lease due soon is
-//! renewed with the batch that goes now. A failed renewal is tried again
-//! after a tenth of the lease (10 ms to 1 s). A lease whose deadline passes
-//! unconfirmed is lost (see `lease.rs`).
+//! renewed with the batch that goes now. A failed renewal is tried again a
+//! tenth of the lease (10 ms to 1 s) after it was sent: at once if it took
+//! that long to fail (a timeout), so that the last third of the lease is
+//! left for the retry. A lease whose deadline passes unconfirmed is lost
+//! (see `lease.rs`).
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -318,7 +320,11 @@ fn apply(answer: Answer) {
                 lease.lose();
             }
             None => {
-                plan.due = answered + after_failure(lease);
+                // Counted from when the failed attempt was sent: one that
+                // failed at once waits its pause (no loop while the store
+                // refuses), one that timed out goes again at once (a third
+                // of the lease is left for it, no more).
+                plan.due = sent + after_failure(lease);
                 plan.retrying = true;
             }
         }

@@ -16,12 +16,15 @@ use crate::store::{Claim, Fence, FencingToken, Renewal, Store, StoreError};
 use crate::stores::MemoryStore;
 
 /// A memory store that counts renewal batches, and refuses them while
-/// `refusing` is set.
+/// `refusing` is set, or answers the first one only after `stall_first`.
 #[derive(Default)]
 struct Flaky {
     inner: MemoryStore,
     refusing: AtomicBool,
     batches: AtomicUsize,
+    stall_first: Option<Duration>,
+    /// When each batch was sent.
+    sent: parking_lot::Mutex<Vec<Instant>>,
 }
 
 #[async_trait]
@@ -45,7 +48,12 @@ impl Store for Flaky {
     }
 
     async fn renew_many(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
-        self.batches.fetch_add(1, Ordering::SeqCst);
+        self.sent.lock().push(Instant::now());
+        if self.batches.fetch_add(1, Ordering::SeqCst) == 0
+            && let Some(stall) = self.stall_first
+        {
+            tokio::time::sleep(stall).await;
+        }
         if self.refusing.load(Ordering::SeqCst) {
             return Err(StoreError::Unavailable { store: "flaky", message: "connection refused".into(), source: None });
         }
@@ -118,4 +126,25 @@ fn a_lease_renewed_after_failures_is_kept() {
         std::thread::sleep(Duration::from_millis(100));
         assert!(lease.is_held(), "renewed in time once the store answers");
     }
+}
+
+#[test]
+fn a_renewal_that_timed_out_is_sent_again_at_once() {
+    // Due at 2 s; the first batch times out (the lease's timeout, 1.5 s);
+    // the second must go at once, the last third of the lease being all
+    // that is left for it, not a tenth of the lease (600 ms) later.
+    let store = Arc::new(Flaky { stall_first: Some(Duration::from_secs(3)), ..Flaky::default() });
+    let lease = hold(&store, Duration::from_secs(6));
+    let started = Instant::now();
+    while store.sent.lock().len() < 2 {
+        assert!(started.elapsed() < Duration::from_secs(6), "the renewal was not sent again");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let sent = store.sent.lock().clone();
+    let gap = sent[1] - sent[0];
+    assert!(
+        gap < Duration::from_millis(1_500 + 300),
+        "sent again {gap:?} after the first, which timed out after 1.5 s"
+    );
+    assert!(lease.is_held());
 }
