@@ -83,6 +83,13 @@ impl Store for Flaky {
     }
 }
 
+/// A store that refuses renewals until told otherwise.
+fn refusing() -> Arc<Flaky> {
+    let store = Arc::new(Flaky::default());
+    store.refusing.store(true, Ordering::SeqCst);
+    store
+}
+
 /// Claims a new key on `store` and hands its lease to the keeper.
 fn hold(store: &Arc<Flaky>, lease: Duration) -> Lease {
     let key = format!("keeper-{}", FencingToken::generate().to_hex());
@@ -101,8 +108,7 @@ fn hold(store: &Arc<Flaky>, lease: Duration) -> Lease {
 
 #[test]
 fn a_failed_renewal_waits_a_tenth_of_the_lease_before_it_is_tried_again() {
-    let store = Arc::new(Flaky::default());
-    store.refusing.store(true, Ordering::SeqCst);
+    let store = refusing();
     // Due after a third (1 s); from then on, retries a tenth apart (300 ms).
     let lease = hold(&store, Duration::from_secs(3));
     std::thread::sleep(Duration::from_millis(1_700));
@@ -115,8 +121,7 @@ fn a_failed_renewal_waits_a_tenth_of_the_lease_before_it_is_tried_again() {
 
 #[test]
 fn a_lease_renewed_after_failures_is_kept() {
-    let store = Arc::new(Flaky::default());
-    store.refusing.store(true, Ordering::SeqCst);
+    let store = refusing();
     // Due at 400 ms; refused until 500 ms (retried every 120 ms), then
     // answered: renewed with about 700 ms to spare.
     let lease = hold(&store, Duration::from_millis(1_200));

@@ -22,6 +22,44 @@ async fn clients(url: &str) -> usize {
     list.lines().count()
 }
 
+/// A private server, and the runtime the store's shared connection lives
+/// on (a runtime of its own, as an application's main runtime would be).
+struct Private {
+    /// Stopped on drop.
+    _server: RedisServer,
+    url: String,
+    main: tokio::runtime::Runtime,
+}
+
+impl Private {
+    /// `None` when the test is skipped (no server outside `scripts/test`).
+    fn start(test: &str) -> Option<Self> {
+        let server = RedisServer::start(test)?;
+        let url = server.url();
+        let main = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        Some(Self { _server: server, url, main })
+    }
+
+    fn store(&self) -> RedisStore {
+        self.main.block_on(RedisStore::connect(&self.url)).expect("connecting the store")
+    }
+
+    fn clients(&self) -> usize {
+        self.main.block_on(clients(&self.url))
+    }
+
+    /// Claims on `runtime` until this thread's connection for it is open
+    /// (`CLIENT LIST` reaches `clients`).
+    fn until_open(&self, runtime: &tokio::runtime::Runtime, store: &RedisStore, clients: usize) {
+        let started = Instant::now();
+        while self.clients() < clients {
+            assert!(matches!(claim_here(runtime, store), Claim::Acquired { .. }));
+            assert!(started.elapsed() < Duration::from_secs(5), "the runtime's connection was never opened");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
 /// Claims a new key on `store`, on a runtime of this thread's own.
 fn claim_here(runtime: &tokio::runtime::Runtime, store: &RedisStore) -> Claim {
     runtime.block_on(store.claim(&fresh_key(), &fingerprint("thread"), LEASE, TTL)).expect("claiming")
@@ -33,13 +71,9 @@ fn current_thread() -> tokio::runtime::Runtime {
 
 #[test]
 fn each_thread_gets_one_connection_of_its_own() {
-    let Some(server) = RedisServer::start("each_thread_gets_one_connection_of_its_own") else {
-        return;
-    };
-    let url = server.url();
-    let main = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let store = Arc::new(main.block_on(RedisStore::connect(&url)).expect("connecting the store"));
-    let before = main.block_on(clients(&url));
+    let Some(private) = Private::start("each_thread_gets_one_connection_of_its_own") else { return };
+    let store = Arc::new(private.store());
+    let before = private.clients();
     // Two threads, each with a runtime of its own (as actix workers have),
     // claim 200 keys each.
     let threads: Vec<_> = (0..2)
@@ -57,25 +91,8 @@ fn each_thread_gets_one_connection_of_its_own() {
         .collect();
     let runtimes: Vec<_> = threads.into_iter().map(|thread| thread.join().unwrap()).collect();
     // One more each, and no more however many requests.
-    assert_eq!(main.block_on(clients(&url)), before + 2);
+    assert_eq!(private.clients(), before + 2);
     drop(runtimes);
-}
-
-/// Claims on `runtime` until this thread's connection for it is open
-/// (`CLIENT LIST` reaches `clients`).
-fn until_open(
-    main: &tokio::runtime::Runtime,
-    runtime: &tokio::runtime::Runtime,
-    store: &RedisStore,
-    url: &str,
-    clients: usize,
-) {
-    let started = Instant::now();
-    while main.block_on(self::clients(url)) < clients {
-        assert!(matches!(claim_here(runtime, store), Claim::Acquired { .. }));
-        assert!(started.elapsed() < Duration::from_secs(5), "the runtime's connection was never opened");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Claims 50 keys on `runtime`, each in well under the response timeout.
@@ -89,23 +106,17 @@ fn claims_promptly(runtime: &tokio::runtime::Runtime, store: &RedisStore) {
 
 #[test]
 fn a_connection_serves_only_the_runtime_that_opened_it() {
-    let Some(server) = RedisServer::start("a_connection_serves_only_the_runtime_that_opened_it") else {
-        return;
-    };
-    let url = server.url();
-    // The store's shared connection lives on a runtime of its own, as an
-    // application's main runtime would.
-    let main = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let store = main.block_on(RedisStore::connect(&url)).expect("connecting the store");
+    let Some(private) = Private::start("a_connection_serves_only_the_runtime_that_opened_it") else { return };
+    let store = private.store();
     // The shared connection and the one `clients` opens: 2.
     let first = current_thread();
-    until_open(&main, &first, &store, &url, 3);
+    private.until_open(&first, &store, 3);
     // A second runtime on this thread, the first one idle but alive: its
     // driver does not run, so its connection must not carry this one's
     // commands (they would wait for the response timeout).
     let second = current_thread();
     claims_promptly(&second, &store);
-    until_open(&main, &second, &store, &url, 4);
+    private.until_open(&second, &store, 4);
     // The first runtime is gone, and its connection with it.
     drop(first);
     claims_promptly(&second, &store);
@@ -119,21 +130,17 @@ fn a_connection_serves_only_the_runtime_that_opened_it() {
 /// open on them.
 #[test]
 fn a_dropped_store_leaves_no_connection_on_a_live_runtime() {
-    let Some(server) = RedisServer::start("a_dropped_store_leaves_no_connection_on_a_live_runtime") else {
-        return;
-    };
-    let url = server.url();
-    let main = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let Some(private) = Private::start("a_dropped_store_leaves_no_connection_on_a_live_runtime") else { return };
     let worker = current_thread();
-    let before = main.block_on(clients(&url));
+    let before = private.clients();
     for _ in 0..5 {
-        let store = main.block_on(RedisStore::connect(&url)).expect("connecting the store");
+        let store = private.store();
         // The shared connection, the one `clients` opens, the worker's.
-        until_open(&main, &worker, &store, &url, before + 2);
+        private.until_open(&worker, &store, before + 2);
         drop(store);
         worker.block_on(async { tokio::time::sleep(Duration::from_millis(100)).await });
     }
-    let after = main.block_on(clients(&url));
+    let after = private.clients();
     assert!(after <= before, "{} connections left open by 5 dropped stores", after - before);
 }
 
@@ -142,13 +149,9 @@ fn a_dropped_store_leaves_no_connection_on_a_live_runtime() {
 /// goes when the thread ends.
 #[test]
 fn a_blocking_thread_that_ends_leaves_no_connection_behind() {
-    let Some(server) = RedisServer::start("a_blocking_thread_that_ends_leaves_no_connection_behind") else {
-        return;
-    };
-    let url = server.url();
-    let main = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let store = Arc::new(main.block_on(RedisStore::connect(&url)).expect("connecting the store"));
-    let before = main.block_on(clients(&url));
+    let Some(private) = Private::start("a_blocking_thread_that_ends_leaves_no_connection_behind") else { return };
+    let store = Arc::new(private.store());
+    let before = private.clients();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_keep_alive(Duration::from_millis(20))
@@ -171,6 +174,6 @@ fn a_blocking_thread_that_ends_leaves_no_connection_behind() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     });
-    let after = main.block_on(clients(&url));
+    let after = private.clients();
     assert!(after <= before + 1, "{} connections for 5 blocking threads that ended", after - before);
 }
