@@ -25,10 +25,10 @@ async fn clients(url: &str) -> usize {
 /// A private server, and the runtime the store's shared connection lives
 /// on (a runtime of its own, as an application's main runtime would be).
 struct Private {
-    /// Stopped on drop.
-    _server: RedisServer,
-    url: String,
+    /// Shut down first (fields drop in order), then the server stops.
     main: tokio::runtime::Runtime,
+    url: String,
+    _server: RedisServer,
 }
 
 impl Private {
@@ -37,7 +37,7 @@ impl Private {
         let server = RedisServer::start(test)?;
         let url = server.url();
         let main = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        Some(Self { _server: server, url, main })
+        Some(Self { main, url, _server: server })
     }
 
     fn store(&self) -> RedisStore {
