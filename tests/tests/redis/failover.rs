@@ -289,10 +289,13 @@ async fn without_replica_acks_a_failover_loses_the_writes_its_replica_lacked() {
 
 /// A renewal batch whose leases live on several primaries, one of them
 /// dead: its leases go unanswered (`Fence::Unknown`, tried again) while
-/// the others are renewed. One failed shard must not cost every lease of
-/// the process. (The cluster client may stall a call or two while it rebuilds
-/// its slot map: the batch is sent again until it is answered. The dead
-/// primary's replica is kept from taking over, so the shard stays dead.)
+/// the others are renewed, on a cluster that keeps serving the slots it
+/// still covers (`cluster-require-full-coverage no`; under the default,
+/// every node refuses commands until the replica takes over). One failed
+/// shard must not cost every lease of the process. (The cluster client may
+/// stall a call or two while it rebuilds its slot map: the batch is sent
+/// again until it is answered. The dead primary's replica is kept from
+/// taking over, so the shard stays dead.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dead_primary_leaves_only_its_own_renewals_unanswered() {
     use idem_runtime::store::testing::{fingerprint, fresh_key};
@@ -320,15 +323,18 @@ async fn a_dead_primary_leaves_only_its_own_renewals_unanswered() {
         .collect();
     assert!(on_dead.iter().any(|&d| d) && on_dead.iter().any(|&d| !d), "leases on the dead primary and on others");
     // The dead primary's replica must not take over, and the other
-    // primaries keep serving their slots meanwhile: the dead shard stays
-    // unanswered however long the batches below take (on a loaded machine
-    // they used to race the replica's promotion, a second or two after the
-    // kill, and find every lease renewed).
+    // primaries keep serving their slots meanwhile (without full coverage
+    // required, they would all answer CLUSTERDOWN once the dead one is
+    // flagged as failed): the dead shard stays unanswered however long the
+    // batches below take. On a loaded machine they used to miss the
+    // window between the kill and that flag, and the promotion after it.
     let set = |name: &str, value: &str| redis::cmd("CONFIG").arg("SET").arg(name).arg(value).clone();
     for port in cluster.live_ports() {
         let () = cluster.query(port, &set("cluster-require-full-coverage", "no")).expect("CONFIG SET");
     }
-    for replica in cluster.replicas_of(dead) {
+    let replicas = cluster.replicas_of(dead);
+    assert!(!replicas.is_empty(), "the primary to kill has a replica");
+    for replica in replicas {
         let () = cluster.query(replica, &set("cluster-replica-no-failover", "yes")).expect("CONFIG SET");
     }
     // The renewals' own connection is open, as in a running service.
