@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use redis::{Cmd, FromRedisValue, RedisResult};
 
 use crate::backend;
-use crate::port::free_ports;
+use crate::port::reserved_ports;
 use crate::redis_node::{info_field, query, served_slots};
 
 /// Nodes of a cluster: three primaries, three replicas.
@@ -291,12 +291,14 @@ impl RedisCluster {
         text
     }
 
-    /// Starts one more node on free ports. Another process may take a port
-    /// between the probe and the bind: tries a few.
+    /// Starts one more node on free ports of the reserved range, which no
+    /// other server of the tests is given, so that a killed node's port is
+    /// not taken by one (see [`reserved_ports`]). Another process may take a
+    /// port between the probe and the bind: tries a few.
     fn start_node(&mut self, test: &str) {
         let mut failures = Vec::new();
         for _ in 0..5 {
-            let ports = free_ports(2);
+            let ports = reserved_ports(2);
             let (port, bus_port) = (ports[0], ports[1]);
             let dir = self.dir.join(port.to_string());
             std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
