@@ -5,8 +5,9 @@
 //! one thread (the one that called [`RedisStore::connect`]): each command
 //! then costs two thread switches, the worker handing it to the driver's
 //! thread and that thread waking the worker with the reply. On this
-//! project's 2-core benchmark machine that was a fifth of a hand-written
-//! handler's throughput. So each thread that uses the store opens its own
+//! project's 2-core benchmark machine, a hand-written handler served about
+//! 1.1 times the replays with a connection per worker (`scripts/bench`,
+//! `hand-redis-per-worker`). So each thread that uses the store opens its own
 //! connection, on its own runtime, the first time it needs one; the
 //! driver then runs on the worker that waits for the reply.
 //!
