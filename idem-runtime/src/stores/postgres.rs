@@ -180,10 +180,14 @@ impl PostgresStore {
 
     /// Pool settings suited to the store: connections are awaited at most
     /// [`PostgresStore::DEFAULT_ACQUIRE_TIMEOUT`], so requests fail fast (503) during an
-    /// outage instead of piling up. Adjust the pool size to the number of
-    /// concurrent idempotent requests a process serves.
+    /// outage instead of piling up; and they are not pinged before each use
+    /// (`test_before_acquire(false)`: the ping was a round trip on top of
+    /// every statement's own), so a connection the server has closed fails
+    /// the one operation that finds it (503 before a handler runs) and is
+    /// replaced. Adjust the pool size to the number of concurrent
+    /// idempotent requests a process serves.
     pub fn pool_options() -> PgPoolOptions {
-        PgPoolOptions::new().acquire_timeout(Self::DEFAULT_ACQUIRE_TIMEOUT)
+        PgPoolOptions::new().acquire_timeout(Self::DEFAULT_ACQUIRE_TIMEOUT).test_before_acquire(false)
     }
 
     /// Connects to `url` with [`PostgresStore::pool_options`] and uses table
@@ -236,6 +240,7 @@ impl PostgresStore {
         }
         .await;
         result.map_err(|e| self.error(e))?;
+        self.open_renewals_ahead();
         // The claim function exists now: a store that fell back to the
         // one-statement claim (it ran before the migration) calls it again.
         self.claim_inline.store(false, Ordering::Release);
@@ -356,6 +361,7 @@ impl Store for PostgresStore {
         lease: Duration,
         ttl: Duration,
     ) -> Result<Claim, StoreError> {
+        self.open_renewals_ahead();
         let token = FencingToken::generate();
         let token_bytes = token.to_bytes();
         let call = |statement| {

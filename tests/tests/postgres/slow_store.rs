@@ -33,3 +33,19 @@ async fn a_slow_store_never_gives_two_executions() {
     let Some((proxy, store)) = proxied_store("a_slow_store_never_gives_two_executions").await else { return };
     assert_a_slow_store_runs_the_handler_once(store, &proxy).await;
 }
+
+/// A store made anew on a warm pool: its renewals' own pool has no
+/// connection yet. The first renewal must not have to open one across the
+/// slow network within the store timeout: timing out again and again, it
+/// lost the first request's lease, and a duplicate ran the handler a second
+/// time.
+#[actix_web::test]
+async fn a_slow_store_whose_renewals_have_no_connection_yet_never_gives_two_executions() {
+    let Some((proxy, store)) =
+        proxied_store("a_slow_store_whose_renewals_have_no_connection_yet_never_gives_two_executions").await
+    else {
+        return;
+    };
+    let anew = PostgresStore::new(store.pool().clone());
+    assert_a_slow_store_runs_the_handler_once(anew, &proxy).await;
+}

@@ -2,12 +2,21 @@
 //!
 //! The lease keeper renews every lease of a process at once, from a thread
 //! and a Tokio runtime of its own. A batch is one fenced `UPDATE ... FROM
-//! unnest(...)` statement on a small pool that only carries renewals: it is
-//! created the first time the keeper renews, so its connections live on the
-//! keeper's runtime, and renewals never wait for a connection the
-//! application's queries hold, nor on an application thread that is busy.
+//! unnest(...)` statement on a small pool that only carries renewals, made
+//! on the keeper's runtime (so its connections live there), so that renewals
+//! never wait for a connection the application's queries hold, nor on an
+//! application thread that is busy.
+//!
+//! Its connections are opened ahead, with the batch statement prepared on
+//! each, when the store migrates or claims for the first time, and kept
+//! open. Opened by the first renewals instead, over a slow network, they
+//! took more than the store timeout (the connection, then preparing the
+//! statement, each a round trip or more on top of the batch's own): attempt
+//! after attempt ran out of time, the lease ran out with them, and a
+//! duplicate ran the handler a second time.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -15,6 +24,7 @@ use tokio::sync::OnceCell;
 
 use super::sql::sql;
 use super::{PostgresStore, interval_micros};
+use crate::engine::keeper;
 use crate::store::{Fence, Renewal, StoreError};
 
 /// Connections of the renewal pool: one batch at a time needs one; the
@@ -28,22 +38,51 @@ const RENEWAL_CONNECTIONS: u32 = 2;
 /// shortly, instead of holding up every lease of the process behind one row.
 const LOCK_TIMEOUT: &str = "250ms";
 
-/// The renewals' own pool, created on first use.
+/// The renewals' own pool, made ahead (see the module's docs).
 #[derive(Debug, Default)]
 pub(super) struct RenewalPool {
     pool: OnceCell<PgPool>,
+    /// Its making has started.
+    started: std::sync::atomic::AtomicBool,
 }
 
 impl PostgresStore {
-    /// The renewal pool, created now (on the caller's runtime) if this is
-    /// the first batch, with the main pool's connection options and
-    /// acquire timeout. Its connections are opened when first needed.
+    /// Makes the renewal pool on the keeper's runtime and opens its
+    /// connections, in the background, unless that has started already.
+    pub(super) fn open_renewals_ahead(&self) {
+        if self.renewals.started.load(Ordering::Acquire) || self.renewals.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let store = self.clone();
+        keeper::spawn(async move {
+            let pool = store.renewal_pool().await;
+            // Each opened, and the batch statement prepared on it by a batch
+            // of none, together; then back to the pool, which keeps them.
+            let prepared = futures_util::future::join_all((0..RENEWAL_CONNECTIONS).map(|_| async {
+                let mut connection = pool.acquire().await?;
+                let (keys, tokens, leases): ([&str; 0], [&[u8]; 0], [i64; 0]) = ([], [], []);
+                let query = sqlx::query(sql(&store.sql.renew_many)).bind(&keys[..]).bind(&tokens[..]).bind(&leases[..]);
+                query.fetch_all(&mut *connection).await
+            }))
+            .await;
+            if let Some(Err(error)) = prepared.into_iter().find(Result::is_err) {
+                // The first renewal opens what is missing.
+                tracing::debug!(%error, "could not open the lease renewals' connections ahead");
+            }
+        });
+    }
+
+    /// The renewal pool, made now (on the caller's runtime) if it is not
+    /// made yet, with the main pool's connection options and acquire
+    /// timeout. It keeps its connections open (a closed one is opened again
+    /// at once).
     async fn renewal_pool(&self) -> &PgPool {
         self.renewals
             .pool
             .get_or_init(|| async {
                 PgPoolOptions::new()
                     .max_connections(RENEWAL_CONNECTIONS)
+                    .min_connections(RENEWAL_CONNECTIONS)
                     .acquire_timeout(self.pool.options().get_acquire_timeout())
                     .connect_lazy_with((*self.pool.connect_options()).clone().options([("lock_timeout", LOCK_TIMEOUT)]))
             })
