@@ -187,6 +187,12 @@ pub async fn assert_a_short_lease_is_refused(store: impl Store, proxy: &LatencyP
 /// handler runs exactly once, and a retry afterwards is a replay.
 pub async fn assert_a_slow_store_runs_the_handler_once(store: impl Store, proxy: &LatencyProxy) {
     warm_up(&store).await;
+    assert_a_warm_slow_store_runs_the_handler_once(store, proxy).await;
+}
+
+/// [`assert_a_slow_store_runs_the_handler_once`] with a store the caller
+/// has warmed up already (and perhaps done something to since).
+pub async fn assert_a_warm_slow_store_runs_the_handler_once(store: impl Store, proxy: &LatencyProxy) {
     let idem = Idem::new(store).store_timeout(SLOW_STORE_TIMEOUT);
     let (server, hits) = serve(idem, |config| {
         config.service(slow_order);

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::Connection;
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
@@ -82,9 +83,11 @@ const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// # Lease renewals
 ///
 /// [`Store::renew_many`] renews a whole batch in one statement on a pool of
-/// its own (two connections, the main pool's connection options), created
-/// the first time the lease keeper calls it, on the keeper's runtime: so
-/// renewals never queue behind the application's queries for a connection.
+/// its own (two connections, the main pool's connection options), on the
+/// lease keeper's runtime: so renewals never queue behind the application's
+/// queries for a connection. Its connections are opened, and the batch
+/// statement prepared on each, ahead: when the store migrates or first
+/// claims.
 ///
 /// # Schema
 ///
@@ -123,7 +126,7 @@ const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: PgPool,
-    /// Renewals' own pool, created by the first `renew_many`.
+    /// Renewals' own pool, made ahead by `migrate` or the first claim.
     renewals: Arc<RenewalPool>,
     table: TableName,
     sql: Statements,
@@ -141,6 +144,9 @@ impl PostgresStore {
     /// How long [`PostgresStore::pool_options`] lets an operation wait for a
     /// connection: during an outage, operations fail after this long.
     pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+    /// How long a connection of [`PostgresStore::pool_options`] may have been
+    /// idle and still be used without a ping first.
+    pub const PING_AFTER_IDLE: Duration = Duration::from_secs(10);
     /// Default bound on one operation, connection wait included; guards
     /// against a server that stops answering without closing the connection.
     pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
@@ -180,14 +186,24 @@ impl PostgresStore {
 
     /// Pool settings suited to the store: connections are awaited at most
     /// [`PostgresStore::DEFAULT_ACQUIRE_TIMEOUT`], so requests fail fast (503) during an
-    /// outage instead of piling up; and they are not pinged before each use
-    /// (`test_before_acquire(false)`: the ping was a round trip on top of
-    /// every statement's own), so a connection the server has closed fails
-    /// the one operation that finds it (503 before a handler runs) and is
-    /// replaced. Adjust the pool size to the number of concurrent
-    /// idempotent requests a process serves.
+    /// outage instead of piling up; and a connection is pinged before use
+    /// only when it has been idle for [`PostgresStore::PING_AFTER_IDLE`] (sqlx pings
+    /// every time by default: a round trip on top of every statement's
+    /// own). One the server closed within that time fails the one operation
+    /// that finds it (503 before a handler runs) and is replaced. Adjust the
+    /// pool size to the number of concurrent idempotent requests a process
+    /// serves.
     pub fn pool_options() -> PgPoolOptions {
-        PgPoolOptions::new().acquire_timeout(Self::DEFAULT_ACQUIRE_TIMEOUT).test_before_acquire(false)
+        PgPoolOptions::new().acquire_timeout(Self::DEFAULT_ACQUIRE_TIMEOUT).test_before_acquire(false).before_acquire(
+            |connection, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= Self::PING_AFTER_IDLE {
+                        connection.ping().await?;
+                    }
+                    Ok(true)
+                })
+            },
+        )
     }
 
     /// Connects to `url` with [`PostgresStore::pool_options`] and uses table

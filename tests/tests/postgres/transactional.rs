@@ -97,18 +97,36 @@ pub(super) async fn database(test: &str, name: &str) -> Option<(String, PgPool)>
 }
 
 /// Opens all 4 connections of `store`'s pool, then makes the database of
-/// `url` refuse new ones: the store keeps working, the lease keeper (whose
-/// renewals have a pool of their own, still empty) cannot renew. Returns
-/// the database's name, for [`accept_connections`].
+/// `url` refuse new ones and closes the connections of the renewals' own
+/// pool (opened ahead, when the store migrated): the store keeps working,
+/// the lease keeper cannot renew. Returns the database's name, for
+/// [`accept_connections`].
 pub(super) async fn refuse_new_connections(url: &str, admin: &PgPool, store: &PostgresStore) -> String {
     let held: Vec<_> = futures_util::future::join_all((0..4).map(|_| store.pool().acquire())).await;
     assert!(held.iter().all(Result::is_ok), "warming the pool");
     drop(held);
     let name = url.rsplit_once('/').unwrap().1.to_owned();
+    // The renewals' connections: the last statement of each is a batch
+    // (an empty one, preparing it, as they open).
+    let renewals = "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND query LIKE '%unnest($1::text[]%'";
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut open: Vec<(i32,)> = Vec::new();
+    while open.len() < 2 && std::time::Instant::now() < deadline {
+        open = sqlx::query_as(renewals).bind(&name).fetch_all(admin).await.expect("listing the renewals' connections");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(open.len(), 2, "the renewals' connections, opened ahead");
     sqlx::query(AssertSqlSafe(format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false")))
         .execute(admin)
         .await
         .expect("closing the database to new connections");
+    for (pid,) in open {
+        sqlx::query("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .execute(admin)
+            .await
+            .expect("closing a renewal connection");
+    }
     name
 }
 

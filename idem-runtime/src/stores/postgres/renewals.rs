@@ -7,19 +7,34 @@
 //! never wait for a connection the application's queries hold, nor on an
 //! application thread that is busy.
 //!
-//! Its connections are opened ahead, with the batch statement prepared on
-//! each, when the store migrates or claims for the first time, and kept
-//! open. Opened by the first renewals instead, over a slow network, they
-//! took more than the store timeout (the connection, then preparing the
-//! statement, each a round trip or more on top of the batch's own): attempt
-//! after attempt ran out of time, the lease ran out with them, and a
-//! duplicate ran the handler a second time.
+//! Over a slow network, opening a connection and preparing the batch
+//! statement on it take round trips of their own, and the first renewals
+//! once paid for both: attempt after attempt ran out of the store timeout,
+//! the lease ran out with them, and a duplicate ran the handler a second
+//! time. So the renewals' connections are never opened in a renewal's
+//! stead:
+//!
+//! - the pool is made, and its connections opened, ahead: when the store
+//!   migrates or first claims, on the keeper's runtime;
+//! - every connection it opens prepares the batch statement before it is
+//!   used (`after_connect`), including those that replace one the server
+//!   closed;
+//! - it keeps them (no idle timeout, no lifetime), checks one before a batch
+//!   uses it (a ping: a connection the server closed is replaced, not used),
+//!   and checks the idle ones every second, replacing those the server
+//!   closed before a renewal needs them;
+//! - a batch takes its connection on a task of its own, which its timeout
+//!   does not cut short: a connection still opening when the attempt gives
+//!   up is there for the next one.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use sqlx::Row;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgPool, PgPoolOptions, Postgres};
 use tokio::sync::OnceCell;
 
 use super::sql::sql;
@@ -42,51 +57,97 @@ const LOCK_TIMEOUT: &str = "250ms";
 #[derive(Debug, Default)]
 pub(super) struct RenewalPool {
     pool: OnceCell<PgPool>,
-    /// Its making has started.
-    started: std::sync::atomic::AtomicBool,
+    /// Its connections are being opened ahead, or are open.
+    started: AtomicBool,
+}
+
+/// How often the keeper checks the renewals' idle connections.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// While the store lives, checks the renewals' idle connections every
+/// [`CHECK_EVERY`] (a ping each) and replaces those the server closed, so
+/// that a renewal finds them open and prepared. A closed one is otherwise
+/// found by the next renewal, which over a slow network cannot open and
+/// prepare another within its time.
+async fn check_renewal_connections(renewals: Weak<RenewalPool>, pool: PgPool) {
+    loop {
+        tokio::time::sleep(CHECK_EVERY).await;
+        if renewals.strong_count() == 0 {
+            return;
+        }
+        // Each taken is pinged first (`test_before_acquire`); a closed one
+        // is dropped and another opened in its place, all within the
+        // acquire timeout. Back to the pool together.
+        let wanted = (pool.num_idle() as u32).max(RENEWAL_CONNECTIONS.saturating_sub(pool.size()));
+        let checked = futures_util::future::join_all((0..wanted).map(|_| pool.acquire())).await;
+        if let Some(Err(error)) = checked.iter().find(|c| c.is_err()) {
+            tracing::debug!(%error, "could not check the lease renewals' connections");
+        }
+    }
 }
 
 impl PostgresStore {
     /// Makes the renewal pool on the keeper's runtime and opens its
-    /// connections, in the background, unless that has started already.
+    /// connections, in the background, unless that is done or under way.
+    /// If it fails, the next call tries again.
     pub(super) fn open_renewals_ahead(&self) {
         if self.renewals.started.load(Ordering::Acquire) || self.renewals.started.swap(true, Ordering::AcqRel) {
             return;
         }
         let store = self.clone();
         keeper::spawn(async move {
-            let pool = store.renewal_pool().await;
-            // Each opened, and the batch statement prepared on it by a batch
-            // of none, together; then back to the pool, which keeps them.
-            let prepared = futures_util::future::join_all((0..RENEWAL_CONNECTIONS).map(|_| async {
-                let mut connection = pool.acquire().await?;
-                let (keys, tokens, leases): ([&str; 0], [&[u8]; 0], [i64; 0]) = ([], [], []);
-                let query = sqlx::query(sql(&store.sql.renew_many)).bind(&keys[..]).bind(&tokens[..]).bind(&leases[..]);
-                query.fetch_all(&mut *connection).await
-            }))
-            .await;
-            if let Some(Err(error)) = prepared.into_iter().find(Result::is_err) {
-                // The first renewal opens what is missing.
-                tracing::debug!(%error, "could not open the lease renewals' connections ahead");
+            let pool = store.renewal_pool().await.clone();
+            // Together (each prepares the batch statement as it opens);
+            // then back to the pool, which keeps them.
+            let opened = futures_util::future::join_all((0..RENEWAL_CONNECTIONS).map(|_| pool.acquire())).await;
+            if let Some(Err(error)) = opened.into_iter().find(Result::is_err) {
+                tracing::debug!(%error, "could not open the lease renewals' connections ahead; trying at the next claim");
+                store.renewals.started.store(false, Ordering::Release);
+                return;
             }
+            let renewals = Arc::downgrade(&store.renewals);
+            drop(store);
+            check_renewal_connections(renewals, pool).await;
         });
     }
 
     /// The renewal pool, made now (on the caller's runtime) if it is not
     /// made yet, with the main pool's connection options and acquire
-    /// timeout. It keeps its connections open (a closed one is opened again
-    /// at once).
+    /// timeout (see the module's docs).
     async fn renewal_pool(&self) -> &PgPool {
         self.renewals
             .pool
             .get_or_init(|| async {
+                let prepare = Arc::clone(&self.sql.renew_many);
                 PgPoolOptions::new()
                     .max_connections(RENEWAL_CONNECTIONS)
-                    .min_connections(RENEWAL_CONNECTIONS)
+                    .idle_timeout(None)
+                    .max_lifetime(None)
                     .acquire_timeout(self.pool.options().get_acquire_timeout())
+                    .after_connect(move |connection, _| {
+                        let statement = Arc::clone(&prepare);
+                        Box::pin(async move {
+                            // A batch of none: prepared, nothing renewed.
+                            let (keys, tokens, leases): ([&str; 0], [&[u8]; 0], [i64; 0]) = ([], [], []);
+                            let query =
+                                sqlx::query(sql(&statement)).bind(&keys[..]).bind(&tokens[..]).bind(&leases[..]);
+                            query.fetch_all(connection).await.map(drop)
+                        })
+                    })
                     .connect_lazy_with((*self.pool.connect_options()).clone().options([("lock_timeout", LOCK_TIMEOUT)]))
             })
             .await
+    }
+
+    /// A connection of the renewal pool, taken on a task of its own so
+    /// that the caller's timeout never cuts its opening short.
+    async fn renewal_connection(&self) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+        let pool = self.renewal_pool().await.clone();
+        match tokio::spawn(async move { pool.acquire().await }).await {
+            Ok(connection) => connection,
+            // The runtime is shutting down.
+            Err(error) => Err(sqlx::Error::Io(std::io::Error::other(error))),
+        }
     }
 
     /// [`Store::renew_many`](crate::store::Store::renew_many): one
@@ -99,9 +160,13 @@ impl PostgresStore {
         let tokens: Vec<[u8; 16]> = renewals.iter().map(|r| r.token.to_bytes()).collect();
         let tokens: Vec<&[u8]> = tokens.iter().map(|t| t.as_slice()).collect();
         let leases: Vec<i64> = renewals.iter().map(|r| interval_micros(r.lease)).collect();
-        let pool = self.renewal_pool().await;
         let query = sqlx::query(sql(&self.sql.renew_many)).bind(&keys[..]).bind(&tokens[..]).bind(&leases[..]);
-        let rows = self.run(query.fetch_all(pool)).await?;
+        let rows = self
+            .run(async {
+                let mut connection = self.renewal_connection().await?;
+                query.fetch_all(&mut *connection).await
+            })
+            .await?;
         let mut held = HashSet::with_capacity(rows.len());
         for row in &rows {
             let key: String = row.try_get("key").map_err(|e| self.corrupt(e.to_string()))?;
