@@ -21,8 +21,8 @@
 //!   closed;
 //! - it keeps them (no idle timeout, no lifetime), checks one before a batch
 //!   uses it (a ping: a connection the server closed is replaced, not used),
-//!   and checks the idle ones every second, replacing those the server
-//!   closed before a renewal needs them;
+//!   and checks an idle one every second while the other is idle too,
+//!   replacing those the server closed before a renewal needs them;
 //! - a batch takes its connection on a task of its own, which its timeout
 //!   does not cut short: a connection still opening when the attempt gives
 //!   up is there for the next one.
@@ -64,8 +64,8 @@ pub(super) struct RenewalPool {
 /// How often the keeper checks the renewals' idle connections.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 
-/// While the store lives, checks the renewals' idle connections every
-/// [`CHECK_EVERY`] (a ping each) and replaces those the server closed, so
+/// While the store lives, checks one of the renewals' idle connections
+/// every [`CHECK_EVERY`] (a ping) and replaces those the server closed, so
 /// that a renewal finds them open and prepared. A closed one is otherwise
 /// found by the next renewal, which over a slow network cannot open and
 /// prepare another within its time.
@@ -75,13 +75,15 @@ async fn check_renewal_connections(renewals: Weak<RenewalPool>, pool: PgPool) {
         if renewals.strong_count() == 0 {
             return;
         }
-        // Each taken is pinged first (`test_before_acquire`); a closed one
-        // is dropped and another opened in its place, all within the
-        // acquire timeout. Back to the pool together.
-        let wanted = (pool.num_idle() as u32).max(RENEWAL_CONNECTIONS.saturating_sub(pool.size()));
-        let checked = futures_util::future::join_all((0..wanted).map(|_| pool.acquire())).await;
-        if let Some(Err(error)) = checked.iter().find(|c| c.is_err()) {
-            tracing::debug!(%error, "could not check the lease renewals' connections");
+        // One at a time, and only while the other is free too, so that a
+        // batch never waits for a check: the one idle longest (the pool
+        // hands them out in turn) is pinged as it is taken
+        // (`test_before_acquire`), and if the server closed it, dropped and
+        // another opened in its place. Or the one missing is opened.
+        if pool.size() < RENEWAL_CONNECTIONS || pool.num_idle() >= RENEWAL_CONNECTIONS as usize {
+            if let Err(error) = pool.acquire().await {
+                tracing::debug!(%error, "could not check the lease renewals' connections");
+            }
         }
     }
 }
