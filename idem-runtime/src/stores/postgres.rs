@@ -189,10 +189,11 @@ impl PostgresStore {
     /// outage instead of piling up; and a connection is pinged before use
     /// only when it has been idle for [`PostgresStore::PING_AFTER_IDLE`] (sqlx pings
     /// every time by default: a round trip on top of every statement's
-    /// own). One the server closed within that time fails the one operation
-    /// that finds it (503 before a handler runs) and is replaced. Adjust the
-    /// pool size to the number of concurrent idempotent requests a process
-    /// serves.
+    /// own). A connection the server closed within that time fails the one
+    /// operation that finds it (503 before a handler runs) and is replaced:
+    /// after a server restart, up to one 503 for each connection of the
+    /// pool. Adjust the pool size to the number of concurrent idempotent
+    /// requests a process serves.
     pub fn pool_options() -> PgPoolOptions {
         PgPoolOptions::new().acquire_timeout(Self::DEFAULT_ACQUIRE_TIMEOUT).test_before_acquire(false).before_acquire(
             |connection, meta| {

@@ -26,6 +26,13 @@
 //! - a batch takes its connection on a task of its own, which its timeout
 //!   does not cut short: a connection still opening when the attempt gives
 //!   up is there for the next one.
+//!
+//! What this does not cover: both connections lost while a lease is being
+//! renewed over a network so slow that opening another (several round
+//! trips) and a batch on it do not fit in what is left of the lease. The
+//! lease is then lost, and a duplicate after its end runs the handler
+//! again. Keep the store timeout, and so the lease, well above the time a
+//! connection takes to open.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
