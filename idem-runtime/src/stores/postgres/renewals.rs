@@ -87,10 +87,9 @@ async fn check_renewal_connections(renewals: Weak<RenewalPool>, pool: PgPool) {
         // hands them out in turn) is pinged as it is taken
         // (`test_before_acquire`), and if the server closed it, dropped and
         // another opened in its place. Or the one missing is opened.
-        if pool.size() < RENEWAL_CONNECTIONS || pool.num_idle() >= RENEWAL_CONNECTIONS as usize {
-            if let Err(error) = pool.acquire().await {
-                tracing::debug!(%error, "could not check the lease renewals' connections");
-            }
+        let check = pool.size() < RENEWAL_CONNECTIONS || pool.num_idle() >= RENEWAL_CONNECTIONS as usize;
+        if check && let Err(error) = pool.acquire().await {
+            tracing::debug!(%error, "could not check the lease renewals' connections");
         }
     }
 }
