@@ -10,6 +10,7 @@ mod claim_races;
 mod conformance;
 mod inbox;
 mod isolation;
+mod kept_connections;
 mod outage;
 mod outbox;
 mod renewals;

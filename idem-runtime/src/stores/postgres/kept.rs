@@ -1,0 +1,403 @@
+//! Connections a runtime keeps from one operation to the next.
+//!
+//! Through sqlx's pool, every statement costs more than its own round trip:
+//! a connection given back is pinged, on a task spawned for it, before
+//! anyone else may have it (and, unless `test_before_acquire` is off, once
+//! more before it is handed out). And the pool's connections go to every
+//! actix worker, while each is driven by the reactor of the runtime that
+//! opened it: a worker using another's connection waits for a thread
+//! switch on every reply.
+//!
+//! So each single-threaded runtime (an actix worker, the lease keeper) keeps
+//! the connections its operations took from the pool, for [`HOLD`], and
+//! hands them from one operation to the next directly: no ping, no task, no
+//! thread switch. An operation that finds none free takes one the pool has
+//! free, or an idle one another runtime keeps, or else waits for whichever
+//! comes first: one of its runtime's coming back, or one a task of its
+//! runtime takes from the pool for it (a task of its own, because sqlx
+//! closes a connection whose acquiring is cut short while it pings or
+//! opens it). On this project's 2-core benchmark machine the store served
+//! about 1.4 times the replays and 1.35 times the first executions this way
+//! (see the README's Benchmarks).
+//!
+//! A kept connection is still checked out of the pool, so the pool's bound
+//! holds. It goes back to the pool when it is given back after [`HOLD`]
+//! from when it was taken, or lies unused that long; at once when it is
+//! given back while the pool has none free and no operation of its runtime
+//! waits (someone else may wait for the pool: a transactional handler's
+//! transaction, the sweeper, the application's own queries); at once when
+//! its operation failed or was cut short (its state is unknown; the pool
+//! pings it or closes it); and when its runtime shuts down or the store is
+//! dropped (closed, if that happens outside a Tokio runtime, where sqlx
+//! cannot give it back). So others wait at most about twice [`HOLD`] for
+//! the connections a runtime keeps, as long as that runtime runs: like any
+//! pooled connection, one whose runtime is blocked (a handler blocking its
+//! worker thread) waits for it. Outside a single-threaded runtime (a
+//! multi-threaded one shares its reactor between its threads already),
+//! operations use the pool as it is.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use sqlx::PgConnection;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgArguments, PgPool, PgQueryResult, PgRow, Postgres};
+use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio::sync::oneshot;
+
+/// How long a runtime keeps a connection it took from the pool.
+pub(super) const HOLD: Duration = Duration::from_millis(250);
+
+/// A runtime's queue of waiting operations is cleared of those that left
+/// when it grows this long.
+const PRUNE_WAITING: usize = 64;
+
+/// A statement with its arguments.
+type Query<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
+
+/// What a store's runtimes keep their connections from.
+pub(super) struct Kept {
+    pool: PgPool,
+    /// Every runtime's [`Free`]: one per runtime, whichever of its threads
+    /// asks (a `block_on` from another thread finds it here), and for the
+    /// others to take idle connections from.
+    runtimes: Mutex<Vec<(tokio::runtime::Id, Weak<Mutex<Free>>)>>,
+}
+
+/// A connection a runtime keeps: back to the pool when dropped.
+struct KeptConnection {
+    /// Always there but while it is dropped.
+    connection: Option<PoolConnection<Postgres>>,
+    /// When it was taken from the pool.
+    taken: Instant,
+}
+
+/// What a runtime's waiting operation is handed: a connection, or the
+/// pool's failure to give one.
+type Handed = Result<KeptConnection, sqlx::Error>;
+
+/// One runtime's kept connections of one store.
+struct Free {
+    /// The store's pool: a connection nobody here waits for goes back to
+    /// it at once when it has none free.
+    pool: PgPool,
+    /// Not in use; the most recently given back last.
+    idle: Vec<KeptConnection>,
+    /// Operations of this runtime waiting for a connection, oldest first.
+    waiting: VecDeque<oneshot::Sender<Handed>>,
+    /// A task takes connections from the pool for those waiting.
+    fetching: bool,
+}
+
+/// Where this thread finds a runtime's [`Free`] for a store. Weak: the task
+/// that [`Kept::local`] spawns holds it, so that its connections are
+/// dropped on their runtime (giving one back to the pool needs a runtime),
+/// never in a thread-local destructor.
+struct Entry {
+    store: Weak<Kept>,
+    runtime: tokio::runtime::Id,
+    free: Weak<Mutex<Free>>,
+}
+
+thread_local! {
+    static ENTRIES: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The connection of one operation: back to its runtime when the operation
+/// [`succeeded`](Self::succeeded), else back to the pool.
+pub(super) struct Held {
+    connection: Option<Connection>,
+    succeeded: bool,
+}
+
+enum Connection {
+    /// Kept by the runtime whose [`Free`] this is.
+    Kept(KeptConnection, Arc<Mutex<Free>>),
+    /// The pool's (outside a single-threaded runtime).
+    Pooled(PoolConnection<Postgres>),
+}
+
+impl Kept {
+    pub(super) fn new(pool: PgPool) -> Arc<Self> {
+        Arc::new(Self { pool, runtimes: Mutex::default() })
+    }
+
+    /// Runs `query` on a connection of [`Kept::acquire`].
+    pub(super) async fn execute(self: &Arc<Self>, query: Query<'_>) -> Result<PgQueryResult, sqlx::Error> {
+        let mut held = self.acquire().await?;
+        let done = query.execute(held.connection()).await?;
+        held.succeeded();
+        Ok(done)
+    }
+
+    /// Runs `query` on a connection of [`Kept::acquire`]: its one row.
+    pub(super) async fn fetch_one(self: &Arc<Self>, query: Query<'_>) -> Result<PgRow, sqlx::Error> {
+        let mut held = self.acquire().await?;
+        let row = query.fetch_one(held.connection()).await?;
+        held.succeeded();
+        Ok(row)
+    }
+
+    /// Runs `query` on a connection of [`Kept::acquire`]: its row, if any.
+    pub(super) async fn fetch_optional(self: &Arc<Self>, query: Query<'_>) -> Result<Option<PgRow>, sqlx::Error> {
+        let mut held = self.acquire().await?;
+        let row = query.fetch_optional(held.connection()).await?;
+        held.succeeded();
+        Ok(row)
+    }
+
+    /// A connection for one operation: one this runtime keeps, else one the
+    /// pool has free, else whichever comes first of one given back on this
+    /// runtime and one from the pool.
+    pub(super) async fn acquire(self: &Arc<Self>) -> Result<Held, sqlx::Error> {
+        let Some(free) = self.local() else {
+            return Ok(Held::new(Connection::Pooled(self.pool.acquire().await?)));
+        };
+        let (fresh, stale) = take(&mut free.lock());
+        // Back to the pool, outside the lock.
+        drop(stale);
+        if let Some(connection) = fresh {
+            return Ok(Held::new(Connection::Kept(connection, free)));
+        }
+        if let Some(connection) = self.pool.try_acquire() {
+            return Ok(Held::new(Connection::Kept(KeptConnection::taken(connection), free)));
+        }
+        if let Some(connection) = self.take_elsewhere(&free) {
+            return Ok(Held::new(Connection::Kept(connection, free)));
+        }
+        let (send, receive) = oneshot::channel();
+        {
+            let mut list = free.lock();
+            if list.waiting.len() >= PRUNE_WAITING {
+                // Operations that were cut short while they waited.
+                list.waiting.retain(|waiting| !waiting.is_closed());
+            }
+            list.waiting.push_back(send);
+            if !list.fetching {
+                list.fetching = true;
+                drop(list);
+                // A task of its own: sqlx's acquire must not be cut short
+                // (a connection it was pinging or opening would be closed).
+                drop(tokio::spawn(fetch(self.pool.clone(), Arc::clone(&free))));
+            }
+        }
+        let connection = match receive.await {
+            Ok(handed) => handed?,
+            // Its sender went with the free list: the pool, then.
+            Err(_) => KeptConnection::taken(self.pool.acquire().await?),
+        };
+        Ok(Held::new(Connection::Kept(connection, free)))
+    }
+
+    /// An idle connection another runtime keeps: driven by that runtime, so
+    /// slower here, but at once (through the pool it would be pinged twice
+    /// first). Kept here from now on, until it is due back to the pool.
+    fn take_elsewhere(&self, free: &Arc<Mutex<Free>>) -> Option<KeptConnection> {
+        let others: Vec<_> = self.runtimes.lock().iter().filter_map(|(_, free)| free.upgrade()).collect();
+        others.iter().filter(|other| !Arc::ptr_eq(other, free)).find_map(|other| {
+            let (fresh, stale) = take(&mut other.lock());
+            drop(stale);
+            fresh
+        })
+    }
+
+    /// This runtime's [`Free`] for the store, made now if there is none;
+    /// none outside a single-threaded runtime.
+    fn local(self: &Arc<Self>) -> Option<Arc<Mutex<Free>>> {
+        let handle = Handle::try_current().ok()?;
+        if handle.runtime_flavor() != RuntimeFlavor::CurrentThread {
+            return None;
+        }
+        let runtime = handle.id();
+        ENTRIES
+            .try_with(|entries| {
+                let mut entries = entries.borrow_mut();
+                let serves = |e: &Entry| e.runtime == runtime && std::ptr::eq(e.store.as_ptr(), Arc::as_ptr(self));
+                if let Some(free) = entries.iter().find(|e| serves(e)).and_then(|e| e.free.upgrade()) {
+                    return free;
+                }
+                entries.retain(|e| !serves(e) && e.store.strong_count() > 0 && e.free.strong_count() > 0);
+                let mut runtimes = self.runtimes.lock();
+                runtimes.retain(|(_, other)| other.strong_count() > 0);
+                if let Some(free) = runtimes.iter().find(|(id, _)| *id == runtime).and_then(|(_, free)| free.upgrade())
+                {
+                    entries.push(Entry { store: Arc::downgrade(self), runtime, free: Arc::downgrade(&free) });
+                    return free;
+                }
+                let free = Arc::new(Mutex::new(Free {
+                    pool: self.pool.clone(),
+                    idle: Vec::new(),
+                    waiting: VecDeque::new(),
+                    fetching: false,
+                }));
+                entries.push(Entry { store: Arc::downgrade(self), runtime, free: Arc::downgrade(&free) });
+                runtimes.push((runtime, Arc::downgrade(&free)));
+                drop(runtimes);
+                drop(handle.spawn(tend(Arc::downgrade(self), Arc::clone(&free))));
+                free
+            })
+            .ok()
+    }
+}
+
+impl KeptConnection {
+    fn taken(connection: PoolConnection<Postgres>) -> Self {
+        Self { connection: Some(connection), taken: Instant::now() }
+    }
+
+    fn connection(&mut self) -> &mut PoolConnection<Postgres> {
+        self.connection.as_mut().expect("a kept connection is there until it is dropped")
+    }
+
+    fn is_due(&self) -> bool {
+        self.taken.elapsed() >= HOLD
+    }
+}
+
+/// The most recently given back of `free`'s idle connections, unless it is
+/// due back to the pool; then it and every other are (to be dropped by the
+/// caller, after unlocking).
+fn take(free: &mut Free) -> (Option<KeptConnection>, Vec<KeptConnection>) {
+    match free.idle.pop() {
+        Some(connection) if !connection.is_due() => (Some(connection), Vec::new()),
+        Some(due) => {
+            let mut due_ones = std::mem::take(&mut free.idle);
+            due_ones.push(due);
+            (None, due_ones)
+        }
+        None => (None, Vec::new()),
+    }
+}
+
+/// Hands `connection` to the oldest operation of its runtime waiting for
+/// one, or puts it with the idle ones; back to the pool if it is due.
+fn give_back(free: &Mutex<Free>, mut connection: KeptConnection) {
+    if connection.is_due() {
+        return;
+    }
+    let mut free = free.lock();
+    while let Some(waiting) = free.waiting.pop_front() {
+        match waiting.send(Ok(connection)) {
+            Ok(()) => return,
+            // That operation ended.
+            Err(Ok(back)) => connection = back,
+            Err(Err(_)) => return,
+        }
+    }
+    // Nobody here waits, and the pool has none free: someone may wait for
+    // the pool (a transaction, another runtime); it goes back.
+    let saturated = free.pool.size() >= free.pool.options().get_max_connections() && free.pool.num_idle() == 0;
+    if saturated {
+        drop(free);
+        return;
+    }
+    free.idle.push(connection);
+}
+
+impl Drop for KeptConnection {
+    fn drop(&mut self) {
+        if Handle::try_current().is_ok() {
+            return;
+        }
+        // No runtime (one dropped in a thread-local destructor): sqlx gives
+        // a connection back on a task it spawns, which would panic here.
+        // Closed instead; its place in the pool is freed.
+        if let Some(connection) = self.connection.take() {
+            let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(connection.detach())));
+            if closed.is_err() {
+                tracing::warn!("a kept Postgres connection was closed outside a Tokio runtime");
+            }
+        }
+    }
+}
+
+/// `error` again, for each operation that waited on the fetch it ended.
+fn again(error: &sqlx::Error) -> sqlx::Error {
+    match error {
+        sqlx::Error::PoolTimedOut => sqlx::Error::PoolTimedOut,
+        sqlx::Error::PoolClosed => sqlx::Error::PoolClosed,
+        other => sqlx::Error::Io(std::io::Error::other(other.to_string())),
+    }
+}
+
+/// Takes connections from the pool for the operations of `free`'s runtime
+/// waiting for one, while some wait. If the pool fails, they fail with its
+/// error.
+async fn fetch(pool: PgPool, free: Arc<Mutex<Free>>) {
+    loop {
+        let fetched = pool.acquire().await;
+        let mut list = free.lock();
+        match fetched {
+            Ok(connection) => {
+                drop(list);
+                give_back(&free, KeptConnection::taken(connection));
+                list = free.lock();
+                list.waiting.retain(|waiting| !waiting.is_closed());
+                if !list.waiting.is_empty() {
+                    continue;
+                }
+            }
+            // Each waiting operation fails with it, now (not after an
+            // acquire timeout of its own).
+            Err(error) => {
+                for waiting in list.waiting.drain(..) {
+                    let _ = waiting.send(Err(again(&error)));
+                }
+            }
+        }
+        list.fetching = false;
+        return;
+    }
+}
+
+/// Holds a runtime's [`Free`] while the runtime runs and the store lives,
+/// giving idle connections back to the pool when they are due.
+async fn tend(store: Weak<Kept>, free: Arc<Mutex<Free>>) {
+    let mut tick = tokio::time::interval(HOLD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while store.strong_count() > 0 {
+        tick.tick().await;
+        let due: Vec<_> = {
+            let mut free = free.lock();
+            let idle = std::mem::take(&mut free.idle);
+            let (due, fresh) = idle.into_iter().partition(KeptConnection::is_due);
+            free.idle = fresh;
+            due
+        };
+        drop(due);
+    }
+}
+
+impl Held {
+    fn new(connection: Connection) -> Self {
+        Self { connection: Some(connection), succeeded: false }
+    }
+
+    /// The connection.
+    pub(super) fn connection(&mut self) -> &mut PgConnection {
+        match self.connection.as_mut().expect("a held connection is there until it is dropped") {
+            Connection::Kept(kept, _) => kept.connection(),
+            Connection::Pooled(pooled) => pooled,
+        }
+    }
+
+    /// The operation is done, and its connection fit for the next one.
+    pub(super) fn succeeded(&mut self) {
+        self.succeeded = true;
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // Failed or cut short, a connection goes back to the pool, which
+        // checks it.
+        if let Some(Connection::Kept(connection, free)) = self.connection.take()
+            && self.succeeded
+        {
+            give_back(&free, connection);
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! The connections each runtime keeps between operations: while workers
+//! keep the whole pool busy, everything else that waits for it still gets a
+//! connection within a fraction of a second, and a runtime that ends gives
+//! its connections back.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use idem_runtime::PostgresStore;
+use idem_runtime::store::testing::{fingerprint, fresh_key, response};
+use idem_runtime::store::{Claim, Fence, Store};
+use idem_tests::backend::{postgres_store, url};
+
+const LEASE: Duration = Duration::from_secs(30);
+const TTL: Duration = Duration::from_secs(60);
+
+/// One first execution: a claim and its completion.
+async fn first_execution(store: &PostgresStore) {
+    let key = fresh_key();
+    let token = match store.claim(&key, &fingerprint("kept"), LEASE, TTL).await.expect("a claim") {
+        Claim::Acquired { token, .. } => token,
+        other => panic!("a fresh key's claim: {other:?}"),
+    };
+    let fence = store.complete(&key, token, &response(b"kept"), TTL).await.expect("a completion");
+    assert_eq!(fence, Fence::Held);
+}
+
+/// A worker: a single-threaded runtime of its own, running first executions
+/// back to back, four at a time, until `stop`.
+fn worker(store: PostgresStore, stop: Arc<AtomicBool>, done: Arc<AtomicU64>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async {
+            let loops = (0..4).map(|_| async {
+                while !stop.load(Ordering::Acquire) {
+                    first_execution(&store).await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            futures_util::future::join_all(loops).await;
+        });
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_serves_others_while_workers_keep_its_connections() {
+    let test = "postgres the_pool_serves_others_while_workers_keep_its_connections";
+    let Some(url) = url("IDEM_POSTGRES_URL", test) else { return };
+    // Two connections, wanted by eight operations at a time.
+    let store = postgres_store(&url, 2).await;
+    let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let workers: Vec<_> = (0..2).map(|_| worker(store.clone(), Arc::clone(&stop), Arc::clone(&done))).collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = done.load(Ordering::Relaxed);
+    let mut waits = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        let connection = tokio::time::timeout(Duration::from_secs(2), store.pool().acquire()).await;
+        let waited = started.elapsed();
+        let connection = connection
+            .unwrap_or_else(|_| {
+                panic!("no connection from the pool in 2 s while the workers ran; waits so far {waits:?}")
+            })
+            .expect("a connection");
+        waits.push(waited);
+        drop(connection);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let during = done.load(Ordering::Relaxed) - before;
+    stop.store(true, Ordering::Release);
+    for worker in workers {
+        worker.join().expect("a worker ended without panicking");
+    }
+    assert!(during > 0, "the workers made no progress while the pool was shared");
+    // Each wait is bounded by the workers giving their connections back to
+    // the pool (a quarter of a second after they took them) plus its ping.
+    let longest = waits.iter().max().copied().unwrap_or_default();
+    assert!(longest < Duration::from_secs(1), "waited up to {longest:?} for the pool: {waits:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_that_ends_gives_its_connections_back() {
+    let test = "postgres a_runtime_that_ends_gives_its_connections_back";
+    let Some(url) = url("IDEM_POSTGRES_URL", test) else { return };
+    let store = postgres_store(&url, 2).await;
+    let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    // It keeps both connections, then its runtime ends with the thread.
+    let worker = worker(store.clone(), Arc::clone(&stop), Arc::clone(&done));
+    while done.load(Ordering::Relaxed) < 50 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.store(true, Ordering::Release);
+    worker.join().expect("the worker's runtime ended without panicking");
+    // Both are the pool's again (kept for ever, they never would be).
+    let started = Instant::now();
+    let both = tokio::time::timeout(
+        Duration::from_secs(1),
+        futures_util::future::try_join(store.pool().acquire(), store.pool().acquire()),
+    )
+    .await;
+    assert!(
+        matches!(both, Ok(Ok(_))),
+        "the pool's two connections were not back {:?} after the runtime ended: {both:?}",
+        started.elapsed()
+    );
+}
+
+/// A runtime kept in a thread local is dropped by its destructor, without a
+/// Tokio context: the connections it keeps are closed, never given back
+/// through a task (sqlx would panic there, twice: an abort).
+#[test]
+fn a_runtime_dropped_by_a_thread_local_destructor_closes_its_connections() {
+    let test = "postgres a_runtime_dropped_by_a_thread_local_destructor_closes_its_connections";
+    let Some(url) = url("IDEM_POSTGRES_URL", test) else { return };
+    thread_local! {
+        static RUNTIME: tokio::runtime::Runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    }
+    // Four connections: two kept idle when the thread ends.
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    let store = runtime.block_on(postgres_store(&url, 4));
+    let worker = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            RUNTIME.with(|runtime| {
+                runtime.block_on(futures_util::future::join(first_execution(&store), first_execution(&store)));
+            });
+        })
+    };
+    worker.join().expect("the thread ended, its runtime dropped, without a panic");
+    // Their places in the pool are free again.
+    let both = runtime.block_on(async {
+        let all = (0..4).map(|_| store.pool().acquire());
+        let both = futures_util::future::try_join_all(all);
+        // Given back inside the runtime.
+        tokio::time::timeout(Duration::from_secs(2), both).await.map(|both| both.map(drop))
+    });
+    assert!(matches!(both, Ok(Ok(()))), "the pool's places were not freed: {both:?}");
+}
+
+/// During an outage, an operation on a single-threaded runtime fails after
+/// the pool's acquire timeout, not after it twice (waiting for its
+/// runtime's fetch, then asking the pool itself).
+#[test]
+fn an_operation_fails_within_the_acquire_timeout_during_an_outage() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    runtime.block_on(async {
+        // Nothing listens there.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let port = listener.local_addr().expect("its address").port();
+        drop(listener);
+        let acquire = Duration::from_millis(800);
+        let pool = PostgresStore::pool_options()
+            .acquire_timeout(acquire)
+            .connect_lazy(&format!("postgres://idem@127.0.0.1:{port}/none"))
+            .expect("a lazy pool");
+        let store = PostgresStore::new(pool).with_operation_timeout(None);
+        let started = Instant::now();
+        let failed = store.get(&fresh_key()).await;
+        let took = started.elapsed();
+        assert!(failed.is_err(), "{failed:?}");
+        assert!(took < acquire + acquire / 2, "failed after {took:?}, with an acquire timeout of {acquire:?}");
+    });
+}
+
+/// A transaction on a pool of one, taken after a claim on the same
+/// runtime, does not wait for the claim's connection to be given back
+/// later: nobody else waits here, so it goes back to the pool at once.
+#[test]
+fn a_transaction_after_a_claim_gets_the_only_connection_at_once() {
+    let test = "postgres a_transaction_after_a_claim_gets_the_only_connection_at_once";
+    let Some(url) = url("IDEM_POSTGRES_URL", test) else { return };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    runtime.block_on(async {
+        let store = postgres_store(&url, 1).await;
+        for _ in 0..5 {
+            let claimed = store.claim(&fresh_key(), &fingerprint("tx"), LEASE, TTL).await.expect("a claim");
+            assert!(matches!(claimed, Claim::Acquired { .. }), "{claimed:?}");
+            let started = Instant::now();
+            let tx = tokio::time::timeout(Duration::from_secs(2), store.pool().begin()).await;
+            let waited = started.elapsed();
+            assert!(matches!(tx, Ok(Ok(_))), "{tx:?}");
+            // Kept for the keeping time, it would be a quarter of a second
+            // and more.
+            assert!(waited < Duration::from_millis(150), "the transaction waited {waited:?} for the pool");
+        }
+    });
+}
