@@ -187,3 +187,43 @@ fn a_transaction_after_a_claim_gets_the_only_connection_at_once() {
         }
     });
 }
+
+/// A worker whose thread a handler blocks keeps its connections; another
+/// worker does not take them while the pool can open more (each is driven
+/// by its worker's runtime: it would wait for the blocked thread).
+#[test]
+fn a_blocked_worker_holds_nobody_else_up_while_the_pool_has_room() {
+    let test = "postgres a_blocked_worker_holds_nobody_else_up_while_the_pool_has_room";
+    let Some(url) = url("IDEM_POSTGRES_URL", test) else { return };
+    let setup = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    let store = setup.block_on(postgres_store(&url, 8));
+    let (kept, blocked) = (Arc::new(std::sync::Barrier::new(2)), Duration::from_secs(3));
+    let worker = {
+        let (store, kept) = (store.clone(), Arc::clone(&kept));
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+            runtime.block_on(async {
+                let keys = [fresh_key(), fresh_key(), fresh_key()];
+                for got in futures_util::future::join_all(keys.iter().map(|key| store.get(key))).await {
+                    got.expect("a lookup");
+                }
+            });
+            kept.wait();
+            // A handler blocking its worker thread.
+            std::thread::sleep(blocked);
+            drop(runtime);
+        })
+    };
+    kept.wait();
+    let other = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let took = other.block_on(async {
+        let started = Instant::now();
+        let keys = [fresh_key(), fresh_key(), fresh_key()];
+        for got in futures_util::future::join_all(keys.iter().map(|key| store.get(key))).await {
+            got.expect("a lookup");
+        }
+        started.elapsed()
+    });
+    worker.join().expect("the blocked worker");
+    assert!(took < blocked / 2, "the other worker's lookups took {took:?}: they waited for the blocked one");
+}

@@ -21,20 +21,24 @@
 //! (see the README's Benchmarks).
 //!
 //! A kept connection is still checked out of the pool, so the pool's bound
-//! holds. It goes back to the pool when it is given back after [`HOLD`]
-//! from when it was taken, or lies unused that long; at once when it is
-//! given back while the pool has none free and no operation of its runtime
-//! waits (someone else may wait for the pool: a transactional handler's
-//! transaction, the sweeper, the application's own queries); at once when
-//! its operation failed or was cut short (its state is unknown; the pool
-//! pings it or closes it); and when its runtime shuts down or the store is
-//! dropped (closed, if that happens outside a Tokio runtime, where sqlx
-//! cannot give it back). So others wait at most about twice [`HOLD`] for
-//! the connections a runtime keeps, as long as that runtime runs: like any
-//! pooled connection, one whose runtime is blocked (a handler blocking its
-//! worker thread) waits for it. Outside a single-threaded runtime (a
-//! multi-threaded one shares its reactor between its threads already),
-//! operations use the pool as it is.
+//! holds. It goes back to the pool when it is given back after [`HOLD`] from
+//! when it was taken, or lies unused that long; at once when it is given back
+//! while the pool has none free and no operation of its runtime waits
+//! (someone else may wait for the pool: a transactional handler's
+//! transaction, the sweeper, the application's own queries); at once when its
+//! operation failed or was cut short (its state is unknown; the pool pings it
+//! or closes it); and when its runtime shuts down or the store is dropped
+//! (closed on a thread of its own, if that happens outside a Tokio runtime,
+//! where sqlx cannot give it back). So others wait at most about twice
+//! [`HOLD`] for the connections a runtime keeps, as long as that runtime
+//! runs: the connections of a runtime that is blocked (a handler blocking its
+//! worker thread) stay with it until it runs again, and are taken by others
+//! only when the pool cannot open another (each is driven by its runtime's
+//! reactor: used elsewhere, it would wait for the blocked one). Keeping pays
+//! off when the pool has room: once every connection is kept or in use, one
+//! given back with nobody waiting on its runtime goes to the pool. Outside a
+//! single-threaded runtime (a multi-threaded one shares its reactor between
+//! its threads already), operations use the pool as it is.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -165,7 +169,9 @@ impl Kept {
         if let Some(connection) = self.pool.try_acquire() {
             return Ok(Held::new(Connection::Kept(KeptConnection::taken(connection), free)));
         }
-        if let Some(connection) = self.take_elsewhere(&free) {
+        if self.pool.size() >= self.pool.options().get_max_connections()
+            && let Some(connection) = self.take_elsewhere(&free)
+        {
             return Ok(Held::new(Connection::Kept(connection, free)));
         }
         let (send, receive) = oneshot::channel();
@@ -193,8 +199,10 @@ impl Kept {
     }
 
     /// An idle connection another runtime keeps: driven by that runtime, so
-    /// slower here, but at once (through the pool it would be pinged twice
-    /// first). Kept here from now on, until it is due back to the pool.
+    /// slower here, but at once. Kept here from now on, until it is due
+    /// back to the pool. Only when the pool cannot open another: a
+    /// connection is driven by its runtime, and one whose runtime is
+    /// blocked (a handler blocking its worker) would hold this operation up.
     fn take_elsewhere(&self, free: &Arc<Mutex<Free>>) -> Option<KeptConnection> {
         let others: Vec<_> = self.runtimes.lock().iter().filter_map(|(_, free)| free.upgrade()).collect();
         others.iter().filter(|other| !Arc::ptr_eq(other, free)).find_map(|other| {
@@ -303,13 +311,25 @@ impl Drop for KeptConnection {
             return;
         }
         // No runtime (one dropped in a thread-local destructor): sqlx gives
-        // a connection back on a task it spawns, which would panic here.
-        // Closed instead; its place in the pool is freed.
-        if let Some(connection) = self.connection.take() {
-            let closed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(connection.detach())));
-            if closed.is_err() {
-                tracing::warn!("a kept Postgres connection was closed outside a Tokio runtime");
+        // a connection back on a task it spawns, which would panic here. So
+        // it is dropped on a thread of its own, in a runtime of its own
+        // (where it is closed and its place in the pool freed).
+        let Some(connection) = self.connection.take() else { return };
+        tracing::debug!(
+            "a kept Postgres connection dropped outside a Tokio runtime: closing it on a thread of its own"
+        );
+        let closing = std::thread::Builder::new().name("idem-pg-close".into()).spawn(move || {
+            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime.block_on(async move { drop(connection.detach()) }),
+                // Never dropped without a runtime: its place stays taken.
+                Err(error) => {
+                    tracing::warn!(%error, "no runtime to close a kept Postgres connection in; it is leaked");
+                    std::mem::forget(connection);
+                }
             }
+        });
+        if let Err(error) = closing {
+            tracing::warn!(%error, "no thread to close a kept Postgres connection on; it is leaked");
         }
     }
 }
@@ -343,8 +363,13 @@ async fn fetch(pool: PgPool, free: Arc<Mutex<Free>>) {
             // Each waiting operation fails with it, now (not after an
             // acquire timeout of its own).
             Err(error) => {
-                for waiting in list.waiting.drain(..) {
-                    let _ = waiting.send(Err(again(&error)));
+                let mut waiting = list.waiting.drain(..);
+                let first = waiting.next();
+                for other in waiting {
+                    let _ = other.send(Err(again(&error)));
+                }
+                if let Some(first) = first {
+                    let _ = first.send(Err(error));
                 }
             }
         }
