@@ -154,8 +154,9 @@ impl Kept {
     }
 
     /// A connection for one operation: one this runtime keeps, else one the
-    /// pool has free, else whichever comes first of one given back on this
-    /// runtime and one from the pool.
+    /// pool has free, else (only when the pool is full) an idle one another
+    /// runtime keeps, else whichever comes first of one given back on this
+    /// runtime and one this runtime's fetch takes from the pool.
     pub(super) async fn acquire(self: &Arc<Self>) -> Result<Held, sqlx::Error> {
         let Some(free) = self.local() else {
             return Ok(Held::new(Connection::Pooled(self.pool.acquire().await?)));
@@ -204,12 +205,19 @@ impl Kept {
     /// connection is driven by its runtime, and one whose runtime is
     /// blocked (a handler blocking its worker) would hold this operation up.
     fn take_elsewhere(&self, free: &Arc<Mutex<Free>>) -> Option<KeptConnection> {
-        let others: Vec<_> = self.runtimes.lock().iter().filter_map(|(_, free)| free.upgrade()).collect();
-        others.iter().filter(|other| !Arc::ptr_eq(other, free)).find_map(|other| {
+        // Under the list's lock, then each other runtime's in turn (never
+        // the other way round); connections due back are dropped after.
+        let mut due = Vec::new();
+        let found = self.runtimes.lock().iter().filter_map(|(_, other)| other.upgrade()).find_map(|other| {
+            if Arc::ptr_eq(&other, free) {
+                return None;
+            }
             let (fresh, stale) = take(&mut other.lock());
-            drop(stale);
+            due.extend(stale);
             fresh
-        })
+        });
+        drop(due);
+        found
     }
 
     /// This runtime's [`Free`] for the store, made now if there is none;
