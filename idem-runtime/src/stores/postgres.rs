@@ -88,10 +88,12 @@ const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// quarter of a second, and hands them from one operation to the next: no
 /// ping, no task and no thread switch per statement, as sqlx's pool has
 /// (about 1.4 times the replays and first executions on the benchmark
-/// machine). They go back to the pool after that, at once when the pool has
-/// none free and nobody on that worker waits, and when an operation on
-/// them fails; so whatever else uses the pool (a transactional handler's
-/// transaction, the application's queries) waits at most about half a
+/// machine). They go back to the pool after that; at once when another
+/// worker, or a transactional handler's transaction, waits for the pool and
+/// their worker keeps more than its share of it (so that wait lasts about
+/// one operation); at once when the pool has none free and nobody on that
+/// worker waits; and when an operation on them fails. So whatever else
+/// uses the pool (the application's queries) waits at most about half a
 /// second for them, while their worker runs.
 ///
 /// # Lease renewals
@@ -343,7 +345,9 @@ impl PostgresStore {
         &self,
     ) -> impl Future<Output = Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error>> + Send + 'static {
         let pool = self.pool.clone();
-        async move { pool.begin_with("BEGIN ISOLATION LEVEL READ COMMITTED").await }
+        // Counted as waiting for the pool: the workers that keep more than
+        // their share of its connections give them back meanwhile.
+        self.kept.waiting_for_pool(async move { pool.begin_with("BEGIN ISOLATION LEVEL READ COMMITTED").await })
     }
 
     /// The error `error` maps to, with the server and table named.

@@ -3,10 +3,12 @@
 //! connection within a fraction of a second, and a runtime that ends gives
 //! its connections back.
 
-use std::sync::Arc;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use idem_runtime::PostgresStore;
 use idem_runtime::store::testing::{fingerprint, fresh_key, response};
 use idem_runtime::store::{Claim, Fence, Store};
@@ -27,8 +29,18 @@ async fn first_execution(store: &PostgresStore) {
 }
 
 /// A worker: a single-threaded runtime of its own, running first executions
-/// back to back, four at a time, until `stop`.
-fn worker(store: PostgresStore, stop: Arc<AtomicBool>, done: Arc<AtomicU64>) -> std::thread::JoinHandle<()> {
+/// back to back, four at a time, until `stop`. Its runtime runs on until
+/// every worker of `stopped` has stopped: a connection is driven by the
+/// runtime that opened it, so one opened here and kept by another worker
+/// would fail there once this runtime has ended, or wait while it is
+/// blocked (sqlx's connections are bound to their runtime; not what these
+/// tests are about).
+fn worker(
+    store: PostgresStore,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+    stopped: Arc<tokio::sync::Barrier>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
         runtime.block_on(async {
@@ -38,7 +50,12 @@ fn worker(store: PostgresStore, stop: Arc<AtomicBool>, done: Arc<AtomicU64>) -> 
                     done.fetch_add(1, Ordering::Relaxed);
                 }
             });
-            futures_util::future::join_all(loops).await;
+            let ended = AssertUnwindSafe(futures_util::future::join_all(loops)).catch_unwind().await;
+            // Not for ever: one whose loop panicked has stopped too.
+            let _ = tokio::time::timeout(Duration::from_secs(10), stopped.wait()).await;
+            if let Err(panic) = ended {
+                std::panic::resume_unwind(panic);
+            }
         });
     })
 }
@@ -50,7 +67,9 @@ async fn the_pool_serves_others_while_workers_keep_its_connections() {
     // Two connections, wanted by eight operations at a time.
     let store = postgres_store(&url, 2).await;
     let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-    let workers: Vec<_> = (0..2).map(|_| worker(store.clone(), Arc::clone(&stop), Arc::clone(&done))).collect();
+    let stopped = Arc::new(tokio::sync::Barrier::new(2));
+    let workers: Vec<_> =
+        (0..2).map(|_| worker(store.clone(), Arc::clone(&stop), Arc::clone(&done), Arc::clone(&stopped))).collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = done.load(Ordering::Relaxed);
     let mut waits = Vec::new();
@@ -86,7 +105,7 @@ async fn a_runtime_that_ends_gives_its_connections_back() {
     let store = postgres_store(&url, 2).await;
     let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
     // It keeps both connections, then its runtime ends with the thread.
-    let worker = worker(store.clone(), Arc::clone(&stop), Arc::clone(&done));
+    let worker = worker(store.clone(), Arc::clone(&stop), Arc::clone(&done), Arc::new(tokio::sync::Barrier::new(1)));
     while done.load(Ordering::Relaxed) < 50 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -197,7 +216,7 @@ fn a_blocked_worker_holds_nobody_else_up_while_the_pool_has_room() {
     let Some(url) = url("IDEM_POSTGRES_URL", test) else { return };
     let setup = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     let store = setup.block_on(postgres_store(&url, 8));
-    let (kept, blocked) = (Arc::new(std::sync::Barrier::new(2)), Duration::from_secs(3));
+    let (kept, blocked) = (Arc::new(Barrier::new(2)), Duration::from_secs(3));
     let worker = {
         let (store, kept) = (store.clone(), Arc::clone(&kept));
         std::thread::spawn(move || {
@@ -226,4 +245,67 @@ fn a_blocked_worker_holds_nobody_else_up_while_the_pool_has_room() {
     });
     worker.join().expect("the blocked worker");
     assert!(took < blocked / 2, "the other worker's lookups took {took:?}: they waited for the blocked one");
+}
+
+/// A worker whose operations keep every connection of the pool busy gives
+/// them back down to its share as soon as another worker waits for one: the
+/// other's operations wait for one of the first's operations, not until
+/// the first's connections are due back to the pool.
+#[test]
+fn a_busy_worker_shares_the_pool_with_another_that_waits() {
+    let test = "postgres a_busy_worker_shares_the_pool_with_another_that_waits";
+    let Some(url) = url("IDEM_POSTGRES_URL", test) else { return };
+    let setup = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    let store = setup.block_on(postgres_store(&url, 4));
+    let (stop, looked_up) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    // Eight lookups at a time on four connections: it keeps them all, and
+    // always has an operation waiting for the next.
+    let busy = {
+        let (store, stop, looked_up) = (store.clone(), Arc::clone(&stop), Arc::clone(&looked_up));
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+            runtime.block_on(async {
+                let loops = (0..8).map(|_| async {
+                    while !stop.load(Ordering::Acquire) {
+                        store.get(&fresh_key()).await.expect("a lookup");
+                        looked_up.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                futures_util::future::join_all(loops).await;
+            });
+            // Nothing of this runtime is used once it has stopped.
+            drop(runtime);
+        })
+    };
+    while looked_up.load(Ordering::Relaxed) < 200 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let other = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let mut waits = other.block_on(async {
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            // The connection it kept from the last round is due back to
+            // the pool: it has none again.
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let started = Instant::now();
+            store.get(&fresh_key()).await.expect("a lookup");
+            waits.push(started.elapsed());
+        }
+        // This runtime runs until the busy one has stopped (it may have
+        // taken a connection this one drives).
+        stop.store(true, Ordering::Release);
+        while !busy.is_finished() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        waits
+    });
+    busy.join().expect("the busy worker");
+    drop(other);
+    // Connections are due back to the pool a quarter of a second after they
+    // were taken: waiting for that takes about a hundred milliseconds here
+    // (a few milliseconds for one of the busy worker's lookups). The median
+    // round: one slow round is the machine's, not the store's.
+    waits.sort();
+    let median = waits[waits.len() / 2];
+    assert!(median < Duration::from_millis(50), "the other worker waited {median:?} (median): {waits:?}");
 }

@@ -23,25 +23,36 @@
 //! A kept connection is still checked out of the pool, so the pool's bound
 //! holds. It goes back to the pool when it is given back after [`HOLD`] from
 //! when it was taken, or lies unused that long; at once when it is given back
-//! while the pool has none free and no operation of its runtime waits
-//! (someone else may wait for the pool: a transactional handler's
-//! transaction, the sweeper, the application's own queries); at once when its
-//! operation failed or was cut short (its state is unknown; the pool pings it
-//! or closes it); and when its runtime shuts down or the store is dropped
+//! while another runtime's operations or the store's own (a transactional
+//! handler's transaction) wait for the pool and its runtime keeps more than
+//! its share (the pool's connections shared out evenly between the runtimes
+//! that keep or want some and those waits: a worker that waits gets one as
+//! soon as a busier one finishes an operation, not a quarter of a second
+//! later); at once when it is given back while the pool has none free and
+//! no operation of its runtime waits (someone else may wait for the pool:
+//! the sweeper, the application's own queries); at once when its operation
+//! failed or was cut short (its state is unknown; the pool pings it or
+//! closes it); and when its runtime shuts down or the store is dropped
 //! (closed on a thread of its own, if that happens outside a Tokio runtime,
-//! where sqlx cannot give it back). So others wait at most about twice
-//! [`HOLD`] for the connections a runtime keeps, as long as that runtime
-//! runs: the connections of a runtime that is blocked (a handler blocking its
-//! worker thread) stay with it until it runs again, and are taken by others
-//! only when the pool cannot open another (each is driven by its runtime's
-//! reactor: used elsewhere, it would wait for the blocked one). Keeping pays
-//! off when the pool has room: once every connection is kept or in use, one
-//! given back with nobody waiting on its runtime goes to the pool. Outside a
-//! single-threaded runtime (a multi-threaded one shares its reactor between
-//! its threads already), operations use the pool as it is.
+//! where sqlx cannot give it back). So what else waits for the pool waits at
+//! most about twice [`HOLD`] for the connections a runtime keeps, as long as
+//! that runtime runs: the connections of a runtime that is blocked (a
+//! handler blocking its worker thread) stay with it until it runs again,
+//! and are taken by others only when the pool cannot open another (each is
+//! driven by its runtime's reactor: used elsewhere, it would wait for the
+//! blocked one). Keeping pays off when the pool has room: once every
+//! connection is kept or in use, one given back with nobody waiting on its
+//! runtime goes to the pool. Outside a single-threaded runtime (a
+//! multi-threaded one shares its reactor between its threads already),
+//! operations use the pool as it is.
+//!
+//! Like any of sqlx's connections, one is driven by the runtime that opened
+//! it: once that runtime has ended, its next statement fails (the
+//! operation is unavailable, and the connection closed), wherever it is kept.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -65,10 +76,32 @@ type Query<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
 /// What a store's runtimes keep their connections from.
 pub(super) struct Kept {
     pool: PgPool,
-    /// Every runtime's [`Free`]: one per runtime, whichever of its threads
+    /// Every runtime's [`Local`]: one per runtime, whichever of its threads
     /// asks (a `block_on` from another thread finds it here), and for the
     /// others to take idle connections from.
-    runtimes: Mutex<Vec<(tokio::runtime::Id, Weak<Mutex<Free>>)>>,
+    runtimes: Mutex<Vec<(tokio::runtime::Id, Weak<Local>)>>,
+    /// How many wait for the pool: each runtime's fetch while it waits, and
+    /// the store's own waits (a transaction's connection).
+    wanting: Arc<AtomicUsize>,
+}
+
+/// One runtime's part of one store.
+struct Local {
+    free: Mutex<Free>,
+    /// What the others see of it.
+    tally: Arc<Tally>,
+    store: Weak<Kept>,
+    /// The store's [`Kept::wanting`].
+    wanting: Arc<AtomicUsize>,
+}
+
+/// How much of the pool a runtime has, read by the others without its lock.
+#[derive(Default)]
+struct Tally {
+    /// Connections it keeps: idle, or in use by its operations.
+    held: AtomicUsize,
+    /// Its fetch waits for the pool.
+    wants: AtomicBool,
 }
 
 /// A connection a runtime keeps: back to the pool when dropped.
@@ -77,13 +110,15 @@ struct KeptConnection {
     connection: Option<PoolConnection<Postgres>>,
     /// When it was taken from the pool.
     taken: Instant,
+    /// Its runtime's count.
+    tally: Arc<Tally>,
 }
 
 /// What a runtime's waiting operation is handed: a connection, or the
 /// pool's failure to give one.
 type Handed = Result<KeptConnection, sqlx::Error>;
 
-/// One runtime's kept connections of one store.
+/// One runtime's kept connections of one store, and its operations waiting.
 struct Free {
     /// The store's pool: a connection nobody here waits for goes back to
     /// it at once when it has none free.
@@ -96,14 +131,14 @@ struct Free {
     fetching: bool,
 }
 
-/// Where this thread finds a runtime's [`Free`] for a store. Weak: the task
+/// Where this thread finds a runtime's [`Local`] for a store. Weak: the task
 /// that [`Kept::local`] spawns holds it, so that its connections are
 /// dropped on their runtime (giving one back to the pool needs a runtime),
 /// never in a thread-local destructor.
 struct Entry {
     store: Weak<Kept>,
     runtime: tokio::runtime::Id,
-    free: Weak<Mutex<Free>>,
+    local: Weak<Local>,
 }
 
 thread_local! {
@@ -118,15 +153,15 @@ pub(super) struct Held {
 }
 
 enum Connection {
-    /// Kept by the runtime whose [`Free`] this is.
-    Kept(KeptConnection, Arc<Mutex<Free>>),
+    /// Kept by the runtime whose [`Local`] this is.
+    Kept(KeptConnection, Arc<Local>),
     /// The pool's (outside a single-threaded runtime).
     Pooled(PoolConnection<Postgres>),
 }
 
 impl Kept {
     pub(super) fn new(pool: PgPool) -> Arc<Self> {
-        Arc::new(Self { pool, runtimes: Mutex::default() })
+        Arc::new(Self { pool, runtimes: Mutex::default(), wanting: Arc::default() })
     }
 
     /// Runs `query` on a connection of [`Kept::acquire`].
@@ -158,26 +193,26 @@ impl Kept {
     /// runtime keeps, else whichever comes first of one given back on this
     /// runtime and one this runtime's fetch takes from the pool.
     pub(super) async fn acquire(self: &Arc<Self>) -> Result<Held, sqlx::Error> {
-        let Some(free) = self.local() else {
+        let Some(local) = self.local() else {
             return Ok(Held::new(Connection::Pooled(self.pool.acquire().await?)));
         };
-        let (fresh, stale) = take(&mut free.lock());
+        let (fresh, stale) = take(&mut local.free.lock());
         // Back to the pool, outside the lock.
         drop(stale);
         if let Some(connection) = fresh {
-            return Ok(Held::new(Connection::Kept(connection, free)));
+            return Ok(Held::new(Connection::Kept(connection, local)));
         }
         if let Some(connection) = self.pool.try_acquire() {
-            return Ok(Held::new(Connection::Kept(KeptConnection::taken(connection), free)));
+            return Ok(Held::new(Connection::Kept(KeptConnection::taken(connection, &local.tally), local)));
         }
         if self.pool.size() >= self.pool.options().get_max_connections()
-            && let Some(connection) = self.take_elsewhere(&free)
+            && let Some(connection) = self.take_elsewhere(&local)
         {
-            return Ok(Held::new(Connection::Kept(connection, free)));
+            return Ok(Held::new(Connection::Kept(connection, local)));
         }
         let (send, receive) = oneshot::channel();
         {
-            let mut list = free.lock();
+            let mut list = local.free.lock();
             if list.waiting.len() >= PRUNE_WAITING {
                 // Operations that were cut short while they waited.
                 list.waiting.retain(|waiting| !waiting.is_closed());
@@ -188,15 +223,49 @@ impl Kept {
                 drop(list);
                 // A task of its own: sqlx's acquire must not be cut short
                 // (a connection it was pinging or opening would be closed).
-                drop(tokio::spawn(fetch(self.pool.clone(), Arc::clone(&free))));
+                drop(tokio::spawn(fetch(self.pool.clone(), Arc::clone(&local))));
             }
         }
         let connection = match receive.await {
             Ok(handed) => handed?,
             // Its sender went with the free list: the pool, then.
-            Err(_) => KeptConnection::taken(self.pool.acquire().await?),
+            Err(_) => KeptConnection::taken(self.pool.acquire().await?, &local.tally),
         };
-        Ok(Held::new(Connection::Kept(connection, free)))
+        Ok(Held::new(Connection::Kept(connection, local)))
+    }
+
+    /// Runs `waits`, a wait of the store's own for the pool (a
+    /// transaction's connection), counted as wanting it: the runtimes that
+    /// keep more than their share give them back meanwhile.
+    pub(super) fn waiting_for_pool<F: Future>(&self, waits: F) -> impl Future<Output = F::Output> + use<F> {
+        let wanting = Arc::clone(&self.wanting);
+        async move {
+            let _wants = Wants::new(&wanting, None);
+            waits.await
+        }
+    }
+
+    /// Whether the runtime of `tally` should give a connection back to the
+    /// pool rather than keep it: someone else waits for the pool, and it
+    /// keeps more than its share (the pool's connections shared out evenly
+    /// between the runtimes that keep or want some, and the store's own
+    /// waits; none when there are more of those than connections).
+    fn over_share(&self, tally: &Tally) -> bool {
+        let wanting = self.wanting.load(Ordering::Acquire);
+        if wanting <= usize::from(tally.wants.load(Ordering::Acquire)) {
+            return false;
+        }
+        let (mut sharing, mut runtimes_wanting) = (0, 0);
+        for (_, other) in self.runtimes.lock().iter() {
+            let Some(other) = other.upgrade() else { continue };
+            let wants = other.tally.wants.load(Ordering::Acquire);
+            runtimes_wanting += usize::from(wants);
+            sharing += usize::from(wants || other.tally.held.load(Ordering::Acquire) > 0);
+        }
+        let sharing = sharing + wanting.saturating_sub(runtimes_wanting);
+        let connections = self.pool.options().get_max_connections() as usize;
+        let share = if sharing <= connections { connections.div_ceil(sharing.max(1)) } else { 0 };
+        tally.held.load(Ordering::Acquire) > share
     }
 
     /// An idle connection another runtime keeps: driven by that runtime, so
@@ -204,25 +273,25 @@ impl Kept {
     /// back to the pool. Only when the pool cannot open another: a
     /// connection is driven by its runtime, and one whose runtime is
     /// blocked (a handler blocking its worker) would hold this operation up.
-    fn take_elsewhere(&self, free: &Arc<Mutex<Free>>) -> Option<KeptConnection> {
+    fn take_elsewhere(&self, local: &Arc<Local>) -> Option<KeptConnection> {
         // Under the list's lock, then each other runtime's in turn (never
         // the other way round); connections due back are dropped after.
         let mut due = Vec::new();
         let found = self.runtimes.lock().iter().filter_map(|(_, other)| other.upgrade()).find_map(|other| {
-            if Arc::ptr_eq(&other, free) {
+            if Arc::ptr_eq(&other, local) {
                 return None;
             }
-            let (fresh, stale) = take(&mut other.lock());
+            let (fresh, stale) = take(&mut other.free.lock());
             due.extend(stale);
             fresh
         });
         drop(due);
-        found
+        found.map(|connection| connection.moved_to(&local.tally))
     }
 
-    /// This runtime's [`Free`] for the store, made now if there is none;
+    /// This runtime's [`Local`] for the store, made now if there is none;
     /// none outside a single-threaded runtime.
-    fn local(self: &Arc<Self>) -> Option<Arc<Mutex<Free>>> {
+    fn local(self: &Arc<Self>) -> Option<Arc<Local>> {
         let handle = Handle::try_current().ok()?;
         if handle.runtime_flavor() != RuntimeFlavor::CurrentThread {
             return None;
@@ -232,36 +301,51 @@ impl Kept {
             .try_with(|entries| {
                 let mut entries = entries.borrow_mut();
                 let serves = |e: &Entry| e.runtime == runtime && std::ptr::eq(e.store.as_ptr(), Arc::as_ptr(self));
-                if let Some(free) = entries.iter().find(|e| serves(e)).and_then(|e| e.free.upgrade()) {
-                    return free;
+                if let Some(local) = entries.iter().find(|e| serves(e)).and_then(|e| e.local.upgrade()) {
+                    return local;
                 }
-                entries.retain(|e| !serves(e) && e.store.strong_count() > 0 && e.free.strong_count() > 0);
+                entries.retain(|e| !serves(e) && e.store.strong_count() > 0 && e.local.strong_count() > 0);
                 let mut runtimes = self.runtimes.lock();
                 runtimes.retain(|(_, other)| other.strong_count() > 0);
-                if let Some(free) = runtimes.iter().find(|(id, _)| *id == runtime).and_then(|(_, free)| free.upgrade())
+                if let Some(local) =
+                    runtimes.iter().find(|(id, _)| *id == runtime).and_then(|(_, local)| local.upgrade())
                 {
-                    entries.push(Entry { store: Arc::downgrade(self), runtime, free: Arc::downgrade(&free) });
-                    return free;
+                    entries.push(Entry { store: Arc::downgrade(self), runtime, local: Arc::downgrade(&local) });
+                    return local;
                 }
-                let free = Arc::new(Mutex::new(Free {
-                    pool: self.pool.clone(),
-                    idle: Vec::new(),
-                    waiting: VecDeque::new(),
-                    fetching: false,
-                }));
-                entries.push(Entry { store: Arc::downgrade(self), runtime, free: Arc::downgrade(&free) });
-                runtimes.push((runtime, Arc::downgrade(&free)));
+                let local = Arc::new(Local {
+                    free: Mutex::new(Free {
+                        pool: self.pool.clone(),
+                        idle: Vec::new(),
+                        waiting: VecDeque::new(),
+                        fetching: false,
+                    }),
+                    tally: Arc::default(),
+                    store: Arc::downgrade(self),
+                    wanting: Arc::clone(&self.wanting),
+                });
+                entries.push(Entry { store: Arc::downgrade(self), runtime, local: Arc::downgrade(&local) });
+                runtimes.push((runtime, Arc::downgrade(&local)));
                 drop(runtimes);
-                drop(handle.spawn(tend(Arc::downgrade(self), Arc::clone(&free))));
-                free
+                drop(handle.spawn(tend(Arc::downgrade(self), Arc::clone(&local))));
+                local
             })
             .ok()
     }
 }
 
 impl KeptConnection {
-    fn taken(connection: PoolConnection<Postgres>) -> Self {
-        Self { connection: Some(connection), taken: Instant::now() }
+    fn taken(connection: PoolConnection<Postgres>, tally: &Arc<Tally>) -> Self {
+        tally.held.fetch_add(1, Ordering::AcqRel);
+        Self { connection: Some(connection), taken: Instant::now(), tally: Arc::clone(tally) }
+    }
+
+    /// Kept by the runtime of `tally` from now on.
+    fn moved_to(mut self, tally: &Arc<Tally>) -> Self {
+        tally.held.fetch_add(1, Ordering::AcqRel);
+        let left = std::mem::replace(&mut self.tally, Arc::clone(tally));
+        left.held.fetch_sub(1, Ordering::AcqRel);
+        self
     }
 
     fn connection(&mut self) -> &mut PoolConnection<Postgres> {
@@ -289,12 +373,25 @@ fn take(free: &mut Free) -> (Option<KeptConnection>, Vec<KeptConnection>) {
 }
 
 /// Hands `connection` to the oldest operation of its runtime waiting for
+/// one, or puts it with the idle ones; back to the pool if it is due, or if
+/// someone else waits for the pool while its runtime keeps more than its
+/// share.
+fn give_back(local: &Local, connection: KeptConnection) {
+    // Cheap first: does anyone wait for the pool but this runtime?
+    let others_want = local.wanting.load(Ordering::Acquire) > usize::from(local.tally.wants.load(Ordering::Acquire));
+    if others_want && local.store.upgrade().is_some_and(|store| store.over_share(&local.tally)) {
+        return;
+    }
+    keep(local, connection);
+}
+
+/// Hands `connection` to the oldest operation of its runtime waiting for
 /// one, or puts it with the idle ones; back to the pool if it is due.
-fn give_back(free: &Mutex<Free>, mut connection: KeptConnection) {
+fn keep(local: &Local, mut connection: KeptConnection) {
     if connection.is_due() {
         return;
     }
-    let mut free = free.lock();
+    let mut free = local.free.lock();
     while let Some(waiting) = free.waiting.pop_front() {
         match waiting.send(Ok(connection)) {
             Ok(()) => return,
@@ -315,6 +412,7 @@ fn give_back(free: &Mutex<Free>, mut connection: KeptConnection) {
 
 impl Drop for KeptConnection {
     fn drop(&mut self) {
+        self.tally.held.fetch_sub(1, Ordering::AcqRel);
         if Handle::try_current().is_ok() {
             return;
         }
@@ -351,18 +449,48 @@ fn again(error: &sqlx::Error) -> sqlx::Error {
     }
 }
 
-/// Takes connections from the pool for the operations of `free`'s runtime
+/// Counts a wait for the pool while it lasts (dropped with it when its task
+/// ends, however).
+struct Wants<'a> {
+    wanting: &'a AtomicUsize,
+    tally: Option<&'a Tally>,
+}
+
+impl<'a> Wants<'a> {
+    fn new(wanting: &'a AtomicUsize, tally: Option<&'a Tally>) -> Self {
+        if let Some(tally) = tally {
+            tally.wants.store(true, Ordering::Release);
+        }
+        wanting.fetch_add(1, Ordering::AcqRel);
+        Self { wanting, tally }
+    }
+}
+
+impl Drop for Wants<'_> {
+    fn drop(&mut self) {
+        self.wanting.fetch_sub(1, Ordering::AcqRel);
+        if let Some(tally) = self.tally {
+            tally.wants.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Takes connections from the pool for the operations of `local`'s runtime
 /// waiting for one, while some wait. If the pool fails, they fail with its
 /// error.
-async fn fetch(pool: PgPool, free: Arc<Mutex<Free>>) {
+async fn fetch(pool: PgPool, local: Arc<Local>) {
     loop {
-        let fetched = pool.acquire().await;
-        let mut list = free.lock();
+        let fetched = {
+            let _wants = Wants::new(&local.wanting, Some(&local.tally));
+            pool.acquire().await
+        };
+        let mut list = local.free.lock();
         match fetched {
             Ok(connection) => {
                 drop(list);
-                give_back(&free, KeptConnection::taken(connection));
-                list = free.lock();
+                // This runtime's, whatever its share: the pool chose it.
+                keep(&local, KeptConnection::taken(connection, &local.tally));
+                list = local.free.lock();
                 list.waiting.retain(|waiting| !waiting.is_closed());
                 if !list.waiting.is_empty() {
                     continue;
@@ -386,15 +514,15 @@ async fn fetch(pool: PgPool, free: Arc<Mutex<Free>>) {
     }
 }
 
-/// Holds a runtime's [`Free`] while the runtime runs and the store lives,
+/// Holds a runtime's [`Local`] while the runtime runs and the store lives,
 /// giving idle connections back to the pool when they are due.
-async fn tend(store: Weak<Kept>, free: Arc<Mutex<Free>>) {
+async fn tend(store: Weak<Kept>, local: Arc<Local>) {
     let mut tick = tokio::time::interval(HOLD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while store.strong_count() > 0 {
         tick.tick().await;
         let due: Vec<_> = {
-            let mut free = free.lock();
+            let mut free = local.free.lock();
             let idle = std::mem::take(&mut free.idle);
             let (due, fresh) = idle.into_iter().partition(KeptConnection::is_due);
             free.idle = fresh;
@@ -427,10 +555,10 @@ impl Drop for Held {
     fn drop(&mut self) {
         // Failed or cut short, a connection goes back to the pool, which
         // checks it.
-        if let Some(Connection::Kept(connection, free)) = self.connection.take()
+        if let Some(Connection::Kept(connection, local)) = self.connection.take()
             && self.succeeded
         {
-            give_back(&free, connection);
+            give_back(&local, connection);
         }
     }
 }
