@@ -309,3 +309,22 @@ fn a_busy_worker_shares_the_pool_with_another_that_waits() {
     let median = waits[waits.len() / 2];
     assert!(median < Duration::from_millis(50), "the other worker waited {median:?} (median): {waits:?}");
 }
+
+/// A single-threaded runtime driven from several threads in turn (a
+/// `block_on` on each) keeps one list of connections, tended by one task:
+/// not one per thread.
+#[test]
+fn a_runtime_driven_from_many_threads_keeps_one_list() {
+    let test = "postgres a_runtime_driven_from_many_threads_keeps_one_list";
+    let Some(url) = url("IDEM_POSTGRES_URL", test) else { return };
+    let setup = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
+    let store = setup.block_on(postgres_store(&url, 4));
+    let runtime = Arc::new(tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime"));
+    for _ in 0..10 {
+        let (runtime, store) = (Arc::clone(&runtime), store.clone());
+        std::thread::spawn(move || runtime.block_on(first_execution(&store))).join().expect("a first execution");
+    }
+    // Its list's task, and at most one giving a connection back.
+    let tasks = runtime.metrics().num_alive_tasks();
+    assert!(tasks <= 2, "{tasks} tasks alive on the runtime after ten threads drove it");
+}
