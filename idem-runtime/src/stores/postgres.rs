@@ -89,12 +89,13 @@ const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// ping, no task and no thread switch per statement, as sqlx's pool has
 /// (about 1.4 times the replays and first executions on the benchmark
 /// machine). They go back to the pool after that; at once when another
-/// worker, or a transactional handler's transaction, waits for the pool and
-/// their worker keeps more than its share of it (so that wait lasts about
-/// one operation); at once when the pool has none free and nobody on that
-/// worker waits; and when an operation on them fails. So whatever else
-/// uses the pool (the application's queries) waits at most about half a
-/// second for them, while their worker runs.
+/// worker that keeps at least two fewer waits for the pool, or one fewer
+/// after a turn of 20 ms, and when a transactional handler's transaction
+/// waits for it (so such a wait lasts about one operation, or a turn when
+/// the pool has fewer connections than the workers); at once when the pool
+/// has none free and nobody on that worker waits; and when an operation on
+/// them fails. So whatever else uses the pool (the application's queries)
+/// waits at most about half a second for them, while their worker runs.
 ///
 /// # Lease renewals
 ///
@@ -345,8 +346,8 @@ impl PostgresStore {
         &self,
     ) -> impl Future<Output = Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error>> + Send + 'static {
         let pool = self.pool.clone();
-        // Counted as waiting for the pool: the workers that keep more than
-        // their share of its connections give them back meanwhile.
+        // Counted as waiting for the pool, when it has none free: the
+        // workers give theirs way to it.
         self.kept.waiting_for_pool(async move { pool.begin_with("BEGIN ISOLATION LEVEL READ COMMITTED").await })
     }
 

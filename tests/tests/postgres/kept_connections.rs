@@ -247,37 +247,68 @@ fn a_blocked_worker_holds_nobody_else_up_while_the_pool_has_room() {
     assert!(took < blocked / 2, "the other worker's lookups took {took:?}: they waited for the blocked one");
 }
 
-/// A worker whose operations keep every connection of the pool busy gives
-/// them back down to its share as soon as another worker waits for one: the
-/// other's operations wait for one of the first's operations, not until
-/// the first's connections are due back to the pool.
+/// Workers whose operations keep every connection of the pool busy give
+/// them way as soon as another worker waits for one: the other's
+/// operations wait for one of the busy workers' operations, or for a
+/// connection's turn when the pool is smaller than the workers, not until
+/// the busy workers' connections are due back to the pool.
 #[test]
 fn a_busy_worker_shares_the_pool_with_another_that_waits() {
     let test = "postgres a_busy_worker_shares_the_pool_with_another_that_waits";
     let Some(url) = url("IDEM_POSTGRES_URL", test) else { return };
+    assert_the_other_waits_briefly(&url, 4, 1, Duration::from_millis(50));
+}
+
+/// As above, with two busy workers sharing the pool: neither gives way for
+/// the other, and both for the one that has none.
+#[test]
+fn two_busy_workers_share_the_pool_with_another_that_waits() {
+    let test = "postgres two_busy_workers_share_the_pool_with_another_that_waits";
+    let Some(url) = url("IDEM_POSTGRES_URL", test) else { return };
+    assert_the_other_waits_briefly(&url, 4, 2, Duration::from_millis(50));
+}
+
+/// As above, with more workers than connections: they take turns.
+#[test]
+fn busy_workers_take_turns_on_a_pool_smaller_than_they_are() {
+    let test = "postgres busy_workers_take_turns_on_a_pool_smaller_than_they_are";
+    let Some(url) = url("IDEM_POSTGRES_URL", test) else { return };
+    assert_the_other_waits_briefly(&url, 2, 3, Duration::from_millis(100));
+}
+
+/// `busy` workers run eight lookups at a time each on a pool of
+/// `connections`, so they keep all of it, and each always has an operation
+/// waiting for the next; another worker looks a key up six times, with
+/// none kept before each: the median of its waits is `under`, well under
+/// the time the busy workers keep a connection.
+fn assert_the_other_waits_briefly(url: &str, connections: u32, busy: usize, under: Duration) {
     let setup = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
-    let store = setup.block_on(postgres_store(&url, 4));
+    let store = setup.block_on(postgres_store(url, connections));
     let (stop, looked_up) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-    // Eight lookups at a time on four connections: it keeps them all, and
-    // always has an operation waiting for the next.
-    let busy = {
-        let (store, stop, looked_up) = (store.clone(), Arc::clone(&stop), Arc::clone(&looked_up));
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-            runtime.block_on(async {
-                let loops = (0..8).map(|_| async {
-                    while !stop.load(Ordering::Acquire) {
-                        store.get(&fresh_key()).await.expect("a lookup");
-                        looked_up.fetch_add(1, Ordering::Relaxed);
-                    }
+    let stopped = Arc::new(tokio::sync::Barrier::new(busy));
+    let busy: Vec<_> = (0..busy)
+        .map(|_| {
+            let (store, stop, looked_up) = (store.clone(), Arc::clone(&stop), Arc::clone(&looked_up));
+            let stopped = Arc::clone(&stopped);
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+                runtime.block_on(async {
+                    let loops = (0..8).map(|_| async {
+                        while !stop.load(Ordering::Acquire) {
+                            store.get(&fresh_key()).await.expect("a lookup");
+                            looked_up.fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                    futures_util::future::join_all(loops).await;
+                    // Its runtime runs until all have stopped (one may use
+                    // a connection this one drives).
+                    let _ = tokio::time::timeout(Duration::from_secs(10), stopped.wait()).await;
                 });
-                futures_util::future::join_all(loops).await;
-            });
-            // Nothing of this runtime is used once it has stopped.
-            drop(runtime);
+            })
         })
-    };
+        .collect();
     while looked_up.load(Ordering::Relaxed) < 200 {
+        assert!(!busy.iter().any(|worker| worker.is_finished()), "a busy worker ended early");
         std::thread::sleep(Duration::from_millis(10));
     }
     let other = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
@@ -291,23 +322,27 @@ fn a_busy_worker_shares_the_pool_with_another_that_waits() {
             store.get(&fresh_key()).await.expect("a lookup");
             waits.push(started.elapsed());
         }
-        // This runtime runs until the busy one has stopped (it may have
+        // This runtime runs until the busy ones have stopped (they may have
         // taken a connection this one drives).
         stop.store(true, Ordering::Release);
-        while !busy.is_finished() {
+        while !busy.iter().all(|worker| worker.is_finished()) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         waits
     });
-    busy.join().expect("the busy worker");
+    for worker in busy {
+        worker.join().expect("a busy worker");
+    }
     drop(other);
     // Connections are due back to the pool a quarter of a second after they
-    // were taken: waiting for that takes about a hundred milliseconds here
-    // (a few milliseconds for one of the busy worker's lookups). The median
-    // round: one slow round is the machine's, not the store's.
+    // were taken: waiting for that takes about 100 ms here with room for
+    // one connection each, 350 ms with more workers than connections (a
+    // millisecond for one of the busy workers' lookups, 30 ms for a
+    // connection's turn). The median round: one slow round is the
+    // machine's, not the store's.
     waits.sort();
     let median = waits[waits.len() / 2];
-    assert!(median < Duration::from_millis(50), "the other worker waited {median:?} (median): {waits:?}");
+    assert!(median < under, "the other worker waited {median:?} (median): {waits:?}");
 }
 
 /// A single-threaded runtime driven from several threads in turn (a

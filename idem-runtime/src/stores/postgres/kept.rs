@@ -24,11 +24,15 @@
 //! holds. It goes back to the pool when it is given back after [`HOLD`] from
 //! when it was taken, or lies unused that long; at once when it is given back
 //! while another runtime's operations or the store's own (a transactional
-//! handler's transaction) wait for the pool and its runtime keeps more than
-//! its share (the pool's connections shared out evenly between the runtimes
-//! that keep or want some and those waits: a worker that waits gets one as
-//! soon as a busier one finishes an operation, not a quarter of a second
-//! later); at once when it is given back while the pool has none free and
+//! handler's transaction) wait for the pool and that one keeps at least two
+//! fewer (the store's own wait keeps none), or one fewer once the connection
+//! has had its [`TURN`] (so the holdings of those who wait level out, and a
+//! pool smaller than the number of runtimes goes round them a turn at a
+//! time: one that waits gets a connection when a busier one ends an
+//! operation, or within a turn, not a quarter of a second later; and a
+//! transaction that finds the pool full first gets one idle connection a
+//! runtime keeps back to the pool); at once when it is given back while the
+//! pool has none free and
 //! no operation of its runtime waits (someone else may wait for the pool:
 //! the sweeper, the application's own queries); at once when its operation
 //! failed or was cut short (its state is unknown; the pool pings it or
@@ -49,6 +53,9 @@
 //! Like any of sqlx's connections, one is driven by the runtime that opened
 //! it: once that runtime has ended, its next statement fails (the
 //! operation is unavailable, and the connection closed), wherever it is kept.
+//! A runtime whose fetch waits for the pool while the runtime is blocked
+//! stays counted as waiting until it runs again: the others give way to it
+//! meanwhile, to no use.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -65,6 +72,10 @@ use tokio::sync::oneshot;
 
 /// How long a runtime keeps a connection it took from the pool.
 pub(super) const HOLD: Duration = Duration::from_millis(250);
+
+/// How long a runtime keeps a connection, at least, while another that
+/// keeps one fewer waits for the pool.
+const TURN: Duration = Duration::from_millis(20);
 
 /// A runtime's queue of waiting operations is cleared of those that left
 /// when it grows this long.
@@ -235,37 +246,64 @@ impl Kept {
     }
 
     /// Runs `waits`, a wait of the store's own for the pool (a
-    /// transaction's connection), counted as wanting it: the runtimes that
-    /// keep more than their share give them back meanwhile.
-    pub(super) fn waiting_for_pool<F: Future>(&self, waits: F) -> impl Future<Output = F::Output> + use<F> {
-        let wanting = Arc::clone(&self.wanting);
+    /// transaction's connection). When the pool has none free, one idle
+    /// connection a runtime keeps goes back to it first, and the wait is
+    /// counted meanwhile: the runtimes give theirs way to it (see
+    /// [`Kept::gives_way`]).
+    pub(super) fn waiting_for_pool<F: Future>(self: &Arc<Self>, waits: F) -> impl Future<Output = F::Output> + use<F> {
+        let store = Arc::clone(self);
         async move {
-            let _wants = Wants::new(&wanting, None);
+            let full = store.pool.size() >= store.pool.options().get_max_connections() && store.pool.num_idle() == 0;
+            let _wants = full.then(|| Wants::new(&store.wanting, None));
+            if full {
+                drop(store.idle_elsewhere());
+            }
             waits.await
         }
     }
 
-    /// Whether the runtime of `tally` should give a connection back to the
-    /// pool rather than keep it: someone else waits for the pool, and it
-    /// keeps more than its share (the pool's connections shared out evenly
-    /// between the runtimes that keep or want some, and the store's own
-    /// waits; none when there are more of those than connections).
-    fn over_share(&self, tally: &Tally) -> bool {
+    /// Whether the runtime of `tally` should give `connection` back to the
+    /// pool, for someone else waiting for it: one that keeps at least two
+    /// fewer connections (a wait of the store's own keeps none), or one
+    /// fewer once `connection` has had its [`TURN`]. So the holdings of
+    /// those who wait level out, and a pool smaller than the number of its
+    /// runtimes goes round them a turn at a time.
+    fn gives_way(&self, tally: &Arc<Tally>, connection: &KeptConnection) -> bool {
         let wanting = self.wanting.load(Ordering::Acquire);
-        if wanting <= usize::from(tally.wants.load(Ordering::Acquire)) {
-            return false;
-        }
-        let (mut sharing, mut runtimes_wanting) = (0, 0);
+        let (mut runtimes_wanting, mut neediest) = (0, None::<usize>);
         for (_, other) in self.runtimes.lock().iter() {
             let Some(other) = other.upgrade() else { continue };
-            let wants = other.tally.wants.load(Ordering::Acquire);
-            runtimes_wanting += usize::from(wants);
-            sharing += usize::from(wants || other.tally.held.load(Ordering::Acquire) > 0);
+            if !other.tally.wants.load(Ordering::Acquire) {
+                continue;
+            }
+            runtimes_wanting += 1;
+            if !Arc::ptr_eq(&other.tally, tally) {
+                let held = other.tally.held.load(Ordering::Acquire);
+                neediest = Some(neediest.map_or(held, |least| least.min(held)));
+            }
         }
-        let sharing = sharing + wanting.saturating_sub(runtimes_wanting);
-        let connections = self.pool.options().get_max_connections() as usize;
-        let share = if sharing <= connections { connections.div_ceil(sharing.max(1)) } else { 0 };
-        tally.held.load(Ordering::Acquire) > share
+        // A runtime's wait is flagged before it is counted, and unflagged
+        // after: a wait counted beyond the flagged ones is the store's own.
+        if wanting > runtimes_wanting {
+            neediest = Some(0);
+        }
+        let Some(neediest) = neediest else { return false };
+        let held = tally.held.load(Ordering::Acquire);
+        held >= neediest + 2 || (held > neediest && connection.taken.elapsed() >= TURN)
+    }
+
+    /// An idle connection of the runtime that keeps the most, for the
+    /// caller to drop back into the pool.
+    fn idle_elsewhere(&self) -> Option<KeptConnection> {
+        let runtimes = self.runtimes.lock();
+        let most = runtimes
+            .iter()
+            .filter_map(|(_, other)| other.upgrade())
+            .filter(|other| !other.free.lock().idle.is_empty())
+            .max_by_key(|other| other.tally.held.load(Ordering::Acquire))?;
+        let idle = most.free.lock().idle.pop();
+        drop(runtimes);
+        idle
     }
 
     /// An idle connection another runtime keeps: driven by that runtime, so
@@ -374,12 +412,11 @@ fn take(free: &mut Free) -> (Option<KeptConnection>, Vec<KeptConnection>) {
 
 /// Hands `connection` to the oldest operation of its runtime waiting for
 /// one, or puts it with the idle ones; back to the pool if it is due, or if
-/// someone else waits for the pool while its runtime keeps more than its
-/// share.
+/// it gives way to someone else waiting for the pool ([`Kept::gives_way`]).
 fn give_back(local: &Local, connection: KeptConnection) {
     // Cheap first: does anyone wait for the pool but this runtime?
     let others_want = local.wanting.load(Ordering::Acquire) > usize::from(local.tally.wants.load(Ordering::Acquire));
-    if others_want && local.store.upgrade().is_some_and(|store| store.over_share(&local.tally)) {
+    if others_want && local.store.upgrade().is_some_and(|store| store.gives_way(&local.tally, &connection)) {
         return;
     }
     keep(local, connection);
