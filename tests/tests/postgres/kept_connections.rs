@@ -19,11 +19,7 @@ const TTL: Duration = Duration::from_secs(60);
 
 /// The tests whose workers keep the machine's cores busy take turns (side
 /// by side, each would measure the others' load).
-static BUSY: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn busy_turn() -> std::sync::MutexGuard<'static, ()> {
-    BUSY.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+static BUSY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// One first execution: a claim and its completion.
 async fn first_execution(store: &PostgresStore) {
@@ -72,7 +68,7 @@ fn worker(
 async fn the_pool_serves_others_while_workers_keep_its_connections() {
     let test = "postgres the_pool_serves_others_while_workers_keep_its_connections";
     let Some(url) = url("IDEM_POSTGRES_URL", test) else { return };
-    let _turn = busy_turn();
+    let _turn = BUSY.lock().await;
     // Two connections, wanted by eight operations at a time.
     let store = postgres_store(&url, 2).await;
     let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
@@ -291,7 +287,7 @@ fn busy_workers_take_turns_on_a_pool_smaller_than_they_are() {
 /// a first), with none kept before each: at least two of its waits are under `under`,
 /// well under the time the busy workers keep a connection.
 fn assert_the_other_waits_briefly(url: &str, connections: u32, busy: usize, under: Duration) {
-    let _turn = busy_turn();
+    let _turn = BUSY.blocking_lock();
     let setup = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a runtime");
     let store = setup.block_on(postgres_store(url, connections));
     let (stop, looked_up) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
