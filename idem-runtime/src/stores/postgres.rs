@@ -91,8 +91,9 @@ const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// machine). They go back to the pool after that; at once when another
 /// worker that keeps at least two fewer waits for the pool, or one fewer
 /// after a turn of 20 ms, and when a transactional handler's transaction
-/// waits for it (so such a wait lasts about one operation, or a turn when
-/// the pool has fewer connections than the workers); at once when the pool
+/// waits for it, while the pool has none idle and no room (so such a wait
+/// lasts about one operation, or a few turns when the pool has fewer
+/// connections than the workers); at once when the pool
 /// has none free and nobody on that worker waits; and when an operation on
 /// them fails. So whatever else uses the pool (the application's queries)
 /// waits at most about half a second for them, while their worker runs.

@@ -278,7 +278,7 @@ fn two_busy_workers_share_the_pool_with_another_that_waits() {
 fn busy_workers_take_turns_on_a_pool_smaller_than_they_are() {
     let test = "postgres busy_workers_take_turns_on_a_pool_smaller_than_they_are";
     let Some(url) = url("IDEM_POSTGRES_URL", test) else { return };
-    assert_the_other_waits_briefly(&url, 2, 3, Duration::from_millis(100));
+    assert_the_other_waits_briefly(&url, 2, 3, Duration::from_millis(150));
 }
 
 /// `busy` workers run eight lookups at a time each on a pool of

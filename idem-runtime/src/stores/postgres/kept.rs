@@ -54,8 +54,9 @@
 //! it: once that runtime has ended, its next statement fails (the
 //! operation is unavailable, and the connection closed), wherever it is kept.
 //! A runtime whose fetch waits for the pool while the runtime is blocked
-//! stays counted as waiting until it runs again: the others give way to it
-//! meanwhile, to no use.
+//! stays counted as waiting until it runs again; the others give way to it
+//! only while the pool has no connection idle (the pool hands one to the
+//! blocked fetch, where it lies unused) and no room for another.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -269,6 +270,12 @@ impl Kept {
     /// those who wait level out, and a pool smaller than the number of its
     /// runtimes goes round them a turn at a time.
     fn gives_way(&self, tally: &Arc<Tally>, connection: &KeptConnection) -> bool {
+        // Those waiting are not short of connections while the pool has
+        // one idle (handed to a waiter whose runtime is blocked, say) or
+        // room for another.
+        if self.pool.num_idle() > 0 || self.pool.size() < self.pool.options().get_max_connections() {
+            return false;
+        }
         let wanting = self.wanting.load(Ordering::Acquire);
         let (mut runtimes_wanting, mut neediest) = (0, None::<usize>);
         for (_, other) in self.runtimes.lock().iter() {
