@@ -27,6 +27,7 @@ ORDER = (
 # (mode, path prefix, store)
 MODES = [
     ("bare", "/bare", None),
+    ("floor", "/floor", None),
     ("memory", "/memory", None),
     ("redis", "/redis", "redis"),
     ("redis-acks", "/redis-acks", "redis"),
@@ -252,6 +253,12 @@ def main():
     print("|---|---:|---:|")
     cells = [f"{median('redis-acks', path, 'rate') / median('redis', path, 'rate'):.2f}×" for path in PATHS]
     print(f"| redis-acks / redis | {cells[0]} | {cells[1]} |")
+    print()
+    print("| the floor of an in-process layer (not SPEC 12) | replays | first executions |")
+    print("|---|---:|---:|")
+    for mode, anchor in [("floor", "bare"), ("memory", "floor")]:
+        cells = [f"{median(mode, path, 'rate') / median(anchor, path, 'rate'):.2f}×" for path in PATHS]
+        print(f"| {mode} / {anchor} | {cells[0]} | {cells[1]} |")
     print()
     print("| the anchor on a connection per worker (not SPEC 12) | replays | first executions |")
     print("|---|---:|---:|")

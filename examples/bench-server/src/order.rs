@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use actix_web::body::MessageBody;
 use actix_web::{HttpResponse, post, web};
 use idem_runtime::idempotent;
 use serde::{Deserialize, Serialize};
@@ -51,7 +52,7 @@ pub fn create(order: &NewOrder) -> Vec<u8> {
 }
 
 /// A 201 with a JSON body.
-pub fn created(body: Vec<u8>) -> HttpResponse {
+pub fn created(body: impl MessageBody + 'static) -> HttpResponse {
     HttpResponse::Created().content_type("application/json").body(body)
 }
 
