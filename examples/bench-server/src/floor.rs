@@ -8,8 +8,9 @@
 //! handler and keeps its body. A replay with the same fingerprint gets the
 //! body, another request 422, a duplicate in flight 409. Nothing else:
 //! no key rules, no storage key, no lease, no fencing token, no expiry, no
-//! bound, no task that outlives the client, no headers kept, no metrics,
-//! and, as the anchors, no extractors on a replay. What `/memory` costs
+//! bound, no task that outlives the client, no headers kept, no metrics.
+//! As SPEC 4 orders (step 5 before step 6), the handler's extractor (the
+//! JSON body) runs before the claim, on a replay too. What `/memory` costs
 //! beyond this is what the runtime's other promises cost; what this costs
 //! against `/bare` is out of reach of any implementation of SPEC 4.
 
@@ -72,6 +73,10 @@ pub async fn floor(req: HttpRequest, body: web::Bytes) -> HttpResponse {
         content_type: req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
         body: &body,
     });
+    // SPEC 4 step 5: the handler's extractor, before the claim.
+    let Ok(order) = serde_json::from_slice::<NewOrder>(&body) else {
+        return HttpResponse::BadRequest().finish();
+    };
     match claim(key, fingerprint) {
         Claimed::New => {}
         Claimed::Replay(stored) => {
@@ -84,10 +89,6 @@ pub async fn floor(req: HttpRequest, body: web::Bytes) -> HttpResponse {
         Claimed::InFlight => return HttpResponse::Conflict().finish(),
         Claimed::Mismatch => return HttpResponse::UnprocessableEntity().finish(),
     }
-    let Ok(order) = serde_json::from_slice::<NewOrder>(&body) else {
-        RECORDS.lock().unwrap_or_else(PoisonError::into_inner).remove(key);
-        return HttpResponse::BadRequest().finish();
-    };
     let response = web::Bytes::from(create(&order));
     complete(key, response.clone());
     created(response)
