@@ -3,6 +3,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
@@ -78,6 +79,76 @@ impl Totals {
 /// A record's key: the storage key's digest (see `StorageKey::digest`).
 pub(super) type Key = [u8; 32];
 
+/// Hashes a [`Key`] from eight of its bytes, mixed with this map's random
+/// seeds: it is a SHA-256 digest already, so hashing all of it again
+/// (SipHash, three times in a first claim) would only cost time. The seeds
+/// keep the hash unknown to clients: without them, one who grinds keys
+/// until their digests share the bits that pick a bucket could slow every
+/// lookup of that bucket down. Bytes 0 and 1 pick the shards
+/// ([`MemoryStore`](super::MemoryStore)); the map mixes bytes 8 to 15.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DigestHash {
+    seeds: [u64; 2],
+}
+
+impl Default for DigestHash {
+    /// Random seeds, drawn as the standard library draws its own.
+    fn default() -> Self {
+        let random = RandomState::new();
+        Self { seeds: [random.hash_one(0u8), random.hash_one(1u8)] }
+    }
+}
+
+impl BuildHasher for DigestHash {
+    type Hasher = DigestHasher;
+
+    fn build_hasher(&self) -> DigestHasher {
+        DigestHasher { seeds: self.seeds, word: 0 }
+    }
+}
+
+/// The [`Hasher`] of [`DigestHash`].
+#[derive(Debug)]
+pub(super) struct DigestHasher {
+    seeds: [u64; 2],
+    word: u64,
+}
+
+impl Hasher for DigestHasher {
+    /// The word, mixed with the seeds: MurmurHash3's 64-bit finalizer
+    /// (every bit of the result depends on every bit of its input) over
+    /// the word and the first seed, then the second seed.
+    fn finish(&self) -> u64 {
+        let mut x = self.word ^ self.seeds[0];
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^= x >> 33;
+        x ^ self.seeds[1]
+    }
+
+    /// A `[u8; 32]` hashes as its length, then one write of its 32 bytes.
+    fn write_usize(&mut self, length: usize) {
+        self.word ^= length as u64;
+    }
+
+    /// Eight bytes of a digest; anything else (never given here) is folded
+    /// in byte by byte, so that it is still a hash.
+    fn write(&mut self, bytes: &[u8]) {
+        match bytes.get(8..16) {
+            Some(word) if bytes.len() == 32 => {
+                self.word ^= u64::from_le_bytes(word.try_into().unwrap_or_default());
+            }
+            _ => {
+                for &byte in bytes {
+                    self.word = (self.word.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                }
+            }
+        }
+    }
+}
+
 /// One record.
 #[derive(Debug)]
 pub(super) struct Entry {
@@ -120,7 +191,7 @@ impl Entry {
 /// Records whose keys fall in this shard.
 #[derive(Debug, Default)]
 pub(super) struct Shard {
-    pub(super) records: HashMap<Key, Entry>,
+    pub(super) records: HashMap<Key, Entry, DigestHash>,
     /// Records' ends, soonest first. Every record has an entry at or
     /// before its end: a record that moved its end later keeps its entry,
     /// which moves when it comes up (one entry per record, pushed once in

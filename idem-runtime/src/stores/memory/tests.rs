@@ -163,3 +163,35 @@ async fn entries_that_move_on_do_not_use_up_a_purge() {
     assert_eq!(store.purge_expired(1).await.unwrap(), 1, "the expired record is freed");
     assert_eq!(store.len(), 4);
 }
+
+/// The map's hash of a record's key comes from eight bytes of the digest
+/// and the map's seeds: keys that differ there land apart, the same key
+/// hashes the same in one map, and two maps (two seeds) hash it apart.
+#[test]
+fn record_keys_hash_by_their_digest_bytes_and_seeds() {
+    use std::hash::BuildHasher;
+
+    use super::shard::DigestHash;
+
+    let mut a = [0u8; 32];
+    a[8] = 1;
+    let mut b = a;
+    b[15] = 1;
+    let (one, two) = (DigestHash::default(), DigestHash::default());
+    assert_eq!(one.hash_one(a), one.hash_one(a));
+    assert_ne!(one.hash_one(a), one.hash_one(b));
+    assert_ne!(one.hash_one([0u8; 32]), one.hash_one(a));
+    assert_ne!(one.hash_one(a), two.hash_one(a), "each map has seeds of its own");
+    // Keys that differ only in the low bits of the word (what picks a
+    // bucket) differ in the high bits of the hash too (what hashbrown
+    // compares first).
+    let high = |hash: u64| hash >> 57;
+    let spread: std::collections::HashSet<_> = (0..64u8)
+        .map(|low| {
+            let mut key = [0u8; 32];
+            key[8] = low;
+            high(one.hash_one(key))
+        })
+        .collect();
+    assert!(spread.len() > 32, "{} distinct tags of 64", spread.len());
+}
