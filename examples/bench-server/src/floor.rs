@@ -1,69 +1,94 @@
-//! The floor (informational, not an anchor of SPEC 12): the least an
+//! The floor (informational, not an anchor of SPEC 12): about the least an
 //! in-process idempotency layer can do per request and still do what SPEC
 //! 4 asks of every request, written by hand around the same handler.
 //!
-//! It reads the key header as it is, fingerprints the request with the
-//! runtime's own [`Fingerprint::of`] (SPEC 4: canonical JSON and SHA-256),
-//! claims the key in one map shared by the workers (one lock), runs the
-//! handler and keeps its body. A replay with the same fingerprint gets the
-//! body, another request 422, a duplicate in flight 409. Nothing else:
-//! no key rules, no storage key, no lease, no fencing token, no expiry, no
-//! bound, no task that outlives the client, no headers kept, no metrics.
-//! As SPEC 4 orders (step 5 before step 6), the handler's extractor (the
-//! JSON body) runs before the claim, on a replay too. What `/memory` costs
-//! beyond this is what the runtime's other promises cost; what this costs
-//! against `/bare` is out of reach of any implementation of SPEC 4.
+//! It reads the key with the runtime's own key rules
+//! ([`IdempotencyKey::parse`]: an sf-string or a token, 1 to 255 visible
+//! characters), buffers the body, fingerprints the request with the
+//! runtime's own [`Fingerprint::of`] (canonical JSON and SHA-256), runs the
+//! handler's own extractor (`Json<NewOrder>`) over the buffered body before
+//! the claim, on a replay too (SPEC 4 orders step 5 before step 6), claims
+//! the key in one map shared by the workers (one lock), runs the handler
+//! and keeps its status, content type and body. A replay with the same
+//! fingerprint gets them, another request 422, a duplicate in flight 409.
+//!
+//! Nothing else, so it is a little below a true floor: no storage key, no
+//! lease, no fencing token, no expiry, no bound, no task that outlives the
+//! client, no other headers, no `Content-Encoding` check, no metrics. What
+//! `/memory` costs beyond it is what the runtime's other promises cost (and
+//! any waste); what it costs against `/bare` no implementation of SPEC 4
+//! can avoid.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex, PoisonError};
 
+use actix_web::body::MessageBody;
+use actix_web::dev::Payload;
+use actix_web::http::StatusCode;
 use actix_web::http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
-use actix_web::{HttpRequest, HttpResponse, post, web};
-use idem_runtime::store::{Fingerprint, RequestParts};
+use actix_web::{FromRequest, HttpRequest, HttpResponse, post, web};
+use idem_runtime::store::{Fingerprint, IdempotencyKey, RequestParts};
 
 use crate::order::{NewOrder, create, created};
 
-/// A key's record: the request's fingerprint, and its response body once
-/// the handler is done.
-struct Record {
-    fingerprint: Fingerprint,
-    body: Option<web::Bytes>,
+/// A response as kept: status, content type and body.
+#[derive(Clone)]
+struct Kept {
+    status: StatusCode,
+    content_type: Option<HeaderValue>,
+    body: web::Bytes,
 }
 
-static RECORDS: LazyLock<Mutex<HashMap<String, Record>>> = LazyLock::new(Mutex::default);
+/// A key's record: the request's fingerprint, and its response once the
+/// handler is done.
+struct Record {
+    fingerprint: Fingerprint,
+    response: Option<Kept>,
+}
+
+static RECORDS: LazyLock<Mutex<HashMap<IdempotencyKey, Record>>> = LazyLock::new(Mutex::default);
 
 /// What a claim found.
 enum Claimed {
     New,
-    Replay(web::Bytes),
+    Replay(Kept),
     InFlight,
     Mismatch,
 }
 
-fn claim(key: &str, fingerprint: Fingerprint) -> Claimed {
+fn claim(key: &IdempotencyKey, fingerprint: Fingerprint) -> Claimed {
     let mut records = RECORDS.lock().unwrap_or_else(PoisonError::into_inner);
     match records.get(key) {
         None => {
-            records.insert(key.to_owned(), Record { fingerprint, body: None });
+            records.insert(key.clone(), Record { fingerprint, response: None });
             Claimed::New
         }
         Some(record) if record.fingerprint != fingerprint => Claimed::Mismatch,
-        Some(Record { body: Some(body), .. }) => Claimed::Replay(body.clone()),
-        Some(Record { body: None, .. }) => Claimed::InFlight,
+        Some(Record { response: Some(kept), .. }) => Claimed::Replay(kept.clone()),
+        Some(Record { response: None, .. }) => Claimed::InFlight,
     }
 }
 
-fn complete(key: &str, body: web::Bytes) {
+fn complete(key: &IdempotencyKey, kept: Kept) {
     if let Some(record) = RECORDS.lock().unwrap_or_else(PoisonError::into_inner).get_mut(key) {
-        record.body = Some(body);
+        record.response = Some(kept);
     }
+}
+
+fn respond(kept: Kept) -> HttpResponse {
+    let mut response = HttpResponse::build(kept.status).body(kept.body);
+    if let Some(content_type) = kept.content_type {
+        response.headers_mut().insert(CONTENT_TYPE, content_type);
+    }
+    response
 }
 
 /// The order handler under the floor's idempotency.
 #[post("/orders")]
 pub async fn floor(req: HttpRequest, body: web::Bytes) -> HttpResponse {
-    let Some(key) = req.headers().get("idempotency-key").and_then(|v| v.to_str().ok()) else {
-        return HttpResponse::BadRequest().finish();
+    let key = match req.headers().get("idempotency-key").map(|value| IdempotencyKey::parse(value.as_bytes())) {
+        Some(Ok(key)) => key,
+        _ => return HttpResponse::BadRequest().finish(),
     };
     let fingerprint = Fingerprint::of(&RequestParts {
         method: req.method().as_str(),
@@ -73,14 +98,14 @@ pub async fn floor(req: HttpRequest, body: web::Bytes) -> HttpResponse {
         content_type: req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
         body: &body,
     });
-    // SPEC 4 step 5: the handler's extractor, before the claim.
-    let Ok(order) = serde_json::from_slice::<NewOrder>(&body) else {
-        return HttpResponse::BadRequest().finish();
+    let order = match web::Json::<NewOrder>::from_request(&req, &mut Payload::from(body)).await {
+        Ok(order) => order,
+        Err(error) => return error.error_response(),
     };
-    match claim(key, fingerprint) {
+    match claim(&key, fingerprint) {
         Claimed::New => {}
-        Claimed::Replay(stored) => {
-            let mut response = created(stored);
+        Claimed::Replay(kept) => {
+            let mut response = respond(kept);
             response
                 .headers_mut()
                 .insert(HeaderName::from_static("idempotent-replayed"), HeaderValue::from_static("true"));
@@ -89,9 +114,15 @@ pub async fn floor(req: HttpRequest, body: web::Bytes) -> HttpResponse {
         Claimed::InFlight => return HttpResponse::Conflict().finish(),
         Claimed::Mismatch => return HttpResponse::UnprocessableEntity().finish(),
     }
-    let response = web::Bytes::from(create(&order));
-    complete(key, response.clone());
-    created(response)
+    let response = created(create(&order));
+    let status = response.status();
+    let content_type = response.headers().get(CONTENT_TYPE).cloned();
+    let Ok(body) = response.into_body().try_into_bytes() else {
+        return HttpResponse::InternalServerError().finish();
+    };
+    let kept = Kept { status, content_type, body };
+    complete(&key, kept.clone());
+    respond(kept)
 }
 
 #[cfg(test)]
