@@ -249,22 +249,20 @@ def main():
             cells.append(f"{ratio:.2f}× {'met' if ratio >= target else 'NOT met'}")
         print(f"| {mode} / {anchor} | {cells[0]} | {cells[1]} | ≥ {target:.2f}× |")
     print()
-    print("| cost of replica acknowledgements (WAIT 1) | replays | first executions |")
-    print("|---|---:|---:|")
-    cells = [f"{median('redis-acks', path, 'rate') / median('redis', path, 'rate'):.2f}×" for path in PATHS]
-    print(f"| redis-acks / redis | {cells[0]} | {cells[1]} |")
-    print()
-    print("| the floor of an in-process layer (not SPEC 12) | replays | first executions |")
-    print("|---|---:|---:|")
-    for mode, anchor in [("floor", "bare"), ("memory", "floor")]:
-        cells = [f"{median(mode, path, 'rate') / median(anchor, path, 'rate'):.2f}×" for path in PATHS]
-        print(f"| {mode} / {anchor} | {cells[0]} | {cells[1]} |")
-    print()
-    print("| the anchor on a connection per worker (not SPEC 12) | replays | first executions |")
-    print("|---|---:|---:|")
-    for mode, anchor in [("hand-redis-per-worker", "hand-redis"), ("redis", "hand-redis-per-worker")]:
-        cells = [f"{median(mode, path, 'rate') / median(anchor, path, 'rate'):.2f}×" for path in PATHS]
-        print(f"| {mode} / {anchor} | {cells[0]} | {cells[1]} |")
+    def informational(title, pairs):
+        print()
+        print(f"| {title} | replays | first executions |")
+        print("|---|---:|---:|")
+        for mode, anchor in pairs:
+            cells = [f"{median(mode, path, 'rate') / median(anchor, path, 'rate'):.2f}×" for path in PATHS]
+            print(f"| {mode} / {anchor} | {cells[0]} | {cells[1]} |")
+
+    informational("cost of replica acknowledgements (WAIT 1)", [("redis-acks", "redis")])
+    informational("the floor of an in-process layer (not SPEC 12)", [("floor", "bare"), ("memory", "floor")])
+    informational(
+        "the anchor on a connection per worker (not SPEC 12)",
+        [("hand-redis-per-worker", "hand-redis"), ("redis", "hand-redis-per-worker")],
+    )
     print()
     print("every target met" if met else "some targets are not met")
 
