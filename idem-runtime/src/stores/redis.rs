@@ -6,6 +6,7 @@ mod durability;
 mod error;
 mod local;
 mod operations;
+mod primaries;
 mod renewals;
 mod reply;
 mod scripts;
@@ -18,12 +19,13 @@ use redis::aio::ConnectionManagerConfig;
 use redis::{Cmd, ErrorKind, Script, ServerErrorKind, Value};
 
 pub use self::connection::RedisConnection;
-use self::connection::Source;
+use self::connection::{Source, Target};
 pub use self::durability::OnEviction;
 use self::durability::ReplicaAcks;
 pub use self::error::InvalidKeyPrefix;
 use self::error::{Endpoint, check_prefix};
 use self::local::LocalConnections;
+use self::primaries::Primaries;
 use self::renewals::RenewalConnection;
 use self::scripts::Scripts;
 #[cfg(doc)]
@@ -84,7 +86,9 @@ use crate::store::StoreError;
 /// its own key, so the batch is cluster-safe) in **one pipeline**, one round
 /// trip, on a connection of its own: opened the first time the lease keeper
 /// renews, on the keeper's runtime, so that renewals never queue behind the
-/// application's commands. (A store built with [`RedisStore::from_manager`]
+/// application's commands. On a cluster, each primary gets such a
+/// connection and its own pipeline, so that a dead primary leaves only its
+/// own leases unanswered. (A store built with [`RedisStore::from_manager`]
 /// has no URL to open it from: its renewals share the caller's connection.)
 ///
 /// # Key layout
@@ -240,8 +244,8 @@ impl RedisStore {
     /// a cluster its retries bound how often a command is tried again after a
     /// failed node or a redirection. Loads the scripts and checks the
     /// servers' settings like [`RedisStore::connect`]. Lease renewals get a
-    /// connection of their own with the same configuration, opened when the
-    /// first batch is renewed.
+    /// connection of their own with the same configuration (on a cluster,
+    /// one per primary), opened when the first batch is renewed.
     ///
     /// `?protocol=resp3` in the URL selects RESP3; the store reads both
     /// protocols' replies alike.
@@ -253,7 +257,15 @@ impl RedisStore {
             Source::Server(client, config) => Some(LocalConnections::new(client.clone(), config.clone())),
             Source::Cluster(_) => None,
         };
-        let mut store = Self::build(connection, RenewalConnection::new(Some(source)), endpoint);
+        // On a cluster, renewals go straight to each primary (see
+        // `primaries.rs`); on one server, on a connection of their own.
+        let renewals = match Target::parse(url) {
+            Ok(Target::Cluster(seeds)) => {
+                RenewalConnection::on_primaries(Primaries::new(seeds, config.clone(), endpoint.clone()))
+            }
+            _ => RenewalConnection::new(Some(source)),
+        };
+        let mut store = Self::build(connection, renewals, endpoint);
         store.local = local;
         store.load_scripts().await?;
         store.check_server(OnEviction::Refuse).await?;

@@ -10,6 +10,7 @@ mod actix;
 mod cluster;
 mod cluster_setup;
 mod conformance;
+mod dead_shard;
 mod failover;
 mod lease;
 mod outage;

@@ -6,8 +6,10 @@
 //! connection that only carries renewals: it is opened the first time the
 //! keeper renews, so it lives on the keeper's runtime, and renewals never
 //! queue behind the application's commands, nor wait on an application
-//! thread that is busy. On a cluster, a pipeline may only touch one slot:
-//! the batch is one pipeline per slot, all sent at once.
+//! thread that is busy. On a cluster, each primary gets such a connection
+//! and one pipeline per batch (see `primaries.rs`); renewals on a caller's
+//! cluster connection go one pipeline per slot (a pipeline through the
+//! cluster client may only touch one slot), all sent at once.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -19,26 +21,37 @@ use tokio::sync::OnceCell;
 
 use super::RedisStore;
 use super::connection::{RedisConnection, Source};
+use super::primaries::{Primaries, slot_of};
 use super::reply;
 use super::scripts::millis;
 use crate::store::{Fence, Renewal, StoreError};
 
-/// The renewals' own connection, opened on first use.
+/// The renewals' own connections, opened on first use.
 pub(super) struct RenewalConnection {
-    /// What to open it from; `None` for a store on a caller's connection,
-    /// whose renewals then share that connection.
+    /// What to open a single server's from; `None` on a cluster, and for a
+    /// store on a caller's connection, whose renewals then share that
+    /// connection.
     source: Option<Source>,
     connection: OnceCell<RedisConnection>,
+    /// A cluster's primaries, each on a connection of its own.
+    primaries: Option<Primaries>,
 }
 
 impl RenewalConnection {
+    /// Renewals on a connection of their own to one server, opened from
+    /// `source`; `None`: on the caller's connection.
     pub(super) fn new(source: Option<Source>) -> Self {
-        Self { source, connection: OnceCell::new() }
+        Self { source, connection: OnceCell::new(), primaries: None }
     }
 
-    /// Whether renewals have a connection of their own.
+    /// Renewals straight to each primary of a cluster.
+    pub(super) fn on_primaries(primaries: Primaries) -> Self {
+        Self { source: None, connection: OnceCell::new(), primaries: Some(primaries) }
+    }
+
+    /// Whether renewals have connections of their own.
     pub(super) fn is_separate(&self) -> bool {
-        self.source.is_some()
+        self.source.is_some() || self.primaries.is_some()
     }
 }
 
@@ -127,11 +140,25 @@ impl RedisStore {
     /// redirection. A renewal that still fails is [`Fence::Unknown`]; the
     /// group fails only when the pipeline fails and no renewal gets through.
     async fn renew_slot(&self, connection: RedisConnection, renewals: Vec<&Renewal>) -> Result<Vec<Fence>, StoreError> {
+        self.renew_group(connection, renewals).await.map(|(fences, _)| fences)
+    }
+
+    /// [`Self::renew_slot`] for renewals of one slot, or of one primary on
+    /// its own connection, saying whether a renewal was redirected.
+    async fn renew_group(
+        &self,
+        connection: RedisConnection,
+        renewals: Vec<&Renewal>,
+    ) -> Result<(Vec<Fence>, bool), StoreError> {
         let replies = match self.renewal_pipeline(connection.clone(), &renewals).await {
             Ok(replies) => replies,
             Err(Failed { moving: true, error }) => {
                 let fences = self.renew_each(&renewals).await;
-                return if fences.iter().all(|fence| *fence == Fence::Unknown) { Err(error) } else { Ok(fences) };
+                return if fences.iter().all(|fence| *fence == Fence::Unknown) {
+                    Err(error)
+                } else {
+                    Ok((fences, true))
+                };
             }
             Err(Failed { error, .. }) => return Err(error),
         };
@@ -151,9 +178,13 @@ impl RedisStore {
             }
         }
         let mut fences = Vec::with_capacity(replies.len());
+        let mut redirected = false;
         for (renewal, reply) in renewals.iter().zip(replies) {
             fences.push(match reply {
-                Value::ServerError(error) if connection.is_cluster() && is_redirect(&error) => {
+                // The cluster client, or a primary's own connection (a
+                // single server never redirects).
+                Value::ServerError(error) if is_redirect(&error) => {
+                    redirected = true;
                     self.renew_each(&[renewal]).await[0]
                 }
                 // One lease's error (TRYAGAIN, say) leaves that lease
@@ -166,7 +197,7 @@ impl RedisStore {
                 reply => reply::fence(reply)?,
             });
         }
-        Ok(fences)
+        Ok((fences, redirected))
     }
 
     /// `renewals` one command each, all at once: each follows its key's
@@ -194,6 +225,9 @@ impl RedisStore {
         if renewals.is_empty() {
             return Ok(Vec::new());
         }
+        if let Some(primaries) = &self.renewals.primaries {
+            return self.renew_on_primaries(primaries, renewals).await;
+        }
         let connection = self.renewal_connection().await?;
         // Positions of the renewals in each group: one group per slot on a
         // cluster, a single group otherwise.
@@ -203,10 +237,7 @@ impl RedisStore {
             groups.entry(slot).or_default().push(i);
         }
         let groups: Vec<Vec<usize>> = groups.into_values().collect();
-        // Each group within half the response timeout: a slot whose primary
-        // is down must not hold the live slots' answers past the caller's
-        // own timeout (which would lose them all).
-        let budget = self.endpoint.response_timeout.map_or(GROUP_BUDGET, |timeout| timeout / 2);
+        let budget = self.group_budget();
         let sent = groups.iter().map(|members| {
             let group = self.renew_slot(connection.clone(), members.iter().map(|&i| &renewals[i]).collect());
             async move {
@@ -216,27 +247,97 @@ impl RedisStore {
                 }
             }
         });
-        // A group that fails (its shard down, or its replicas late) leaves
-        // its own leases unanswered, never the others': the batch fails only
-        // when every group does.
         let answered = join_all(sent).await;
-        if answered.iter().all(Result::is_err) {
-            let error = answered.into_iter().find_map(Result::err);
-            return Err(error.unwrap_or(StoreError::Corrupt { store: "redis", message: "no renewal group".into() }));
-        }
-        let mut fences = vec![Fence::Unknown; renewals.len()];
-        for (members, answers) in groups.iter().zip(answered) {
-            match answers {
-                Ok(answers) => {
-                    for (&i, fence) in members.iter().zip(answers) {
-                        fences[i] = fence;
+        gather(renewals.len(), &groups, answered)
+    }
+
+    /// Each group's wait: within half the response timeout, so that a slot
+    /// whose primary is down cannot hold the live slots' answers past the
+    /// caller's own timeout (which would lose them all).
+    fn group_budget(&self) -> Duration {
+        self.endpoint.response_timeout.map_or(GROUP_BUDGET, |timeout| timeout / 2)
+    }
+
+    /// A batch on a cluster's primaries: one pipeline on each primary's own
+    /// connection, all sent at once, and the renewals of slots without a
+    /// known primary through the cluster client. A primary that fails or
+    /// is late leaves its own renewals unanswered; it is connected to
+    /// again, and the slot map asked for again, before the next batch.
+    async fn renew_on_primaries(&self, primaries: &Primaries, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
+        let slots: Vec<u16> = renewals.iter().map(|renewal| slot_of(&self.record_key(&renewal.key))).collect();
+        let plan = primaries.plan(&slots).await;
+        let budget = self.group_budget();
+        let sent = plan.groups.iter().map(|(node, connection, members)| {
+            let group = self.renew_group(connection.clone(), members.iter().map(|&i| &renewals[i]).collect());
+            async move {
+                let answered = match tokio::time::timeout(budget, group).await {
+                    Ok(answered) => answered,
+                    Err(_) => Err(StoreError::Timeout { store: "redis", after: budget }),
+                };
+                match answered {
+                    Ok((fences, redirected)) => {
+                        if redirected {
+                            primaries.moved().await;
+                        }
+                        Ok(fences)
+                    }
+                    Err(error) => {
+                        primaries.failed(node).await;
+                        Err(error)
                     }
                 }
-                Err(error) => tracing::warn!(%error, leases = members.len(), "renewals of one slot failed"),
             }
+        });
+        let elsewhere: Vec<&Renewal> = plan.elsewhere.iter().map(|&i| &renewals[i]).collect();
+        let (answered, elsewhere_fences) = futures_util::future::join(join_all(sent), async {
+            tokio::time::timeout(budget, self.renew_each(&elsewhere))
+                .await
+                .unwrap_or_else(|_| vec![Fence::Unknown; elsewhere.len()])
+        })
+        .await;
+        let mut groups: Vec<Vec<usize>> = plan.groups.into_iter().map(|(_, _, members)| members).collect();
+        let mut answered = answered;
+        if !plan.elsewhere.is_empty() {
+            groups.push(plan.elsewhere);
+            answered.push(Ok(elsewhere_fences));
         }
-        Ok(fences)
+        if !plan.unreachable.is_empty() {
+            let error = StoreError::Unavailable {
+                store: "redis",
+                message: format!("{} renewals' primary could not be reached", plan.unreachable.len()),
+                source: None,
+            };
+            groups.push(plan.unreachable);
+            answered.push(Err(error));
+        }
+        gather(renewals.len(), &groups, answered)
     }
+}
+
+/// A batch's fences from its groups' answers: a group that fails (its
+/// shard down, or its replicas late) leaves its own leases unanswered,
+/// never the others'; the batch fails only when every group does.
+fn gather(
+    batch: usize,
+    groups: &[Vec<usize>],
+    answered: Vec<Result<Vec<Fence>, StoreError>>,
+) -> Result<Vec<Fence>, StoreError> {
+    if answered.iter().all(Result::is_err) {
+        let error = answered.into_iter().find_map(Result::err);
+        return Err(error.unwrap_or(StoreError::Corrupt { store: "redis", message: "no renewal group".into() }));
+    }
+    let mut fences = vec![Fence::Unknown; batch];
+    for (members, answers) in groups.iter().zip(answered) {
+        match answers {
+            Ok(answers) => {
+                for (&i, fence) in members.iter().zip(answers) {
+                    fences[i] = fence;
+                }
+            }
+            Err(error) => tracing::warn!(%error, leases = members.len(), "a group of renewals failed"),
+        }
+    }
+    Ok(fences)
 }
 
 /// Whether a server error sends the command to another node (`ASK`,
