@@ -161,8 +161,9 @@ use crate::store::StoreError;
 /// slot, follows `MOVED` and `ASK`, loads the scripts on every primary (and
 /// again on `NOSCRIPT`, as after a replica's promotion), and refreshes the
 /// slot map after a failure. Every script touches one key, so no command is
-/// ever `CROSSSLOT`; a batch of renewals is one pipeline per slot, sent
-/// together.
+/// ever `CROSSSLOT`. A batch of renewals is one pipeline per primary, each
+/// on that primary's own connection, sent together (not through the
+/// cluster client: see `primaries.rs`).
 ///
 /// When a primary dies, operations on its slots fail within the timeouts
 /// (503 before a handler runs, completions retried while their leases
@@ -261,9 +262,9 @@ impl RedisStore {
         // `primaries.rs`); on one server, on a connection of their own.
         let renewals = match Target::parse(url) {
             Ok(Target::Cluster(seeds)) => {
-                RenewalConnection::on_primaries(Primaries::new(seeds, config.clone(), endpoint.clone()))
+                RenewalConnection::Primaries(Primaries::new(seeds, config.clone(), endpoint.clone()))
             }
-            _ => RenewalConnection::new(Some(source)),
+            _ => RenewalConnection::own(source),
         };
         let mut store = Self::build(connection, renewals, endpoint);
         store.local = local;
@@ -281,7 +282,7 @@ impl RedisStore {
     /// store cannot open another one): prefer [`RedisStore::connect_with`],
     /// which gives them their own.
     pub fn from_connection(connection: impl Into<RedisConnection>) -> Self {
-        Self::build(connection.into(), RenewalConnection::new(None), Endpoint::new(None, None))
+        Self::build(connection.into(), RenewalConnection::Shared, Endpoint::new(None, None))
     }
 
     /// A store on a single server's connection you built: the same as
@@ -316,8 +317,9 @@ impl RedisStore {
     /// acknowledged is the one promoted, which Redis Cluster prefers). It
     /// costs a replica round trip on every first execution (see the README's
     /// benchmarks); replays are unaffected. Keep `timeout` below half the
-    /// connection's response timeout (a renewal batch gives each cluster
-    /// slot that long) and below the runtime's store timeout.
+    /// connection's response timeout (a renewal batch gives each primary,
+    /// or each cluster slot on a caller's connection, that long) and below
+    /// the runtime's store timeout.
     pub fn with_replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
         self.acks = (replicas > 0).then_some(ReplicaAcks { replicas, timeout });
         self

@@ -1,7 +1,8 @@
 //! Renewal batches whose leases live on several primaries of a private
-//! cluster, one of them killed and left dead: its leases go unanswered
-//! (`Fence::Unknown`, tried again) while the others are renewed, batch
-//! after batch. One failed shard must not cost every lease of the process.
+//! cluster while one node is dead or hung: the dead primary's leases go
+//! unanswered (`Fence::Unknown`, tried again) while the others are
+//! renewed, batch after batch. One failed node must not cost every lease of
+//! the process.
 //!
 //! Through the redis crate's cluster client (1.8.1), it did: the dead
 //! primary's renewals set the client rebuilding its slot map, one rebuild
@@ -9,7 +10,9 @@
 //! batch on no renewal was answered at all, the live primaries' included,
 //! for as long as the primary stayed dead. Leases that go unrenewed lapse,
 //! and a second request may then run. The store now sends renewals to each
-//! primary on a connection of its own.
+//! primary on a connection of its own; a hung node (`SIGSTOP`: a host that
+//! stops answering) must not hold the others' renewals either, nor batches
+//! sent at the same time, nor the first slot map when it is a seed.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -21,12 +24,16 @@ use idem_runtime::store::{Claim, Fence, Renewal, Store};
 use idem_tests::redis_cluster::RedisCluster;
 use idem_tests::redis_node::{info_field, served_slots, slot_of};
 
-/// How long batches are sent after the kill.
+/// How long batches are sent after the failure.
 const WINDOW: Duration = Duration::from_secs(4);
-/// Fewest batches sent after the kill.
+/// Fewest batches sent after the failure.
 const BATCHES: usize = 5;
+/// The runtime's default store timeout, which bounds each batch of the
+/// lease keeper.
+const STORE_TIMEOUT: Duration = Duration::from_secs(2);
+const LEASE: Duration = Duration::from_secs(30);
 
-/// The store's warnings (each lease or slot group that failed, and why),
+/// The store's warnings (each group of renewals that failed, and why),
 /// kept for the failure message.
 #[derive(Clone, Default)]
 struct Warnings(Arc<Mutex<Vec<u8>>>);
@@ -43,6 +50,18 @@ impl Write for Warnings {
 }
 
 impl Warnings {
+    /// Captures the test thread's warnings until the guard is dropped.
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .without_time()
+            .with_max_level(tracing::Level::WARN)
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
     /// The distinct warnings, each with how often it came.
     fn summary(&self) -> String {
         let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
@@ -57,88 +76,125 @@ impl Warnings {
     }
 }
 
-/// The dead primary's replica is kept from taking over, so the shard stays
-/// dead for the whole test, and the other primaries keep serving the slots
-/// they cover (`cluster-require-full-coverage no`; under the default every
-/// node refuses commands once the dead one is flagged as failed). A node
-/// timeout of 5 s, not the cluster's 1 s, keeps a loaded machine's stalls
-/// from making a live primary think itself in the minority (it then refuses
-/// commands too). Every batch must leave the dead primary's leases
-/// unanswered and never lose one; the live primaries' leases must be renewed
-/// in every batch but one (a loaded machine may make one batch late). A
-/// failure says what each batch got and why.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_dead_primary_leaves_only_its_own_renewals_unanswered() {
-    let Some(mut cluster) = RedisCluster::start("a_dead_primary_leaves_only_its_own_renewals_unanswered") else {
-        return;
-    };
-    let warnings = Warnings::default();
-    let writer = warnings.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .without_time()
-        .with_max_level(tracing::Level::WARN)
-        .finish();
-    let _capture = tracing::subscriber::set_default(subscriber);
-
-    let store = RedisStore::connect(&cluster.url()).await.expect("connecting to the private cluster");
-    let lease = Duration::from_secs(30);
+/// `count` leases acquired on `store`.
+async fn acquire(store: &RedisStore, count: usize) -> Vec<Renewal> {
     let mut renewals = Vec::new();
-    for _ in 0..60 {
+    for _ in 0..count {
         let key = fresh_key();
-        let Claim::Acquired { token, .. } = store.claim(&key, &fingerprint("a"), lease, lease * 2).await.unwrap()
+        let Claim::Acquired { token, .. } = store.claim(&key, &fingerprint("a"), LEASE, LEASE * 2).await.unwrap()
         else {
             panic!("a fresh key is acquired");
         };
-        renewals.push(Renewal { key, token, lease });
+        renewals.push(Renewal { key, token, lease: LEASE });
     }
-    let dead = cluster.primary_of("{probe}");
-    let slots = served_slots(&format!("127.0.0.1:{dead}")).expect("the primary's slots");
-    let on_dead: Vec<bool> = renewals
+    renewals
+}
+
+/// Sixty leases acquired on `store`, all renewed once (the renewals'
+/// connections are open, as in a running service).
+async fn leases(store: &RedisStore) -> Vec<Renewal> {
+    let renewals = acquire(store, 60).await;
+    assert!(store.renew_many(&renewals).await.unwrap().iter().all(|fence| *fence == Fence::Held));
+    renewals
+}
+
+/// Readies `cluster` for one primary to fail and stay failed: the primary
+/// of `{probe}`, returned with which of `renewals` it holds. Its replicas
+/// never take over; the other primaries keep serving the slots they cover
+/// (`cluster-require-full-coverage no`; under the default every node
+/// refuses commands once the failed one is flagged); and a node timeout of
+/// 5 s, not the cluster's 1 s, keeps a loaded machine's stalls from making
+/// a live primary think itself in the minority (it then refuses commands
+/// too).
+fn doomed_primary(cluster: &RedisCluster, store: &RedisStore, renewals: &[Renewal]) -> (u16, Vec<bool>) {
+    let doomed = cluster.primary_of("{probe}");
+    let slots = served_slots(&format!("127.0.0.1:{doomed}")).expect("the primary's slots");
+    let on_doomed: Vec<bool> = renewals
         .iter()
         .map(|renewal| slots.iter().any(|range| range.contains(&slot_of(&store.record_key(&renewal.key)))))
         .collect();
-    assert!(on_dead.iter().any(|&d| d) && on_dead.iter().any(|&d| !d), "leases on the dead primary and on others");
+    assert!(on_doomed.iter().any(|&d| d) && on_doomed.iter().any(|&d| !d), "leases on the primary and on others");
     let set = |name: &str, value: &str| redis::cmd("CONFIG").arg("SET").arg(name).arg(value).clone();
     for port in cluster.live_ports() {
         let () = cluster.query(port, &set("cluster-require-full-coverage", "no")).expect("CONFIG SET");
         let () = cluster.query(port, &set("cluster-node-timeout", "5000")).expect("CONFIG SET");
     }
-    let replicas = cluster.replicas_of(dead);
-    assert!(!replicas.is_empty(), "the primary to kill has a replica");
+    let replicas = cluster.replicas_of(doomed);
+    assert!(!replicas.is_empty(), "the primary has a replica");
     for replica in replicas {
         let () = cluster.query(replica, &set("cluster-replica-no-failover", "yes")).expect("CONFIG SET");
     }
-    // The renewals' own connections are open, as in a running service.
-    assert!(store.renew_many(&renewals).await.unwrap().iter().all(|fence| *fence == Fence::Held));
-    cluster.kill(dead);
+    (doomed, on_doomed)
+}
 
-    let started = Instant::now();
-    let mut batches = Vec::new();
-    let mut late = 0;
-    while started.elapsed() < WINDOW || batches.len() < BATCHES {
-        let sent = started.elapsed();
-        let fences = store.renew_many(&renewals).await.unwrap_or_else(|error| {
-            batches.push(format!("{sent:.2?}: the batch failed: {error}"));
-            vec![Fence::Unknown; renewals.len()]
-        });
-        for (i, fence) in fences.iter().enumerate() {
-            assert_ne!(*fence, Fence::Lost, "renewal {i} (on the dead primary: {})", on_dead[i]);
+/// What the batches after a failure got.
+#[derive(Default)]
+struct Batches {
+    lines: Vec<String>,
+    /// Batches that left a lease of a live primary unrenewed.
+    late: usize,
+}
+
+impl Batches {
+    /// Sends `renewals` for [`WINDOW`] (at least [`BATCHES`] times), split
+    /// in `parts` batches sent at once, each within [`STORE_TIMEOUT`], and
+    /// checks each answer: no lease lost, none of the failed primary's
+    /// (`failed`) renewed.
+    async fn send(store: &RedisStore, renewals: &[Renewal], failed: &[bool], parts: usize) -> Self {
+        let mut batches = Self::default();
+        let started = Instant::now();
+        let size = renewals.len().div_ceil(parts);
+        while started.elapsed() < WINDOW || batches.lines.len() < BATCHES {
+            let sent = started.elapsed();
+            let answers = futures_util::future::join_all(renewals.chunks(size).map(|part| async move {
+                let began = Instant::now();
+                let answer = tokio::time::timeout(STORE_TIMEOUT, store.renew_many(part)).await;
+                (answer, began.elapsed())
+            }))
+            .await;
+            for ((answer, took), (part, failed)) in
+                answers.into_iter().zip(renewals.chunks(size).zip(failed.chunks(size)))
+            {
+                let fences = match answer {
+                    Ok(Ok(fences)) => fences,
+                    Ok(Err(error)) => {
+                        batches.lines.push(format!("{sent:.2?}: the batch failed in {took:.2?}: {error}"));
+                        vec![Fence::Unknown; part.len()]
+                    }
+                    Err(_) => {
+                        batches.lines.push(format!("{sent:.2?}: the batch took over {STORE_TIMEOUT:?}"));
+                        vec![Fence::Unknown; part.len()]
+                    }
+                };
+                for (i, fence) in fences.iter().enumerate() {
+                    assert_ne!(*fence, Fence::Lost, "renewal {i} (on the failed primary: {})", failed[i]);
+                }
+                let count = |on_failed: bool, fence: Fence| {
+                    fences.iter().zip(failed).filter(|(got, on)| **on == on_failed && **got == fence).count()
+                };
+                let (failed_held, live_held) = (count(true, Fence::Held), count(false, Fence::Held));
+                let live = failed.iter().filter(|&&d| !d).count();
+                batches.lines.push(format!(
+                    "{sent:.2?}: in {took:.2?}, failed primary {failed_held} held, live primaries {live_held} held of {live}"
+                ));
+                assert_eq!(failed_held, 0, "a failed primary renewed nothing");
+                if live_held < live {
+                    batches.late += 1;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let count = |dead: bool, fence: Fence| {
-            fences.iter().zip(&on_dead).filter(|(got, on)| **on == dead && **got == fence).count()
-        };
-        let (dead_held, live_held) = (count(true, Fence::Held), count(false, Fence::Held));
-        let live = on_dead.iter().filter(|&&d| !d).count();
-        batches.push(format!("{sent:.2?}: dead primary {dead_held} held, live primaries {live_held} held of {live}"));
-        assert_eq!(dead_held, 0, "a dead primary renewed nothing");
-        if live_held < live {
-            late += 1;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        batches
     }
-    if late > 1 {
+
+    /// Fails unless the live primaries' leases were renewed in every batch
+    /// but one (a loaded machine may make one late), saying what each batch
+    /// got, the live nodes' `cluster_state` and the store's warnings.
+    fn check(&self, cluster: &RedisCluster, warnings: &Warnings) {
+        if self.late <= 1 {
+            eprintln!("{} batches after the failure, {} late", self.lines.len(), self.late);
+            return;
+        }
         let states: Vec<String> = cluster
             .live_ports()
             .into_iter()
@@ -148,13 +204,72 @@ async fn a_dead_primary_leaves_only_its_own_renewals_unanswered() {
             })
             .collect();
         panic!(
-            "the live primaries' leases went unrenewed in {late} of {} batches while one primary was dead\n\
-             batches after the kill:\n{}\nthe live nodes' cluster_state: {}\nthe store's warnings:\n{}",
-            batches.len(),
-            batches.join("\n"),
+            "the live primaries' leases went unrenewed in {} of {} batches\nbatches after the failure:\n{}\n\
+             the live nodes' cluster_state: {}\nthe store's warnings:\n{}",
+            self.late,
+            self.lines.len(),
+            self.lines.join("\n"),
             states.join(", "),
             warnings.summary()
         );
     }
-    eprintln!("{} batches in {:?} after the kill; {late} late", batches.len(), started.elapsed());
+}
+
+/// A primary killed (`kill -9`) and left dead.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_primary_leaves_only_its_own_renewals_unanswered() {
+    let Some(mut cluster) = RedisCluster::start("a_dead_primary_leaves_only_its_own_renewals_unanswered") else {
+        return;
+    };
+    let warnings = Warnings::default();
+    let _capture = warnings.capture();
+    let store = RedisStore::connect(&cluster.url()).await.expect("connecting to the private cluster");
+    let renewals = leases(&store).await;
+    let (dead, on_dead) = doomed_primary(&cluster, &store, &renewals);
+    cluster.kill(dead);
+    Batches::send(&store, &renewals, &on_dead, 1).await.check(&cluster, &warnings);
+}
+
+/// A primary frozen (`SIGSTOP`), like a host that stops answering, with the
+/// keeper's batches two at a time: neither may wait on the hung primary
+/// past its own renewals.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_primary_holds_neither_the_others_renewals_nor_other_batches() {
+    let Some(cluster) = RedisCluster::start("a_hung_primary_holds_neither_the_others_renewals_nor_other_batches")
+    else {
+        return;
+    };
+    let warnings = Warnings::default();
+    let _capture = warnings.capture();
+    let store = RedisStore::connect(&cluster.url()).await.expect("connecting to the private cluster");
+    let renewals = leases(&store).await;
+    let (hung, on_hung) = doomed_primary(&cluster, &store, &renewals);
+    cluster.freeze(hung);
+    let batches = Batches::send(&store, &renewals, &on_hung, 2).await;
+    cluster.thaw(hung);
+    batches.check(&cluster, &warnings);
+}
+
+/// The first seed of the URL (a replica) frozen before the first batch:
+/// asking it for the slot map must not hold the renewals.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_seed_does_not_hold_the_first_slot_map() {
+    let Some(cluster) = RedisCluster::start("a_hung_seed_does_not_hold_the_first_slot_map") else { return };
+    let warnings = Warnings::default();
+    let _capture = warnings.capture();
+    let serves = |port: u16| served_slots(&format!("127.0.0.1:{port}")).is_some_and(|slots| !slots.is_empty());
+    let ports = cluster.live_ports();
+    let replica = ports.iter().copied().find(|&port| !serves(port)).expect("a replica");
+    let seeds: Vec<String> = std::iter::once(replica)
+        .chain(ports.iter().copied().filter(|&port| port != replica))
+        .map(|port| format!("127.0.0.1:{port}"))
+        .collect();
+    let store = RedisStore::connect(&format!("redis-cluster://{}", seeds.join(",")))
+        .await
+        .expect("connecting to the private cluster");
+    let renewals = acquire(&store, 30).await;
+    cluster.freeze(replica);
+    let batches = Batches::send(&store, &renewals, &vec![false; renewals.len()], 1).await;
+    cluster.thaw(replica);
+    batches.check(&cluster, &warnings);
 }

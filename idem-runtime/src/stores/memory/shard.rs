@@ -80,22 +80,21 @@ impl Totals {
 pub(super) type Key = [u8; 32];
 
 /// Hashes a [`Key`] from eight of its bytes, mixed with this map's random
-/// seeds: it is a SHA-256 digest already, so hashing all of it again
-/// (SipHash, three times in a first claim) would only cost time. The seeds
-/// keep the hash unknown to clients: without them, one who grinds keys
+/// seed: it is a SHA-256 digest already, so hashing all of it again
+/// (SipHash, three times in a first claim) would only cost time. The seed
+/// keeps the hash unknown to clients: without them, one who grinds keys
 /// until their digests share the bits that pick a bucket could slow every
 /// lookup of that bucket down. Bytes 0 and 1 pick the shards
 /// ([`MemoryStore`](super::MemoryStore)); the map mixes bytes 8 to 15.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct DigestHash {
-    seeds: [u64; 2],
+    seed: u64,
 }
 
 impl Default for DigestHash {
-    /// Random seeds, drawn as the standard library draws its own.
+    /// A random seed, drawn as the standard library draws its own.
     fn default() -> Self {
-        let random = RandomState::new();
-        Self { seeds: [random.hash_one(0u8), random.hash_one(1u8)] }
+        Self { seed: RandomState::new().hash_one(0u8) }
     }
 }
 
@@ -103,29 +102,28 @@ impl BuildHasher for DigestHash {
     type Hasher = DigestHasher;
 
     fn build_hasher(&self) -> DigestHasher {
-        DigestHasher { seeds: self.seeds, word: 0 }
+        DigestHasher { seed: self.seed, word: 0 }
     }
 }
 
 /// The [`Hasher`] of [`DigestHash`].
 #[derive(Debug)]
 pub(super) struct DigestHasher {
-    seeds: [u64; 2],
+    seed: u64,
     word: u64,
 }
 
 impl Hasher for DigestHasher {
-    /// The word, mixed with the seeds: MurmurHash3's 64-bit finalizer
+    /// The word, mixed with the seed: MurmurHash3's 64-bit finalizer
     /// (every bit of the result depends on every bit of its input) over
-    /// the word and the first seed, then the second seed.
+    /// the word and the seed.
     fn finish(&self) -> u64 {
-        let mut x = self.word ^ self.seeds[0];
+        let mut x = self.word ^ self.seed;
         x ^= x >> 33;
         x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
         x ^= x >> 33;
         x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        x ^= x >> 33;
-        x ^ self.seeds[1]
+        x ^ (x >> 33)
     }
 
     /// A `[u8; 32]` hashes as its length, then one write of its 32 bytes.

@@ -165,10 +165,10 @@ async fn entries_that_move_on_do_not_use_up_a_purge() {
 }
 
 /// The map's hash of a record's key comes from eight bytes of the digest
-/// and the map's seeds: keys that differ there land apart, the same key
+/// and the map's seed: keys that differ there land apart, the same key
 /// hashes the same in one map, and two maps (two seeds) hash it apart.
 #[test]
-fn record_keys_hash_by_their_digest_bytes_and_seeds() {
+fn record_keys_hash_by_their_digest_bytes_and_seed() {
     use std::hash::BuildHasher;
 
     use super::shard::DigestHash;
@@ -181,10 +181,9 @@ fn record_keys_hash_by_their_digest_bytes_and_seeds() {
     assert_eq!(one.hash_one(a), one.hash_one(a));
     assert_ne!(one.hash_one(a), one.hash_one(b));
     assert_ne!(one.hash_one([0u8; 32]), one.hash_one(a));
-    assert_ne!(one.hash_one(a), two.hash_one(a), "each map has seeds of its own");
-    // Keys that differ only in the low bits of the word (what picks a
-    // bucket) differ in the high bits of the hash too (what hashbrown
-    // compares first).
+    assert_ne!(one.hash_one(a), two.hash_one(a), "each map has a seed of its own");
+    // Keys that differ only in a few low bits of the word differ in the
+    // hash's high bits too (hashbrown's tags, compared first).
     let high = |hash: u64| hash >> 57;
     let spread: std::collections::HashSet<_> = (0..64u8)
         .map(|low| {

@@ -86,9 +86,9 @@ impl Store for RedisStore {
         }
     }
 
-    /// One pipeline of `renew.lua` calls per cluster slot (one in all on a
-    /// single server), sent together on the renewals' own connection (see
-    /// the type's docs).
+    /// One pipeline of `renew.lua` calls on the renewals' own connection (on
+    /// a cluster, one per primary on its own connection; per slot on a
+    /// caller's cluster connection), sent together (see the type's docs).
     async fn renew_many(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
         self.renew_batch(renewals).await
     }

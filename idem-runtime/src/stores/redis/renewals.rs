@@ -12,6 +12,7 @@
 //! cluster client may only touch one slot), all sent at once.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -21,42 +22,37 @@ use tokio::sync::OnceCell;
 
 use super::RedisStore;
 use super::connection::{RedisConnection, Source};
-use super::primaries::{Primaries, slot_of};
+use super::primaries::Primaries;
 use super::reply;
 use super::scripts::millis;
 use crate::store::{Fence, Renewal, StoreError};
 
-/// The renewals' own connections, opened on first use.
-pub(super) struct RenewalConnection {
-    /// What to open a single server's from; `None` on a cluster, and for a
-    /// store on a caller's connection, whose renewals then share that
-    /// connection.
-    source: Option<Source>,
-    connection: OnceCell<RedisConnection>,
-    /// A cluster's primaries, each on a connection of its own.
-    primaries: Option<Primaries>,
+/// Where renewals go.
+pub(super) enum RenewalConnection {
+    /// On the caller's connection (a store built on it has no URL to open
+    /// another from).
+    Shared,
+    /// On a connection of their own to one server, opened from `source` on
+    /// first use.
+    Own { source: Source, connection: OnceCell<RedisConnection> },
+    /// Straight to each primary of a cluster, each on a connection of its own.
+    Primaries(Primaries),
 }
 
 impl RenewalConnection {
-    /// Renewals on a connection of their own to one server, opened from
-    /// `source`; `None`: on the caller's connection.
-    pub(super) fn new(source: Option<Source>) -> Self {
-        Self { source, connection: OnceCell::new(), primaries: None }
-    }
-
-    /// Renewals straight to each primary of a cluster.
-    pub(super) fn on_primaries(primaries: Primaries) -> Self {
-        Self { source: None, connection: OnceCell::new(), primaries: Some(primaries) }
+    /// Renewals on a connection of their own to one server.
+    pub(super) fn own(source: Source) -> Self {
+        Self::Own { source, connection: OnceCell::new() }
     }
 
     /// Whether renewals have connections of their own.
     pub(super) fn is_separate(&self) -> bool {
-        self.source.is_some() || self.primaries.is_some()
+        !matches!(self, Self::Shared)
     }
 }
 
-/// Longest wait for one slot's renewals when the connection has no
-/// response timeout.
+/// Longest wait for one group of renewals (a slot's, or a primary's) when
+/// the connection has no response timeout.
 const GROUP_BUDGET: Duration = Duration::from_secs(1);
 
 /// Why a renewal pipeline failed.
@@ -79,29 +75,29 @@ fn is_noscript(value: &Value) -> bool {
 }
 
 impl RedisStore {
-    /// The connection renewals go through: the renewals' own, opened now on
-    /// the caller's runtime if it is the first batch, else the shared one.
+    /// The connection renewals go through (not on a cluster's primaries):
+    /// the renewals' own, opened now on the caller's runtime if it is the
+    /// first batch, else the shared one.
     async fn renewal_connection(&self) -> Result<RedisConnection, StoreError> {
-        let Some(source) = &self.renewals.source else {
+        let RenewalConnection::Own { source, connection } = &*self.renewals else {
             return Ok(self.connection.clone());
         };
-        let connection = self
-            .renewals
-            .connection
+        let connection = connection
             .get_or_try_init(|| source.connect())
             .await
             .map_err(|e| self.endpoint.error("connect for renewals", e))?;
         Ok(connection.clone())
     }
 
-    /// Sends `renewals`, which share one slot on a cluster, as one pipeline
-    /// (with `WAIT` last when replica acknowledgements are on) and returns
-    /// each raw reply; a failure says whether the slot is moving.
+    /// Sends `renewals` (of one slot through the cluster client, or of one
+    /// primary on its own connection) as one pipeline, with `WAIT` last when
+    /// replica acknowledgements are on, and returns each raw reply and what
+    /// `WAIT` said; a failure says whether the slot is moving.
     async fn renewal_pipeline(
         &self,
         mut connection: RedisConnection,
         renewals: &[&Renewal],
-    ) -> Result<Vec<Value>, Failed> {
+    ) -> Result<(Vec<Value>, Result<(), StoreError>), Failed> {
         let mut pipeline = redis::pipe();
         for renewal in renewals {
             let mut call = self.scripts.renew.key(self.record_key(&renewal.key));
@@ -123,35 +119,35 @@ impl RedisStore {
                 return Err(Failed::other(StoreError::Corrupt { store: "redis", message }));
             }
         };
-        if let Some(acks) = self.acks {
-            let acked = replies.pop().unwrap_or(Value::Nil);
-            // Renewals the replicas may not have: their leases are not
-            // confirmed, and the keeper tries again.
-            acks.check("renew many", &acked).map_err(Failed::other)?;
-        }
-        Ok(replies)
+        let acked = match self.acks {
+            Some(acks) => {
+                let acked = replies.pop().unwrap_or(Value::Nil);
+                acks.check("renew many", &acked)
+            }
+            None => Ok(()),
+        };
+        Ok((replies, acked))
     }
 
-    /// Renews `renewals` that share one slot, loading the script again for
-    /// those answered `NOSCRIPT` (after a restart or a failover) and sending
-    /// them once more. On a cluster, renewals the pipeline could not carry
-    /// (the slot migrating: `ASK` for some keys, `MOVED`; or the pipeline
-    /// failing as a whole) are sent one by one, each following its own
-    /// redirection. A renewal that still fails is [`Fence::Unknown`]; the
-    /// group fails only when the pipeline fails and no renewal gets through.
-    async fn renew_slot(&self, connection: RedisConnection, renewals: Vec<&Renewal>) -> Result<Vec<Fence>, StoreError> {
-        self.renew_group(connection, renewals).await.map(|(fences, _)| fences)
-    }
-
-    /// [`Self::renew_slot`] for renewals of one slot, or of one primary on
-    /// its own connection, saying whether a renewal was redirected.
-    async fn renew_group(
+    /// Renews `renewals` (of one slot through the cluster client, or of one
+    /// primary on its own connection), loading the script again for those
+    /// answered `NOSCRIPT` (after a restart or a failover) and sending them
+    /// once more. Renewals answered `ASK` or `MOVED` (a slot migrating or
+    /// moved, a primary demoted), or all of them when the pipeline as a whole
+    /// was redirected, are sent again one command each through the cluster
+    /// client, all at once, each following its own redirection. A renewal
+    /// that still fails is [`Fence::Unknown`]. The group fails when the
+    /// pipeline fails and no renewal gets through, and when replicas did not
+    /// acknowledge renewals this node holds (their leases are not confirmed,
+    /// and the keeper tries again). Says too whether the slot map may be out
+    /// of date (a redirection, or `CLUSTERDOWN`).
+    pub(super) async fn renew_group(
         &self,
         connection: RedisConnection,
         renewals: Vec<&Renewal>,
     ) -> Result<(Vec<Fence>, bool), StoreError> {
-        let replies = match self.renewal_pipeline(connection.clone(), &renewals).await {
-            Ok(replies) => replies,
+        let (mut replies, mut acked) = match self.renewal_pipeline(connection.clone(), &renewals).await {
+            Ok(answered) => answered,
             Err(Failed { moving: true, error }) => {
                 let fences = self.renew_each(&renewals).await;
                 return if fences.iter().all(|fence| *fence == Fence::Unknown) {
@@ -162,7 +158,6 @@ impl RedisStore {
             }
             Err(Failed { error, .. }) => return Err(error),
         };
-        let mut replies = replies;
         let missing: Vec<usize> = (0..replies.len()).filter(|&i| is_noscript(&replies[i])).collect();
         if !missing.is_empty() {
             self.scripts
@@ -172,24 +167,30 @@ impl RedisStore {
                 .await
                 .map_err(|e| self.endpoint.error("load the renew script", e))?;
             let again: Vec<&Renewal> = missing.iter().map(|&i| renewals[i]).collect();
-            let answers = self.renewal_pipeline(connection.clone(), &again).await.map_err(|failed| failed.error)?;
+            let (answers, acked_again) =
+                self.renewal_pipeline(connection.clone(), &again).await.map_err(|failed| failed.error)?;
             for (i, answer) in missing.into_iter().zip(answers) {
                 replies[i] = answer;
             }
+            acked = acked.and(acked_again);
         }
+        let redirected: Vec<usize> = (0..replies.len())
+            .filter(|&i| matches!(&replies[i], Value::ServerError(error) if is_redirect(error)))
+            .collect();
+        // A node that redirected every renewal (a demoted primary, say)
+        // holds none of them: what its replicas acknowledged does not matter.
+        if redirected.len() < replies.len() {
+            acked?;
+        }
+        let mut remap = !redirected.is_empty();
         let mut fences = Vec::with_capacity(replies.len());
-        let mut redirected = false;
-        for (renewal, reply) in renewals.iter().zip(replies) {
+        for reply in replies {
             fences.push(match reply {
-                // The cluster client, or a primary's own connection (a
-                // single server never redirects).
-                Value::ServerError(error) if is_redirect(&error) => {
-                    redirected = true;
-                    self.renew_each(&[renewal]).await[0]
-                }
+                Value::ServerError(error) if is_redirect(&error) => Fence::Unknown,
                 // One lease's error (TRYAGAIN, say) leaves that lease
                 // unanswered, never the others.
                 Value::ServerError(error) => {
+                    remap |= error.kind() == Some(ServerErrorKind::ClusterDown);
                     let error = self.endpoint.error("renew many", RedisError::from(error));
                     tracing::warn!(%error, "one renewal failed");
                     Fence::Unknown
@@ -197,12 +198,16 @@ impl RedisStore {
                 reply => reply::fence(reply)?,
             });
         }
-        Ok((fences, redirected))
+        let moved: Vec<&Renewal> = redirected.iter().map(|&i| renewals[i]).collect();
+        for (i, fence) in redirected.into_iter().zip(self.renew_each(&moved).await) {
+            fences[i] = fence;
+        }
+        Ok((fences, remap))
     }
 
     /// `renewals` one command each, all at once: each follows its key's
     /// redirections. A renewal that fails is [`Fence::Unknown`].
-    async fn renew_each(&self, renewals: &[&Renewal]) -> Vec<Fence> {
+    pub(super) async fn renew_each(&self, renewals: &[&Renewal]) -> Vec<Fence> {
         let sent = renewals.iter().map(|renewal| self.renew_one(renewal));
         join_all(sent).await
     }
@@ -218,14 +223,14 @@ impl RedisStore {
     }
 
     /// [`Store::renew_many`](crate::store::Store::renew_many): one round
-    /// trip (one pipeline per slot on a cluster, sent together), plus a
-    /// `SCRIPT LOAD` and a second round trip for the renewals answered
-    /// `NOSCRIPT`.
+    /// trip (on a cluster, one pipeline per primary, or per slot on a
+    /// caller's connection, sent together), plus a `SCRIPT LOAD` and a
+    /// second round trip for the renewals answered `NOSCRIPT`.
     pub(super) async fn renew_batch(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
         if renewals.is_empty() {
             return Ok(Vec::new());
         }
-        if let Some(primaries) = &self.renewals.primaries {
+        if let RenewalConnection::Primaries(primaries) = &*self.renewals {
             return self.renew_on_primaries(primaries, renewals).await;
         }
         let connection = self.renewal_connection().await?;
@@ -239,13 +244,8 @@ impl RedisStore {
         let groups: Vec<Vec<usize>> = groups.into_values().collect();
         let budget = self.group_budget();
         let sent = groups.iter().map(|members| {
-            let group = self.renew_slot(connection.clone(), members.iter().map(|&i| &renewals[i]).collect());
-            async move {
-                match tokio::time::timeout(budget, group).await {
-                    Ok(answered) => answered,
-                    Err(_) => Err(StoreError::Timeout { store: "redis", after: budget }),
-                }
-            }
+            let group = self.renew_group(connection.clone(), members.iter().map(|&i| &renewals[i]).collect());
+            async move { within(budget, group).await.map(|(fences, _)| fences) }
         });
         let answered = join_all(sent).await;
         gather(renewals.len(), &groups, answered)
@@ -254,70 +254,23 @@ impl RedisStore {
     /// Each group's wait: within half the response timeout, so that a slot
     /// whose primary is down cannot hold the live slots' answers past the
     /// caller's own timeout (which would lose them all).
-    fn group_budget(&self) -> Duration {
+    pub(super) fn group_budget(&self) -> Duration {
         self.endpoint.response_timeout.map_or(GROUP_BUDGET, |timeout| timeout / 2)
     }
+}
 
-    /// A batch on a cluster's primaries: one pipeline on each primary's own
-    /// connection, all sent at once, and the renewals of slots without a
-    /// known primary through the cluster client. A primary that fails or
-    /// is late leaves its own renewals unanswered; it is connected to
-    /// again, and the slot map asked for again, before the next batch.
-    async fn renew_on_primaries(&self, primaries: &Primaries, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
-        let slots: Vec<u16> = renewals.iter().map(|renewal| slot_of(&self.record_key(&renewal.key))).collect();
-        let plan = primaries.plan(&slots).await;
-        let budget = self.group_budget();
-        let sent = plan.groups.iter().map(|(node, connection, members)| {
-            let group = self.renew_group(connection.clone(), members.iter().map(|&i| &renewals[i]).collect());
-            async move {
-                let answered = match tokio::time::timeout(budget, group).await {
-                    Ok(answered) => answered,
-                    Err(_) => Err(StoreError::Timeout { store: "redis", after: budget }),
-                };
-                match answered {
-                    Ok((fences, redirected)) => {
-                        if redirected {
-                            primaries.moved().await;
-                        }
-                        Ok(fences)
-                    }
-                    Err(error) => {
-                        primaries.failed(node).await;
-                        Err(error)
-                    }
-                }
-            }
-        });
-        let elsewhere: Vec<&Renewal> = plan.elsewhere.iter().map(|&i| &renewals[i]).collect();
-        let (answered, elsewhere_fences) = futures_util::future::join(join_all(sent), async {
-            tokio::time::timeout(budget, self.renew_each(&elsewhere))
-                .await
-                .unwrap_or_else(|_| vec![Fence::Unknown; elsewhere.len()])
-        })
-        .await;
-        let mut groups: Vec<Vec<usize>> = plan.groups.into_iter().map(|(_, _, members)| members).collect();
-        let mut answered = answered;
-        if !plan.elsewhere.is_empty() {
-            groups.push(plan.elsewhere);
-            answered.push(Ok(elsewhere_fences));
-        }
-        if !plan.unreachable.is_empty() {
-            let error = StoreError::Unavailable {
-                store: "redis",
-                message: format!("{} renewals' primary could not be reached", plan.unreachable.len()),
-                source: None,
-            };
-            groups.push(plan.unreachable);
-            answered.push(Err(error));
-        }
-        gather(renewals.len(), &groups, answered)
-    }
+/// `work`, or a timeout error after `budget`.
+pub(super) async fn within<T>(
+    budget: Duration,
+    work: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(budget, work).await.unwrap_or(Err(StoreError::Timeout { store: "redis", after: budget }))
 }
 
 /// A batch's fences from its groups' answers: a group that fails (its
 /// shard down, or its replicas late) leaves its own leases unanswered,
 /// never the others'; the batch fails only when every group does.
-fn gather(
+pub(super) fn gather(
     batch: usize,
     groups: &[Vec<usize>],
     answered: Vec<Result<Vec<Fence>, StoreError>>,
