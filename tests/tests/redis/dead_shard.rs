@@ -131,6 +131,8 @@ fn doomed_primary(cluster: &RedisCluster, store: &RedisStore, renewals: &[Renewa
 #[derive(Default)]
 struct Batches {
     lines: Vec<String>,
+    /// Batches sent.
+    sent: usize,
     /// Batches that left a lease of a live primary unrenewed.
     late: usize,
 }
@@ -144,7 +146,7 @@ impl Batches {
         let mut batches = Self::default();
         let started = Instant::now();
         let size = renewals.len().div_ceil(parts);
-        while started.elapsed() < WINDOW || batches.lines.len() < BATCHES {
+        while started.elapsed() < WINDOW || batches.sent < BATCHES {
             let sent = started.elapsed();
             let answers = futures_util::future::join_all(renewals.chunks(size).map(|part| async move {
                 let began = Instant::now();
@@ -155,6 +157,7 @@ impl Batches {
             for ((answer, took), (part, failed)) in
                 answers.into_iter().zip(renewals.chunks(size).zip(failed.chunks(size)))
             {
+                batches.sent += 1;
                 let fences = match answer {
                     Ok(Ok(fences)) => fences,
                     Ok(Err(error)) => {
@@ -192,7 +195,7 @@ impl Batches {
     /// got, the live nodes' `cluster_state` and the store's warnings.
     fn check(&self, cluster: &RedisCluster, warnings: &Warnings) {
         if self.late <= 1 {
-            eprintln!("{} batches after the failure, {} late", self.lines.len(), self.late);
+            eprintln!("{} batches after the failure, {} late", self.sent, self.late);
             return;
         }
         let states: Vec<String> = cluster
@@ -207,7 +210,7 @@ impl Batches {
             "the live primaries' leases went unrenewed in {} of {} batches\nbatches after the failure:\n{}\n\
              the live nodes' cluster_state: {}\nthe store's warnings:\n{}",
             self.late,
-            self.lines.len(),
+            self.sent,
             self.lines.join("\n"),
             states.join(", "),
             warnings.summary()
@@ -250,26 +253,110 @@ async fn a_hung_primary_holds_neither_the_others_renewals_nor_other_batches() {
     batches.check(&cluster, &warnings);
 }
 
-/// The first seed of the URL (a replica) frozen before the first batch:
-/// asking it for the slot map must not hold the renewals.
+/// The URL's first seeds are a node with no slots (a replica reset, as a
+/// retired node still listed: its `CLUSTER SLOTS` is empty) and a replica
+/// frozen before the first batch, and a primary is frozen too: the slot
+/// map must come from the nodes that know it, without waiting on the
+/// frozen seed, and the hung primary must hold only its own renewals (with
+/// the empty view taken for the map, every renewal waited on the hung one).
 #[tokio::test(flavor = "multi_thread")]
-async fn a_hung_seed_does_not_hold_the_first_slot_map() {
-    let Some(cluster) = RedisCluster::start("a_hung_seed_does_not_hold_the_first_slot_map") else { return };
+async fn seeds_without_slots_or_answers_do_not_make_the_slot_map() {
+    let Some(cluster) = RedisCluster::start("seeds_without_slots_or_answers_do_not_make_the_slot_map") else {
+        return;
+    };
     let warnings = Warnings::default();
     let _capture = warnings.capture();
+    let probe = cluster.primary_of("{probe}");
     let serves = |port: u16| served_slots(&format!("127.0.0.1:{port}")).is_some_and(|slots| !slots.is_empty());
     let ports = cluster.live_ports();
-    let replica = ports.iter().copied().find(|&port| !serves(port)).expect("a replica");
-    let seeds: Vec<String> = std::iter::once(replica)
-        .chain(ports.iter().copied().filter(|&port| port != replica))
+    let others: Vec<u16> =
+        ports.iter().copied().filter(|&port| !serves(port) && !cluster.replicas_of(probe).contains(&port)).collect();
+    let [retired, hung] = others[..] else { panic!("two replicas of the other primaries: {others:?}") };
+    let () = cluster.query(retired, redis::cmd("CLUSTER").arg("RESET").arg("HARD")).expect("CLUSTER RESET");
+    let seeds: Vec<String> = [retired, hung]
+        .into_iter()
+        .chain(ports.iter().copied().filter(|&port| port != retired && port != hung))
         .map(|port| format!("127.0.0.1:{port}"))
         .collect();
     let store = RedisStore::connect(&format!("redis-cluster://{}", seeds.join(",")))
         .await
         .expect("connecting to the private cluster");
-    let renewals = acquire(&store, 30).await;
-    cluster.freeze(replica);
-    let batches = Batches::send(&store, &renewals, &vec![false; renewals.len()], 1).await;
-    cluster.thaw(replica);
+    let renewals = acquire(&store, 60).await;
+    let (doomed, on_doomed) = doomed_primary(&cluster, &store, &renewals);
+    cluster.freeze(hung);
+    cluster.freeze(doomed);
+    let batches = Batches::send(&store, &renewals, &on_doomed, 1).await;
+    cluster.thaw(doomed);
+    cluster.thaw(hung);
     batches.check(&cluster, &warnings);
+}
+
+/// A graceful manual failover (`CLUSTER FAILOVER`, as for maintenance)
+/// with replica acknowledgements: the old primary, now a replica, answers
+/// `MOVED` to each of its renewals. They must be renewed on the new primary
+/// by the next batches, and the application's own commands (which go
+/// through the cluster client) must keep answering: sending hundreds of
+/// redirected renewals through that client at once, each with its `WAIT`,
+/// and dropping them at the batch's end, wedged it for every claim after.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_manual_failover_with_replica_acks_moves_the_renewals_and_wedges_nothing() {
+    let Some(cluster) =
+        RedisCluster::start("a_manual_failover_with_replica_acks_moves_the_renewals_and_wedges_nothing")
+    else {
+        return;
+    };
+    let warnings = Warnings::default();
+    let _capture = warnings.capture();
+    let store = RedisStore::connect(&cluster.url())
+        .await
+        .expect("connecting to the private cluster")
+        .with_replica_acks(1, Duration::from_millis(400));
+    let renewals = acquire(&store, 300).await;
+    assert!(store.renew_many(&renewals).await.unwrap().iter().all(|fence| *fence == Fence::Held));
+    let old = cluster.primary_of("{probe}");
+    let replica = cluster.replicas_of(old)[0];
+    let () = cluster.query(replica, redis::cmd("CLUSTER").arg("FAILOVER")).expect("CLUSTER FAILOVER");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while served_slots(&format!("127.0.0.1:{replica}")).is_none_or(|slots| slots.is_empty()) {
+        assert!(Instant::now() < deadline, "the replica took over within 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut lines = Vec::new();
+    let mut renewed = false;
+    for _ in 0..3 {
+        let began = Instant::now();
+        let answer = tokio::time::timeout(STORE_TIMEOUT, store.renew_many(&renewals)).await;
+        let held = match &answer {
+            Ok(Ok(fences)) => {
+                assert!(fences.iter().all(|fence| *fence != Fence::Lost), "no lease lost: {fences:?}");
+                fences.iter().filter(|fence| **fence == Fence::Held).count()
+            }
+            _ => 0,
+        };
+        lines.push(format!("a batch in {:.2?}: {held} of {} held", began.elapsed(), renewals.len()));
+        if held == renewals.len() {
+            renewed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for _ in 0..5 {
+        let began = Instant::now();
+        let claim =
+            tokio::time::timeout(STORE_TIMEOUT, store.claim(&fresh_key(), &fingerprint("b"), LEASE, LEASE * 2)).await;
+        let answered = matches!(claim, Ok(Ok(Claim::Acquired { .. })));
+        lines.push(format!(
+            "a claim in {:.2?}: {}",
+            began.elapsed(),
+            if answered { "acquired" } else { "not answered" }
+        ));
+        assert!(
+            answered,
+            "the application's commands answer after the failover\n{}\n{}",
+            lines.join("\n"),
+            warnings.summary()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(renewed, "every lease renewed within three batches\n{}\n{}", lines.join("\n"), warnings.summary());
 }

@@ -14,25 +14,30 @@
 //! batch's budget: a dead or hung primary fails its own pipeline and
 //! nothing else, and nothing waits on a network call while holding a
 //! lock. The slot map comes from `CLUSTER SLOTS`, asked of every known
-//! primary and seed node at once (the first answer wins, within half the
-//! budget, one batch asking at a time), and is asked again after a primary
-//! fails, is late, redirects a renewal (`MOVED`, `ASK`: those renewals go
-//! through the cluster client, one command each) or answers `CLUSTERDOWN`.
+//! primary and seed node at once, within half the budget, one batch asking
+//! at a time: the view most of the nodes that answer share (a node cut off
+//! from the others may still name itself), among those that map any slot.
+//! It is asked again after a primary fails, is late, redirects a renewal or
+//! answers `CLUSTERDOWN`, and when renewals have slots it does not map
+//! (those are unanswered meanwhile). A renewal answered `MOVED` or `ASK` is
+//! sent once more, to the node named, on that node's own connection
+//! (after `ASKING` for `ASK`); never through the cluster client.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use futures_util::FutureExt;
-use futures_util::future::{join_all, select_ok};
+use futures_util::StreamExt;
+use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
 use redis::Value;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::RedisStore;
 use super::connection::RedisConnection;
 use super::error::Endpoint;
-use super::renewals::{gather, within};
+use super::renewals::{Answered, gather, within};
 use crate::store::{Fence, Renewal, StoreError};
 
 /// The slot map and the connections of a cluster's primaries.
@@ -52,14 +57,22 @@ pub(super) struct Primaries {
 /// A primary's host:port, as `CLUSTER SLOTS` names it.
 type Node = String;
 
+/// A slot map: `(first slot, last slot, primary)`, by first slot.
+type SlotMap = Vec<(u16, u16, Node)>;
+
 #[derive(Default)]
 struct Routes {
-    /// `(first slot, last slot, primary)`, by first slot.
-    slots: Vec<(u16, u16, Node)>,
+    /// The map.
+    slots: SlotMap,
     /// The map must be asked for again.
     stale: bool,
+    /// Counts the marks for asking again: a map asked for before the last
+    /// one stays stale.
+    marks: u64,
     /// Each primary's connection, made when first needed.
     nodes: HashMap<Node, RedisConnection>,
+    /// The seed nodes' connections, for asking for the map.
+    seeds: HashMap<Node, RedisConnection>,
 }
 
 impl Primaries {
@@ -76,24 +89,26 @@ impl Primaries {
     }
 
     /// Each primary's renewals (positions in `slots`, a batch's slots in
-    /// order) with its connection, and the positions whose slot has no
-    /// known primary. Asks for the slot map first, within `limit`, when it
+    /// order) with its connection, and the positions whose slot the map
+    /// does not know. Asks for the slot map first, within `limit`, when it
     /// is stale and no other batch is asking; else uses the map it has
-    /// (none at first: every renewal then has no known primary).
+    /// (none at first: every slot is then unknown).
     async fn plan(&self, slots: &[u16], limit: Duration) -> (Vec<(Node, RedisConnection, Vec<usize>)>, Vec<usize>) {
-        let stale = self.routes().stale;
+        let (stale, marks) = {
+            let routes = self.routes();
+            (routes.stale, routes.marks)
+        };
         if stale && !self.asking.swap(true, Ordering::AcqRel) {
             // Reset however the ask ends, the batch dropped midway included.
             let _asking = Asking(&self.asking);
-            let asked = tokio::time::timeout(limit, self.slot_map()).await;
-            match asked {
-                Ok(Some(map)) => {
+            match self.slot_map(limit).await {
+                Some(map) => {
                     let mut routes = self.routes();
                     routes.nodes.retain(|node, _| map.iter().any(|(_, _, primary)| primary == node));
                     routes.slots = map;
-                    routes.stale = false;
+                    routes.stale = routes.marks != marks;
                 }
-                _ => tracing::warn!(
+                None => tracing::warn!(
                     ?limit,
                     "no node answered CLUSTER SLOTS in time; renewals keep the slot map they have"
                 ),
@@ -101,11 +116,11 @@ impl Primaries {
         }
         let mut routes = self.routes();
         let mut by_node: HashMap<Node, Vec<usize>> = HashMap::new();
-        let mut elsewhere = Vec::new();
+        let mut unmapped = Vec::new();
         for (i, &slot) in slots.iter().enumerate() {
             match routes.primary_of(slot) {
                 Some(node) => by_node.entry(node.to_owned()).or_default().push(i),
-                None => elsewhere.push(i),
+                None => unmapped.push(i),
             }
         }
         let mut groups = Vec::with_capacity(by_node.len());
@@ -113,12 +128,15 @@ impl Primaries {
             match self.connection(&mut routes, &node) {
                 Ok(connection) => groups.push((node, connection, members)),
                 Err(error) => {
-                    tracing::warn!(%node, %error, "a primary's renewals go through the cluster client");
-                    elsewhere.extend(members);
+                    tracing::warn!(%node, %error, "no connection to a primary for renewals");
+                    unmapped.extend(members);
                 }
             }
         }
-        (groups, elsewhere)
+        if !unmapped.is_empty() {
+            routes.mark();
+        }
+        (groups, unmapped)
     }
 
     /// Forgets `node`'s connection (it failed, or was late) and marks the
@@ -126,13 +144,18 @@ impl Primaries {
     fn failed(&self, node: &str) {
         let mut routes = self.routes();
         routes.nodes.remove(node);
-        routes.stale = true;
+        routes.mark();
     }
 
     /// Marks the map for asking again (a renewal was redirected, or a node
     /// answered `CLUSTERDOWN`).
     fn remap(&self) {
-        self.routes().stale = true;
+        self.routes().mark();
+    }
+
+    /// `node`'s connection (any node: one a renewal was redirected to too).
+    fn connection_to(&self, node: &str) -> Result<RedisConnection, StoreError> {
+        self.connection(&mut self.routes(), node)
     }
 
     /// `node`'s connection; a new one connects when first used.
@@ -156,35 +179,53 @@ impl Primaries {
     }
 
     /// The slot map: `CLUSTER SLOTS` asked of the known primaries and the
-    /// seeds at once; the first good answer.
-    async fn slot_map(&self) -> Option<Vec<(u16, u16, Node)>> {
-        let known: Vec<(Node, RedisConnection)> =
-            self.routes().nodes.iter().map(|(node, connection)| (node.clone(), connection.clone())).collect();
-        let mut asked: Vec<(Node, RedisConnection)> = known;
-        for seed in &self.seeds {
-            let Some(node) = authority(seed) else { continue };
-            if asked.iter().any(|(known, _)| known == node) {
-                continue;
+    /// seeds at once. Answers are gathered until all have come, or for
+    /// [`GRACE`] after the first that maps a slot, or for `limit`; the view
+    /// most of them share wins (the one mapping more slots on a tie), so
+    /// that a node with no slots, or cut off from the others and still
+    /// naming itself, is outvoted.
+    async fn slot_map(&self, limit: Duration) -> Option<SlotMap> {
+        let asked: Vec<(Node, RedisConnection)> = {
+            let mut routes = self.routes();
+            for seed in &self.seeds {
+                let Some(node) = authority(seed) else { continue };
+                if !routes.seeds.contains_key(node)
+                    && let Ok(connection) = self.open(node)
+                {
+                    routes.seeds.insert(node.to_owned(), connection);
+                }
             }
-            if let Ok(connection) = self.open(node) {
-                asked.push((node.to_owned(), connection));
+            let known = routes.nodes.iter().filter(|(node, _)| !routes.seeds.contains_key(*node));
+            known.chain(&routes.seeds).map(|(node, connection)| (node.clone(), connection.clone())).collect()
+        };
+        let mut answers: FuturesUnordered<_> = asked
+            .into_iter()
+            .map(|(node, mut connection)| async move {
+                let reply: Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut connection).await.ok()?;
+                parse_slots(&reply, host_of(&node)).filter(|map| !map.is_empty())
+            })
+            .collect();
+        let mut deadline = Instant::now() + limit;
+        let mut views: Vec<(SlotMap, usize)> = Vec::new();
+        while let Ok(Some(answer)) = tokio::time::timeout_at(deadline.into(), answers.next()).await {
+            let Some(map) = answer else { continue };
+            if views.is_empty() {
+                deadline = deadline.min(Instant::now() + GRACE);
+            }
+            match views.iter_mut().find(|(view, _)| *view == map) {
+                Some((_, count)) => *count += 1,
+                None => views.push((map, 1)),
             }
         }
-        let asks = asked.into_iter().map(|(node, mut connection)| {
-            async move {
-                let reply: Value =
-                    redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut connection).await.map_err(drop)?;
-                parse_slots(&reply, host_of(&node)).ok_or(())
-            }
-            .boxed()
-        });
-        let asks: Vec<_> = asks.collect();
-        if asks.is_empty() {
-            return None;
-        }
-        select_ok(asks).await.ok().map(|(map, _)| map)
+        let covered = |map: &[(u16, u16, Node)]| {
+            map.iter().map(|(first, last, _)| usize::from(last.saturating_sub(*first)) + 1).sum::<usize>()
+        };
+        views.into_iter().max_by_key(|(map, count)| (*count, covered(map))).map(|(map, _)| map)
     }
 }
+
+/// How long answers to `CLUSTER SLOTS` are awaited after the first.
+const GRACE: Duration = Duration::from_millis(50);
 
 /// Ends a batch's asking for the slot map when dropped.
 struct Asking<'a>(&'a AtomicBool);
@@ -196,6 +237,12 @@ impl Drop for Asking<'_> {
 }
 
 impl Routes {
+    /// Marks the map for asking again.
+    fn mark(&mut self) {
+        self.stale = true;
+        self.marks += 1;
+    }
+
     /// The primary serving `slot`, by the map.
     fn primary_of(&self, slot: u16) -> Option<&str> {
         let at = self.slots.partition_point(|(first, _, _)| *first <= slot).checked_sub(1)?;
@@ -206,42 +253,82 @@ impl Routes {
 
 impl RedisStore {
     /// A batch on a cluster's primaries: one pipeline on each primary's own
-    /// connection, all sent at once, each within the group budget (after at
-    /// most half of it asking for the slot map), and the renewals of slots
-    /// without a known primary through the cluster client. A primary that
-    /// fails or is late leaves its own renewals unanswered; its connection
-    /// is made again, and the slot map asked for again, by the next batch.
+    /// connection, all sent at once, the whole within the group budget
+    /// (asking for the slot map first takes at most half of it). A primary
+    /// that fails or is late leaves its own renewals unanswered; its
+    /// connection is made again, and the slot map asked for again, by the
+    /// next batch. Renewals of slots the map does not know are unanswered.
     pub(super) async fn renew_on_primaries(
         &self,
         primaries: &Primaries,
         renewals: &[Renewal],
     ) -> Result<Vec<Fence>, StoreError> {
         let budget = self.group_budget();
+        let started = Instant::now();
         let slots: Vec<u16> = renewals.iter().map(|renewal| slot_of(&self.record_key(&renewal.key))).collect();
-        let (groups, elsewhere) = primaries.plan(&slots, budget / 2).await;
-        let sent = groups.iter().map(|(node, connection, members)| {
-            let group = self.renew_group(connection.clone(), members.iter().map(|&i| &renewals[i]).collect());
-            async move {
-                let answered = within(budget, group).await;
-                match &answered {
-                    Ok((_, true)) => primaries.remap(),
-                    Ok((_, false)) => {}
-                    Err(_) => primaries.failed(node),
-                }
-                answered.map(|(fences, _)| fences)
+        let (groups, unmapped) = primaries.plan(&slots, budget / 2).await;
+        let left = budget.saturating_sub(started.elapsed());
+        let sent = groups.iter().map(|(node, connection, members)| async move {
+            let group: Vec<&Renewal> = members.iter().map(|&i| &renewals[i]).collect();
+            let answered = within(left, async {
+                let mut answered = self.renew_group(connection.clone(), &group, false).await?;
+                self.follow(primaries, node, &group, &mut answered).await;
+                Ok(answered)
+            })
+            .await;
+            match &answered {
+                Ok(answered) if answered.remap => primaries.remap(),
+                Ok(_) => {}
+                Err(_) => primaries.failed(node),
             }
+            answered.map(|answered| answered.fences)
         });
-        let others: Vec<&Renewal> = elsewhere.iter().map(|&i| &renewals[i]).collect();
-        let (mut answered, others) = futures_util::future::join(join_all(sent), async {
-            within(budget, async { Ok(self.renew_each(&others).await) }).await
-        })
-        .await;
+        let mut answered = join_all(sent).await;
         let mut members: Vec<Vec<usize>> = groups.into_iter().map(|(_, _, members)| members).collect();
-        if !elsewhere.is_empty() {
-            members.push(elsewhere);
-            answered.push(others);
+        if !unmapped.is_empty() {
+            let message = format!("{} renewals' slots have no known primary", unmapped.len());
+            members.push(unmapped);
+            answered.push(Err(StoreError::Unavailable { store: "redis", message, source: None }));
         }
         gather(renewals.len(), &members, answered)
+    }
+
+    /// Sends the renewals of `group` (sent to `node`) that were redirected
+    /// once more, to the node named, on that node's own connection, one
+    /// pipeline per node (after `ASKING` each for `ASK`). One that fails
+    /// again stays [`Fence::Unknown`].
+    async fn follow(&self, primaries: &Primaries, node: &str, group: &[&Renewal], answered: &mut Answered) {
+        let mut targets: HashMap<(Node, bool), Vec<usize>> = HashMap::new();
+        for redirect in &answered.redirects {
+            // `MOVED 3999 :6380`: the same host.
+            let target = match redirect.node.strip_prefix(':') {
+                Some(port) => format!("{}:{port}", host_of(node)),
+                None => redirect.node.clone(),
+            };
+            targets.entry((target, redirect.ask)).or_default().push(redirect.at);
+        }
+        let sent = targets.into_iter().map(|((target, ask), at)| async move {
+            let renewals: Vec<&Renewal> = at.iter().map(|&i| group[i]).collect();
+            let fences = match primaries.connection_to(&target) {
+                Ok(connection) => match self.renew_group(connection, &renewals, ask).await {
+                    Ok(again) => again.fences,
+                    Err(error) => {
+                        tracing::warn!(%target, %error, "redirected renewals failed");
+                        vec![Fence::Unknown; at.len()]
+                    }
+                },
+                Err(error) => {
+                    tracing::warn!(%target, %error, "no connection for redirected renewals");
+                    vec![Fence::Unknown; at.len()]
+                }
+            };
+            (at, fences)
+        });
+        for (at, fences) in join_all(sent).await {
+            for (i, fence) in at.into_iter().zip(fences) {
+                answered.fences[i] = fence;
+            }
+        }
     }
 }
 
@@ -262,7 +349,7 @@ pub(super) fn slot_of(key: &str) -> u16 {
 /// an empty or null host is the node that answered (`asked`). A range whose
 /// primary's address is unknown (`?`) is left out: its slots have no known
 /// primary. `None` when the reply is not one.
-fn parse_slots(reply: &Value, asked: &str) -> Option<Vec<(u16, u16, Node)>> {
+fn parse_slots(reply: &Value, asked: &str) -> Option<SlotMap> {
     let Value::Array(ranges) = reply else { return None };
     let mut map = Vec::with_capacity(ranges.len());
     for range in ranges {

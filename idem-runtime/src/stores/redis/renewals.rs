@@ -69,6 +69,26 @@ impl Failed {
     }
 }
 
+/// What one group's pipeline answered.
+pub(super) struct Answered {
+    /// Each renewal's fence ([`Fence::Unknown`] for the redirected).
+    pub(super) fences: Vec<Fence>,
+    /// The renewals answered `MOVED` or `ASK`.
+    pub(super) redirects: Vec<Redirect>,
+    /// The slot map may be out of date (a redirection, `CLUSTERDOWN`).
+    pub(super) remap: bool,
+}
+
+/// A renewal sent elsewhere.
+pub(super) struct Redirect {
+    /// Its place in the group.
+    pub(super) at: usize,
+    /// The node named, host:port.
+    pub(super) node: String,
+    /// `ASK` (once, after `ASKING`) rather than `MOVED`.
+    pub(super) ask: bool,
+}
+
 /// Whether a reply of the pipeline is `NOSCRIPT`.
 fn is_noscript(value: &Value) -> bool {
     matches!(value, Value::ServerError(error) if error.kind() == Some(ServerErrorKind::NoScript))
@@ -97,9 +117,13 @@ impl RedisStore {
         &self,
         mut connection: RedisConnection,
         renewals: &[&Renewal],
+        asking: bool,
     ) -> Result<(Vec<Value>, Result<(), StoreError>), Failed> {
         let mut pipeline = redis::pipe();
         for renewal in renewals {
+            if asking {
+                pipeline.cmd("ASKING");
+            }
             let mut call = self.scripts.renew.key(self.record_key(&renewal.key));
             call.arg(renewal.token.to_bytes().as_slice()).arg(millis(renewal.lease));
             pipeline.invoke_script(&call);
@@ -126,35 +150,39 @@ impl RedisStore {
             }
             None => Ok(()),
         };
+        if asking {
+            // Each `ASKING`'s own `OK` dropped.
+            replies = replies.into_iter().skip(1).step_by(2).collect();
+        }
         Ok((replies, acked))
     }
 
     /// Renews `renewals` (of one slot through the cluster client, or of one
-    /// primary on its own connection), loading the script again for those
-    /// answered `NOSCRIPT` (after a restart or a failover) and sending them
-    /// once more. Renewals answered `ASK` or `MOVED` (a slot migrating or
-    /// moved, a primary demoted), or all of them when the pipeline as a whole
-    /// was redirected, are sent again one command each through the cluster
-    /// client, all at once, each following its own redirection. A renewal
-    /// that still fails is [`Fence::Unknown`]. The group fails when the
-    /// pipeline fails and no renewal gets through, and when replicas did not
-    /// acknowledge renewals this node holds (their leases are not confirmed,
-    /// and the keeper tries again). Says too whether the slot map may be out
-    /// of date (a redirection, or `CLUSTERDOWN`).
+    /// primary on its own connection; after `ASKING` each when `asking`),
+    /// loading the script again for those answered `NOSCRIPT` (after a
+    /// restart or a failover) and sending them once more. Renewals answered
+    /// `ASK` or `MOVED` (a slot migrating or moved, a primary demoted) are
+    /// [`Fence::Unknown`] in the answer, listed with where they were sent
+    /// ([`Answered::redirects`]) for the caller to follow; other errors of
+    /// one renewal leave it unanswered. The group fails when the pipeline
+    /// fails (on the cluster client, a pipeline redirected as a whole is
+    /// sent again one command each, and fails when none gets through), and
+    /// when replicas did not acknowledge renewals this node holds (their
+    /// leases are not confirmed, and the keeper tries again).
     pub(super) async fn renew_group(
         &self,
         connection: RedisConnection,
-        renewals: Vec<&Renewal>,
-    ) -> Result<(Vec<Fence>, bool), StoreError> {
-        let (mut replies, mut acked) = match self.renewal_pipeline(connection.clone(), &renewals).await {
+        renewals: &[&Renewal],
+        asking: bool,
+    ) -> Result<Answered, StoreError> {
+        let (mut replies, mut acked) = match self.renewal_pipeline(connection.clone(), renewals, asking).await {
             Ok(answered) => answered,
             Err(Failed { moving: true, error }) => {
-                let fences = self.renew_each(&renewals).await;
-                return if fences.iter().all(|fence| *fence == Fence::Unknown) {
-                    Err(error)
-                } else {
-                    Ok((fences, true))
-                };
+                let fences = self.renew_each(renewals).await;
+                if fences.iter().all(|fence| *fence == Fence::Unknown) {
+                    return Err(error);
+                }
+                return Ok(Answered { fences, redirects: Vec::new(), remap: true });
             }
             Err(Failed { error, .. }) => return Err(error),
         };
@@ -168,41 +196,54 @@ impl RedisStore {
                 .map_err(|e| self.endpoint.error("load the renew script", e))?;
             let again: Vec<&Renewal> = missing.iter().map(|&i| renewals[i]).collect();
             let (answers, acked_again) =
-                self.renewal_pipeline(connection.clone(), &again).await.map_err(|failed| failed.error)?;
+                self.renewal_pipeline(connection.clone(), &again, asking).await.map_err(|failed| failed.error)?;
             for (i, answer) in missing.into_iter().zip(answers) {
                 replies[i] = answer;
             }
             acked = acked.and(acked_again);
         }
-        let redirected: Vec<usize> = (0..replies.len())
-            .filter(|&i| matches!(&replies[i], Value::ServerError(error) if is_redirect(error)))
-            .collect();
-        // A node that redirected every renewal (a demoted primary, say)
-        // holds none of them: what its replicas acknowledged does not matter.
-        if redirected.len() < replies.len() {
-            acked?;
-        }
-        let mut remap = !redirected.is_empty();
-        let mut fences = Vec::with_capacity(replies.len());
-        for reply in replies {
-            fences.push(match reply {
-                Value::ServerError(error) if is_redirect(&error) => Fence::Unknown,
-                // One lease's error (TRYAGAIN, say) leaves that lease
-                // unanswered, never the others.
+        let mut answered = Answered { fences: Vec::with_capacity(replies.len()), redirects: Vec::new(), remap: false };
+        for (i, reply) in replies.into_iter().enumerate() {
+            answered.fences.push(match reply {
                 Value::ServerError(error) => {
-                    remap |= error.kind() == Some(ServerErrorKind::ClusterDown);
-                    let error = self.endpoint.error("renew many", RedisError::from(error));
-                    tracing::warn!(%error, "one renewal failed");
+                    let kind = error.kind();
+                    let error = RedisError::from(error);
+                    match (kind, error.redirect_node()) {
+                        (Some(ServerErrorKind::Moved | ServerErrorKind::Ask), Some((node, _))) => {
+                            let ask = kind == Some(ServerErrorKind::Ask);
+                            answered.redirects.push(Redirect { at: i, node: node.to_owned(), ask });
+                        }
+                        // One lease's error (TRYAGAIN, say) leaves that
+                        // lease unanswered, never the others.
+                        _ => {
+                            answered.remap |= kind == Some(ServerErrorKind::ClusterDown);
+                            let error = self.endpoint.error("renew many", error);
+                            tracing::warn!(%error, "one renewal failed");
+                        }
+                    }
                     Fence::Unknown
                 }
                 reply => reply::fence(reply)?,
             });
         }
-        let moved: Vec<&Renewal> = redirected.iter().map(|&i| renewals[i]).collect();
-        for (i, fence) in redirected.into_iter().zip(self.renew_each(&moved).await) {
-            fences[i] = fence;
+        answered.remap |= !answered.redirects.is_empty();
+        // A node that redirected every renewal (a demoted primary, say)
+        // holds none of them: what its replicas acknowledged does not matter.
+        if answered.redirects.len() < answered.fences.len() {
+            acked?;
         }
-        Ok((fences, remap))
+        Ok(answered)
+    }
+
+    /// [`Self::renew_group`] on the cluster client or a single server, the
+    /// redirected renewals sent again one command each, all at once.
+    async fn renew_slot(&self, connection: RedisConnection, renewals: &[&Renewal]) -> Result<Vec<Fence>, StoreError> {
+        let mut answered = self.renew_group(connection, renewals, false).await?;
+        let moved: Vec<&Renewal> = answered.redirects.iter().map(|redirect| renewals[redirect.at]).collect();
+        for (redirect, fence) in answered.redirects.iter().zip(self.renew_each(&moved).await) {
+            answered.fences[redirect.at] = fence;
+        }
+        Ok(answered.fences)
     }
 
     /// `renewals` one command each, all at once: each follows its key's
@@ -244,8 +285,11 @@ impl RedisStore {
         let groups: Vec<Vec<usize>> = groups.into_values().collect();
         let budget = self.group_budget();
         let sent = groups.iter().map(|members| {
-            let group = self.renew_group(connection.clone(), members.iter().map(|&i| &renewals[i]).collect());
-            async move { within(budget, group).await.map(|(fences, _)| fences) }
+            let connection = connection.clone();
+            async move {
+                let group: Vec<&Renewal> = members.iter().map(|&i| &renewals[i]).collect();
+                within(budget, self.renew_slot(connection, &group)).await
+            }
         });
         let answered = join_all(sent).await;
         gather(renewals.len(), &groups, answered)
@@ -291,10 +335,4 @@ pub(super) fn gather(
         }
     }
     Ok(fences)
-}
-
-/// Whether a server error sends the command to another node (`ASK`,
-/// `MOVED`): the slot is moving or has moved.
-fn is_redirect(error: &redis::ServerError) -> bool {
-    matches!(error.kind(), Some(ServerErrorKind::Ask | ServerErrorKind::Moved))
 }
