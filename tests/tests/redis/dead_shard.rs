@@ -360,3 +360,42 @@ async fn a_manual_failover_with_replica_acks_moves_the_renewals_and_wedges_nothi
     }
     assert!(renewed, "every lease renewed within three batches\n{}\n{}", lines.join("\n"), warnings.summary());
 }
+
+/// A slot migrating to a primary that hangs: the migrating primary answers
+/// `ASK` for the record already moved, whose renewal goes unanswered, and
+/// its own renewals must still be renewed, batch after batch (a late
+/// redirection once cost the redirecting primary all of its renewals).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_importing_primary_leaves_only_the_moved_renewals_unanswered() {
+    use crate::resharding::{migrate, node_id, set_slot};
+
+    let Some(cluster) = RedisCluster::start("a_hung_importing_primary_leaves_only_the_moved_renewals_unanswered")
+    else {
+        return;
+    };
+    let warnings = Warnings::default();
+    let _capture = warnings.capture();
+    let store = RedisStore::connect(&cluster.url()).await.expect("connecting to the private cluster");
+    let target = cluster.primary_of("{probe}");
+    let mut renewals = acquire(&store, 60).await;
+    let moved = loop {
+        let renewal = acquire(&store, 1).await.remove(0);
+        if cluster.primary_of(&store.record_key(&renewal.key)) != target {
+            break renewal;
+        }
+    };
+    let record = store.record_key(&moved.key);
+    let (source, slot) = (cluster.primary_of(&record), slot_of(&record));
+    renewals.push(moved);
+    assert!(store.renew_many(&renewals).await.unwrap().iter().all(|fence| *fence == Fence::Held));
+    let (hung, mut unanswered) = doomed_primary(&cluster, &store, &renewals);
+    assert_eq!(hung, target);
+    *unanswered.last_mut().expect("the moved record's renewal") = true;
+    set_slot(&cluster, target, slot, "IMPORTING", &node_id(&cluster, source));
+    set_slot(&cluster, source, slot, "MIGRATING", &node_id(&cluster, target));
+    migrate(&cluster, source, target, &record);
+    cluster.freeze(target);
+    let batches = Batches::send(&store, &renewals, &unanswered, 1).await;
+    cluster.thaw(target);
+    batches.check(&cluster, &warnings);
+}

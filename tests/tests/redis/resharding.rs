@@ -31,11 +31,11 @@ async fn acquire(store: &RedisStore, key: &StorageKey) -> FencingToken {
     }
 }
 
-fn node_id(cluster: &RedisCluster, port: u16) -> String {
+pub(crate) fn node_id(cluster: &RedisCluster, port: u16) -> String {
     cluster.query(port, redis::cmd("CLUSTER").arg("MYID")).expect("CLUSTER MYID")
 }
 
-fn set_slot(cluster: &RedisCluster, port: u16, slot: u16, state: &str, node: &str) {
+pub(crate) fn set_slot(cluster: &RedisCluster, port: u16, slot: u16, state: &str, node: &str) {
     let () = cluster
         .query(port, redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg(state).arg(node))
         .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {state} on {port}: {e}"));
@@ -43,7 +43,7 @@ fn set_slot(cluster: &RedisCluster, port: u16, slot: u16, state: &str, node: &st
 
 /// Moves the record at `key` from the node at `source` to the one at
 /// `target` (`MIGRATE`).
-fn migrate(cluster: &RedisCluster, source: u16, target: u16, key: &str) {
+pub(crate) fn migrate(cluster: &RedisCluster, source: u16, target: u16, key: &str) {
     let mut migrate = redis::cmd("MIGRATE");
     migrate.arg("127.0.0.1").arg(target).arg("").arg(0).arg(5_000).arg("KEYS").arg(key);
     let () = cluster.query(source, &migrate).unwrap_or_else(|e| panic!("MIGRATE {key} from {source}: {e}"));

@@ -267,21 +267,24 @@ impl RedisStore {
         let started = Instant::now();
         let slots: Vec<u16> = renewals.iter().map(|renewal| slot_of(&self.record_key(&renewal.key))).collect();
         let (groups, unmapped) = primaries.plan(&slots, budget / 2).await;
-        let left = budget.saturating_sub(started.elapsed());
+        let deadline = started + budget;
         let sent = groups.iter().map(|(node, connection, members)| async move {
             let group: Vec<&Renewal> = members.iter().map(|&i| &renewals[i]).collect();
-            let answered = within(left, async {
-                let mut answered = self.renew_group(connection.clone(), &group, false).await?;
-                self.follow(primaries, node, &group, &mut answered).await;
-                Ok(answered)
-            })
-            .await;
-            match &answered {
-                Ok(answered) if answered.remap => primaries.remap(),
-                Ok(_) => {}
-                Err(_) => primaries.failed(node),
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut answered = match within(left, self.renew_group(connection.clone(), &group, false)).await {
+                Ok(answered) => answered,
+                Err(error) => {
+                    primaries.failed(node);
+                    return Err(error);
+                }
+            };
+            if answered.remap {
+                primaries.remap();
             }
-            answered.map(|answered| answered.fences)
+            // The redirected renewals only: a target that fails or is late
+            // leaves them unanswered, and this node's own answers stand.
+            self.follow(primaries, node, &group, &mut answered, deadline).await;
+            Ok(answered.fences)
         });
         let mut answered = join_all(sent).await;
         let mut members: Vec<Vec<usize>> = groups.into_iter().map(|(_, _, members)| members).collect();
@@ -295,25 +298,32 @@ impl RedisStore {
 
     /// Sends the renewals of `group` (sent to `node`) that were redirected
     /// once more, to the node named, on that node's own connection, one
-    /// pipeline per node (after `ASKING` each for `ASK`). One that fails
-    /// again stays [`Fence::Unknown`].
-    async fn follow(&self, primaries: &Primaries, node: &str, group: &[&Renewal], answered: &mut Answered) {
+    /// pipeline per node (after `ASKING` each for `ASK`), each by
+    /// `deadline`. One that fails again stays [`Fence::Unknown`]; a node
+    /// that fails or is late is connected to again, and the map asked for
+    /// again, by the next batch.
+    async fn follow(
+        &self,
+        primaries: &Primaries,
+        node: &str,
+        group: &[&Renewal],
+        answered: &mut Answered,
+        deadline: Instant,
+    ) {
         let mut targets: HashMap<(Node, bool), Vec<usize>> = HashMap::new();
         for redirect in &answered.redirects {
-            // `MOVED 3999 :6380`: the same host.
-            let target = match redirect.node.strip_prefix(':') {
-                Some(port) => format!("{}:{port}", host_of(node)),
-                None => redirect.node.clone(),
-            };
+            let Some(target) = redirect_target(node, &redirect.node) else { continue };
             targets.entry((target, redirect.ask)).or_default().push(redirect.at);
         }
         let sent = targets.into_iter().map(|((target, ask), at)| async move {
             let renewals: Vec<&Renewal> = at.iter().map(|&i| group[i]).collect();
+            let left = deadline.saturating_duration_since(Instant::now());
             let fences = match primaries.connection_to(&target) {
-                Ok(connection) => match self.renew_group(connection, &renewals, ask).await {
+                Ok(connection) => match within(left, self.renew_group(connection, &renewals, ask)).await {
                     Ok(again) => again.fences,
                     Err(error) => {
                         tracing::warn!(%target, %error, "redirected renewals failed");
+                        primaries.failed(&target);
                         vec![Fence::Unknown; at.len()]
                     }
                 },
@@ -378,6 +388,22 @@ fn authority(url: &str) -> Option<&str> {
     let (_, rest) = url.split_once("://")?;
     let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
     Some(authority.rsplit_once('@').map_or(authority, |(_, host)| host))
+}
+
+/// Where a `MOVED` or `ASK` sent a renewal that went to `asked`: the
+/// host:port it names, bracketed when an IPv6 address (Redis writes
+/// `::1:7000`), and `asked`'s host when it names a port only (`:7000`).
+fn redirect_target(asked: &str, named: &str) -> Option<Node> {
+    let (host, port) = named.rsplit_once(':')?;
+    port.parse::<u16>().ok()?;
+    let host = if host.is_empty() {
+        host_of(asked).to_owned()
+    } else if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    Some(format!("{host}:{port}"))
 }
 
 /// The host of a host:port.
@@ -454,5 +480,14 @@ mod tests {
         assert_eq!(authority("redis://u:p@seed:1/?x"), Some("seed:1"));
         assert_eq!(authority("redis://seed:1"), Some("seed:1"));
         assert_eq!(host_of("[::1]:7000"), "[::1]");
+    }
+
+    #[test]
+    fn redirects_name_their_node() {
+        assert_eq!(redirect_target("10.0.0.1:7000", "10.0.0.2:7001").as_deref(), Some("10.0.0.2:7001"));
+        assert_eq!(redirect_target("10.0.0.1:7000", ":7001").as_deref(), Some("10.0.0.1:7001"));
+        assert_eq!(redirect_target("[::1]:7000", "::1:7001").as_deref(), Some("[::1]:7001"));
+        assert_eq!(redirect_target("[::1]:7000", ":7001").as_deref(), Some("[::1]:7001"));
+        assert_eq!(redirect_target("h:1", "nonsense"), None);
     }
 }
