@@ -64,11 +64,11 @@ type SlotMap = Vec<(u16, u16, Node)>;
 struct Routes {
     /// The map.
     slots: SlotMap,
-    /// The map must be asked for again.
-    stale: bool,
-    /// Counts the marks for asking again: a map asked for before the last
-    /// one stays stale.
+    /// Marks for asking for the map again, counted.
     marks: u64,
+    /// The count of marks when the map in use was asked for (`None`: no
+    /// map yet). It is stale unless no mark came since.
+    asked_at: Option<u64>,
     /// Each primary's connection, made when first needed.
     nodes: HashMap<Node, RedisConnection>,
     /// The seed nodes' connections, for asking for the map.
@@ -80,7 +80,7 @@ impl Primaries {
     /// primary's connection with `config`'s timeouts; errors name
     /// `endpoint`.
     pub(super) fn new(seeds: Vec<String>, config: ConnectionManagerConfig, endpoint: Endpoint) -> Self {
-        let routes = Mutex::new(Routes { stale: true, ..Routes::default() });
+        let routes = Mutex::new(Routes::default());
         Self { seeds, config, endpoint, routes, asking: AtomicBool::new(false) }
     }
 
@@ -96,7 +96,7 @@ impl Primaries {
     async fn plan(&self, slots: &[u16], limit: Duration) -> (Vec<(Node, RedisConnection, Vec<usize>)>, Vec<usize>) {
         let (stale, marks) = {
             let routes = self.routes();
-            (routes.stale, routes.marks)
+            (routes.asked_at != Some(routes.marks), routes.marks)
         };
         if stale && !self.asking.swap(true, Ordering::AcqRel) {
             // Reset however the ask ends, the batch dropped midway included.
@@ -106,7 +106,7 @@ impl Primaries {
                     let mut routes = self.routes();
                     routes.nodes.retain(|node, _| map.iter().any(|(_, _, primary)| primary == node));
                     routes.slots = map;
-                    routes.stale = routes.marks != marks;
+                    routes.asked_at = Some(marks);
                 }
                 None => tracing::warn!(
                     ?limit,
@@ -239,7 +239,6 @@ impl Drop for Asking<'_> {
 impl Routes {
     /// Marks the map for asking again.
     fn mark(&mut self) {
-        self.stale = true;
         self.marks += 1;
     }
 

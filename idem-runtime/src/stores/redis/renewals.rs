@@ -16,13 +16,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::cluster_routing::Slot;
 use redis::{RedisError, ServerErrorKind, Value};
 use tokio::sync::OnceCell;
 
 use super::RedisStore;
 use super::connection::{RedisConnection, Source};
-use super::primaries::Primaries;
+use super::primaries::{Primaries, slot_of};
 use super::reply;
 use super::scripts::millis;
 use crate::store::{Fence, Renewal, StoreError};
@@ -277,9 +276,9 @@ impl RedisStore {
         let connection = self.renewal_connection().await?;
         // Positions of the renewals in each group: one group per slot on a
         // cluster, a single group otherwise.
-        let mut groups: HashMap<Option<Slot>, Vec<usize>> = HashMap::new();
+        let mut groups: HashMap<Option<u16>, Vec<usize>> = HashMap::new();
         for (i, renewal) in renewals.iter().enumerate() {
-            let slot = connection.is_cluster().then(|| Slot::for_key(self.record_key(&renewal.key)));
+            let slot = connection.is_cluster().then(|| slot_of(&self.record_key(&renewal.key)));
             groups.entry(slot).or_default().push(i);
         }
         let groups: Vec<Vec<usize>> = groups.into_values().collect();
