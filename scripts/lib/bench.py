@@ -30,7 +30,7 @@ MODES = [
     ("floor", "/floor", None),
     ("memory", "/memory", None),
     ("redis", "/redis", "redis"),
-    ("redis-acks", "/redis-acks", "redis"),
+    ("redis-acks", "/redis-acks", "redis-acks"),
     ("hand-redis", "/hand/redis", "redis"),
     ("hand-redis-per-worker", "/hand/redis-per-worker", "redis"),
     ("postgres", "/postgres", "postgres"),
@@ -98,6 +98,32 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_cpu_seconds(name):
+    """User + system CPU time of every process whose command is `name`."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        if text.split("(", 1)[1].rsplit(")", 1)[0] == name:
+            fields = text.rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def store_cpu_seconds(store):
+    """CPU time of the store's server processes (Redis, or Postgres and its backends)."""
+    if store in ("redis", "redis-acks"):
+        return process_cpu_seconds("redis-server")
+    if store == "postgres":
+        return process_cpu_seconds("postgres")
+    return 0.0
+
+
 UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
@@ -127,16 +153,17 @@ def wrk(args, url, script, key, seconds):
     return parse_wrk(out)
 
 
-def timed(args, mode, prefix, path, round_):
+def timed(args, mode, prefix, store, path, round_):
     url = f"{args.url}{prefix}/orders"
     key = f"{path}-{mode}-{round_}-{time.time_ns()}"
     if path == "replay":
         status = post(url, key)
         if status != 201:
             sys.exit(f"scripts/bench: priming {mode} answered {status}")
-    before = cpu_seconds(args.server_pid)
+    before, store_before = cpu_seconds(args.server_pid), store_cpu_seconds(store)
     result = wrk(args, url, lua_script(args.work, path), key, args.seconds)
     result["cpu_us"] = (cpu_seconds(args.server_pid) - before) / max(result["requests"], 1) * 1e6
+    result["store_cpu_us"] = (store_cpu_seconds(store) - store_before) / max(result["requests"], 1) * 1e6
     if result["non2xx"] or result["errors"]:
         print(f"  warning: {mode} {path}: {result['non2xx']} non-2xx, socket errors: {result['errors']}", file=sys.stderr)
     return result
@@ -145,9 +172,9 @@ def timed(args, mode, prefix, path, round_):
 class Monitor:
     """Counts the commands clients send to Redis (not those scripts run)."""
 
-    def __init__(self, args):
+    def __init__(self, args, url):
         self.proc = subprocess.Popen(
-            [args.redis_cli, "-u", args.redis_url, "monitor"], stdout=subprocess.PIPE, text=True, bufsize=1
+            [args.redis_cli, "-u", url, "monitor"], stdout=subprocess.PIPE, text=True, bufsize=1
         )
         self.count = 0
         self.lock = threading.Lock()
@@ -179,7 +206,7 @@ def pg_calls(args):
 
 
 def round_trips(args, monitor, mode, prefix, path, n=200):
-    """Store round trips per request of mode and path, sequentially."""
+    """Store round trips per request of mode and path, sequentially; `monitor` watches its Redis."""
     url = f"{args.url}{prefix}/orders"
     key = f"count-{path}-{mode}-{time.time_ns()}"
     if path == "replay":
@@ -197,13 +224,21 @@ def round_trips(args, monitor, mode, prefix, path, n=200):
 
 def main():
     parser = argparse.ArgumentParser()
-    for name in ["url", "work", "redis-cli", "redis-url", "psql", "postgres-url"]:
+    for name in ["url", "work", "redis-cli", "redis-url", "redis-acks-url", "psql", "postgres-url"]:
         parser.add_argument(f"--{name}", required=True)
     parser.add_argument("--server-pid", type=int, required=True)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--modes", default="")
     args = parser.parse_args()
+    if args.modes:
+        wanted = args.modes.split(",")
+        unknown = set(wanted) - {mode for mode, _, _ in MODES}
+        if unknown:
+            sys.exit(f"scripts/bench: unknown modes {sorted(unknown)}")
+        MODES[:] = [m for m in MODES if m[0] in wanted]
+        RATIOS[:] = [r for r in RATIOS if r[0] in wanted and r[1] in wanted]
 
     print(f"machine: {os.cpu_count()} CPUs, {platform_line()}")
     print(f"wrk -t2 -c{args.connections}, {args.seconds}s per mode and path, {args.rounds} rounds, alternating")
@@ -214,29 +249,36 @@ def main():
     for round_ in range(args.rounds):
         order = MODES if round_ % 2 == 0 else list(reversed(MODES))
         for path in PATHS:
-            for mode, prefix, _ in order:
-                result = timed(args, mode, prefix, path, round_)
+            for mode, prefix, store in order:
+                result = timed(args, mode, prefix, store, path, round_)
                 results[(mode, path)].append(result)
                 print(f"  round {round_ + 1} {path:6} {mode:14} {result['rate']:>10.0f} req/s", file=sys.stderr)
 
-    monitor = Monitor(args)
+    monitors = {"redis": Monitor(args, args.redis_url), "redis-acks": Monitor(args, args.redis_acks_url)}
     trips = {}
     for mode, prefix, store in MODES:
         for path in PATHS:
-            counted = round_trips(args, monitor, mode, prefix, path)
-            trips[(mode, path)] = counted[store] if store else counted["redis"] + counted["postgres"]
-    monitor.stop()
+            counted = round_trips(args, monitors.get(store, monitors["redis"]), mode, prefix, path)
+            if store in monitors:
+                trips[(mode, path)] = counted["redis"]
+            elif store == "postgres":
+                trips[(mode, path)] = counted["postgres"]
+            else:
+                trips[(mode, path)] = counted["redis"] + counted["postgres"]
+    for monitor in monitors.values():
+        monitor.stop()
 
     def median(mode, path, field):
         return statistics.median(r[field] for r in results[(mode, path)])
 
     print()
-    print("| mode | path | req/s | p50 ms | p99 ms | store round trips | server CPU µs/req |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| mode | path | req/s | p50 ms | p99 ms | store round trips | server CPU µs/req | store CPU µs/req |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for path in PATHS:
         for mode, _, _ in MODES:
             print(f"| {mode} | {path} | {median(mode, path, 'rate'):.0f} | {median(mode, path, 'p50'):.2f} | "
-                  f"{median(mode, path, 'p99'):.2f} | {trips[(mode, path)]:.2f} | {median(mode, path, 'cpu_us'):.1f} |")
+                  f"{median(mode, path, 'p99'):.2f} | {trips[(mode, path)]:.2f} | {median(mode, path, 'cpu_us'):.1f} | "
+                  f"{median(mode, path, 'store_cpu_us'):.1f} |")
     print()
     print("| ratio (SPEC 12) | replays | first executions | target |")
     print("|---|---:|---:|---:|")
@@ -250,6 +292,9 @@ def main():
         print(f"| {mode} / {anchor} | {cells[0]} | {cells[1]} | ≥ {target:.2f}× |")
     print()
     def informational(title, pairs):
+        pairs = [(mode, anchor) for mode, anchor in pairs if (mode, "first") in results and (anchor, "first") in results]
+        if not pairs:
+            return
         print()
         print(f"| {title} | replays | first executions |")
         print("|---|---:|---:|")

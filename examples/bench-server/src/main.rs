@@ -32,6 +32,14 @@ struct Args {
     /// The Redis server of `/redis` and `/hand/redis`.
     #[arg(long, env = "BENCH_REDIS_URL")]
     redis: String,
+    /// The Redis server of `/redis-acks`, one with a replica (default: `--redis`).
+    ///
+    /// Its own server keeps the replica's work off the Redis of `/redis` and
+    /// `/hand/redis`: on a small machine the replica shares the cores with the
+    /// service, where in production it runs on another machine, and it would
+    /// charge each mode for the writes it replicates.
+    #[arg(long, env = "BENCH_REDIS_ACKS_URL")]
+    redis_acks: Option<String>,
     /// The Postgres server of `/postgres` and `/hand/postgres`.
     #[arg(long, env = "BENCH_POSTGRES_URL")]
     postgres: String,
@@ -52,7 +60,15 @@ async fn main() -> io::Result<()> {
     redis.load_scripts().await.map_err(io::Error::other)?;
     // The same store waiting for a replica's acknowledgement of each claim,
     // completion and renewal (`WAIT 1`): what durability across a failover costs.
-    let redis_acks = Idem::new(redis.clone().with_replica_acks(1, Duration::from_secs(1)));
+    let redis_acks = match &args.redis_acks {
+        Some(url) => {
+            let store = RedisStore::connect(url).await.map_err(io::Error::other)?;
+            store.load_scripts().await.map_err(io::Error::other)?;
+            store
+        }
+        None => redis.clone(),
+    };
+    let redis_acks = Idem::new(redis_acks.with_replica_acks(1, Duration::from_secs(1)));
     let redis = Idem::new(redis);
     let options = PostgresStore::pool_options().max_connections(args.pg_connections);
     let postgres = PostgresStore::connect_with(&args.postgres, options).await.map_err(io::Error::other)?;

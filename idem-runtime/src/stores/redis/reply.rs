@@ -8,9 +8,8 @@ use crate::fingerprint::Fingerprint;
 use crate::record::{Record, RecordState, StoredResponse};
 use crate::store::{Attempt, Claim, Fence, FencingToken, StoreError};
 
-/// Reply codes of `claim.lua`.
-const ACQUIRED: i64 = 1;
-const REPLAY: i64 = 2;
+/// Reply codes of `claim.lua` (an acquired key is answered with its attempt
+/// alone, an integer, and a replay with the stored response alone).
 const IN_FLIGHT: i64 = 3;
 const MISMATCH: i64 = 4;
 
@@ -52,8 +51,19 @@ fn fingerprint(bytes: &[u8]) -> Result<Fingerprint, StoreError> {
 
 /// The reply of `claim.lua`; `token` is the one the script was given.
 pub(super) fn claim(value: Value, token: FencingToken) -> Result<Claim, StoreError> {
-    let Value::Array(items) = value else {
-        return Err(corrupt(format!("unexpected claim reply {value:?}")));
+    let items = match value {
+        Value::Array(items) => items,
+        Value::BulkString(stored) => return Ok(Claim::Replay(response(&stored)?)),
+        Value::Int(attempt) => {
+            let attempt = match attempt {
+                0 => Attempt::First,
+                1 => Attempt::AfterRelease,
+                2 => Attempt::Takeover,
+                other => return Err(corrupt(format!("unexpected claim attempt {other}"))),
+            };
+            return Ok(Claim::Acquired { token, attempt });
+        }
+        other => return Err(corrupt(format!("unexpected claim reply {other:?}"))),
     };
     let mut items = items.into_iter();
     let code = match items.next() {
@@ -61,14 +71,7 @@ pub(super) fn claim(value: Value, token: FencingToken) -> Result<Claim, StoreErr
         other => return Err(corrupt(format!("unexpected claim reply code {other:?}"))),
     };
     match (code, items.next()) {
-        (ACQUIRED, Some(Value::Int(attempt))) => match attempt {
-            0 => Ok(Claim::Acquired { token, attempt: Attempt::First }),
-            1 => Ok(Claim::Acquired { token, attempt: Attempt::AfterRelease }),
-            2 => Ok(Claim::Acquired { token, attempt: Attempt::Takeover }),
-            other => Err(corrupt(format!("unexpected claim attempt {other}"))),
-        },
         (MISMATCH, None) => Ok(Claim::Mismatch),
-        (REPLAY, Some(stored)) => Ok(Claim::Replay(response(&required_bytes(stored, "stored response")?)?)),
         (IN_FLIGHT, Some(left)) => Ok(Claim::InFlight { retry_after: time_left(&left)? }),
         (code, _) => Err(corrupt(format!("unexpected claim reply code {code}"))),
     }
@@ -137,16 +140,19 @@ mod tests {
     fn reads_each_claim_outcome() {
         let token = FencingToken::generate();
         assert_eq!(
-            claim(Value::Array(vec![Value::Int(1), Value::Int(0)]), token).unwrap(),
+            claim(Value::Int(0), token).unwrap(),
             Claim::Acquired { token, attempt: Attempt::First }
         );
         assert_eq!(
-            claim(Value::Array(vec![Value::Int(1), Value::Int(2)]), token).unwrap(),
+            claim(Value::Int(1), token).unwrap(),
+            Claim::Acquired { token, attempt: Attempt::AfterRelease }
+        );
+        assert_eq!(
+            claim(Value::Int(2), token).unwrap(),
             Claim::Acquired { token, attempt: Attempt::Takeover }
         );
         assert_eq!(claim(Value::Array(vec![Value::Int(4)]), token).unwrap(), Claim::Mismatch);
-        let replay = Value::Array(vec![Value::Int(2), Value::BulkString(stored().to_bytes())]);
-        assert_eq!(claim(replay, token).unwrap(), Claim::Replay(stored()));
+        assert_eq!(claim(Value::BulkString(stored().to_bytes()), token).unwrap(), Claim::Replay(stored()));
         let in_flight = Value::Array(vec![Value::Int(3), Value::Int(1500)]);
         let retry_after = Duration::from_millis(1500);
         assert_eq!(claim(in_flight, token).unwrap(), Claim::InFlight { retry_after });
@@ -160,7 +166,11 @@ mod tests {
             Value::Array(vec![]),
             Value::Array(vec![Value::Int(9)]),
             Value::Array(vec![Value::Int(2), Value::Nil]),
-            Value::Array(vec![Value::Int(2), Value::BulkString(vec![7, 7])]),
+            Value::Array(vec![Value::Int(2), Value::BulkString(stored().to_bytes())]),
+            Value::BulkString(vec![7, 7]),
+            Value::Int(3),
+            Value::Int(-1),
+            Value::Array(vec![Value::Int(1), Value::Int(0)]),
             Value::Array(vec![Value::Int(1)]),
             Value::Array(vec![Value::Int(1), Value::Int(3)]),
             Value::Array(vec![Value::Int(1), Value::Nil]),
