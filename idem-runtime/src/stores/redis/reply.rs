@@ -139,18 +139,9 @@ mod tests {
     #[test]
     fn reads_each_claim_outcome() {
         let token = FencingToken::generate();
-        assert_eq!(
-            claim(Value::Int(0), token).unwrap(),
-            Claim::Acquired { token, attempt: Attempt::First }
-        );
-        assert_eq!(
-            claim(Value::Int(1), token).unwrap(),
-            Claim::Acquired { token, attempt: Attempt::AfterRelease }
-        );
-        assert_eq!(
-            claim(Value::Int(2), token).unwrap(),
-            Claim::Acquired { token, attempt: Attempt::Takeover }
-        );
+        assert_eq!(claim(Value::Int(0), token).unwrap(), Claim::Acquired { token, attempt: Attempt::First });
+        assert_eq!(claim(Value::Int(1), token).unwrap(), Claim::Acquired { token, attempt: Attempt::AfterRelease });
+        assert_eq!(claim(Value::Int(2), token).unwrap(), Claim::Acquired { token, attempt: Attempt::Takeover });
         assert_eq!(claim(Value::Array(vec![Value::Int(4)]), token).unwrap(), Claim::Mismatch);
         assert_eq!(claim(Value::BulkString(stored().to_bytes()), token).unwrap(), Claim::Replay(stored()));
         let in_flight = Value::Array(vec![Value::Int(3), Value::Int(1500)]);
