@@ -25,6 +25,8 @@ struct Flaky {
     stall_first: Option<Duration>,
     /// When each batch was sent.
     sent: parking_lot::Mutex<Vec<Instant>>,
+    /// The batch timeout each batch saw (`keeper::batch_timeout`).
+    timeouts: parking_lot::Mutex<Vec<Option<Duration>>>,
 }
 
 #[async_trait]
@@ -49,6 +51,7 @@ impl Store for Flaky {
 
     async fn renew_many(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
         self.sent.lock().push(Instant::now());
+        self.timeouts.lock().push(super::keeper::batch_timeout());
         if self.batches.fetch_add(1, Ordering::SeqCst) == 0
             && let Some(stall) = self.stall_first
         {
@@ -104,6 +107,24 @@ fn hold(store: &Arc<Flaky>, lease: Duration) -> Lease {
     };
     let store: Arc<dyn Store> = Arc::clone(store) as Arc<dyn Store>;
     Lease::hold(store, key, token, lease, lease / 4, sent)
+}
+
+/// A store that waits on several servers for one batch (a Redis Cluster's
+/// primaries) bounds each wait below the batch's timeout, which it learns
+/// from the keeper.
+#[test]
+fn a_store_renewing_a_batch_knows_its_timeout() {
+    let store = Arc::new(Flaky::default());
+    // Due after a third (200 ms); the store timeout is a quarter (150 ms).
+    let lease = hold(&store, Duration::from_millis(600));
+    let started = Instant::now();
+    while store.batches.load(Ordering::SeqCst) == 0 && started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(lease);
+    let seen = store.timeouts.lock().clone();
+    assert_eq!(seen.first(), Some(&Some(Duration::from_millis(150))), "{seen:?}");
+    assert_eq!(super::keeper::batch_timeout(), None, "no batch outside the keeper");
 }
 
 #[test]

@@ -253,6 +253,30 @@ async fn a_hung_primary_holds_neither_the_others_renewals_nor_other_batches() {
     batches.check(&cluster, &warnings);
 }
 
+/// A primary frozen, on a store whose connections wait up to 6 s for a
+/// reply: each group of renewals still waits at most half the keeper's
+/// default timeout. (It waited half the response timeout, 3 s, and every
+/// batch outlasted the keeper's 2 s with the live primaries' answers in
+/// it: one hung primary cost every lease of the process.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_primary_holds_no_batch_past_the_keeper_with_a_long_response_timeout() {
+    let Some(cluster) =
+        RedisCluster::start("a_hung_primary_holds_no_batch_past_the_keeper_with_a_long_response_timeout")
+    else {
+        return;
+    };
+    let warnings = Warnings::default();
+    let _capture = warnings.capture();
+    let config = RedisStore::default_config().set_response_timeout(Some(Duration::from_secs(6)));
+    let store = RedisStore::connect_with(&cluster.url(), config).await.expect("connecting to the private cluster");
+    let renewals = leases(&store).await;
+    let (hung, on_hung) = doomed_primary(&cluster, &store, &renewals);
+    cluster.freeze(hung);
+    let batches = Batches::send(&store, &renewals, &on_hung, 1).await;
+    cluster.thaw(hung);
+    batches.check(&cluster, &warnings);
+}
+
 /// The URL's first seeds are a node with no slots (a replica reset, as a
 /// retired node still listed: its `CLUSTER SLOTS` is empty) and a replica
 /// frozen before the first batch, and a primary is frozen too: the slot

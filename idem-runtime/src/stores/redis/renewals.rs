@@ -24,6 +24,7 @@ use super::connection::{RedisConnection, Source};
 use super::primaries::{Primaries, slot_of};
 use super::reply;
 use super::scripts::millis;
+use crate::engine::keeper::batch_timeout;
 use crate::store::{Fence, Renewal, StoreError};
 
 /// Where renewals go.
@@ -50,8 +51,9 @@ impl RenewalConnection {
     }
 }
 
-/// Longest wait for one group of renewals (a slot's, or a primary's) when
-/// the connection has no response timeout.
+/// Longest wait for one group of renewals (a slot's, or a primary's): half
+/// the runtime's default store timeout, which bounds each batch of the
+/// lease keeper.
 const GROUP_BUDGET: Duration = Duration::from_secs(1);
 
 /// Why a renewal pipeline failed.
@@ -294,11 +296,16 @@ impl RedisStore {
         gather(renewals.len(), &groups, answered)
     }
 
-    /// Each group's wait: within half the response timeout, so that a slot
-    /// whose primary is down cannot hold the live slots' answers past the
-    /// caller's own timeout (which would lose them all).
+    /// Each group's wait, so that a slot whose primary is down or hung
+    /// cannot hold the live slots' answers past the caller's own timeout
+    /// (which would lose them all): within half the response timeout, half
+    /// the keeper's timeout for the batch, and [`GROUP_BUDGET`]. (Half the
+    /// response timeout alone, with a response timeout over 4 s, outlasted
+    /// the keeper's default 2 s: one hung primary left every batch
+    /// unanswered.)
     pub(super) fn group_budget(&self) -> Duration {
-        self.endpoint.response_timeout.map_or(GROUP_BUDGET, |timeout| timeout / 2)
+        let own = self.endpoint.response_timeout.map_or(GROUP_BUDGET, |timeout| (timeout / 2).min(GROUP_BUDGET));
+        batch_timeout().map_or(own, |timeout| own.min(timeout / 2))
     }
 }
 
