@@ -253,21 +253,6 @@ async fn run(shared: Arc<Shared>) {
     }
 }
 
-tokio::task_local! {
-    /// The timeout of the batch a [`Store::renew_many`] call belongs to (the
-    /// store timeout of its leases): a store that waits on several servers
-    /// at once bounds each wait below it, so that one that does not answer
-    /// cannot take the others' answers past the keeper's timeout, which
-    /// would leave the whole batch unanswered.
-    static BATCH_TIMEOUT: Duration;
-}
-
-/// The timeout of the renewal batch being sent, when called (on its task)
-/// by a store's [`Store::renew_many`] under the keeper.
-pub(crate) fn batch_timeout() -> Option<Duration> {
-    BATCH_TIMEOUT.try_with(|timeout| *timeout).ok()
-}
-
 async fn sleep_until(wake: Option<Instant>) {
     match wake {
         Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -291,7 +276,7 @@ fn renew(due: Vec<Arc<LeaseState>>, answers: &UnboundedSender<Answer>) {
         let answers = answers.clone();
         tokio::spawn(async move {
             let sent = Instant::now();
-            let renewed = BATCH_TIMEOUT.scope(timeout, store.renew_many(&renewals));
+            let renewed = store.renew_many_within(&renewals, timeout);
             let call = AssertUnwindSafe(store_call(store.kind(), "renew", timeout, renewed));
             // A store that panics must not leave its leases waiting for an
             // answer forever: that would stop their renewals for good.

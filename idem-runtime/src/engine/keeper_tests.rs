@@ -25,8 +25,8 @@ struct Flaky {
     stall_first: Option<Duration>,
     /// When each batch was sent.
     sent: parking_lot::Mutex<Vec<Instant>>,
-    /// The batch timeout each batch saw (`keeper::batch_timeout`).
-    timeouts: parking_lot::Mutex<Vec<Option<Duration>>>,
+    /// The timeout each batch was sent with.
+    timeouts: parking_lot::Mutex<Vec<Duration>>,
 }
 
 #[async_trait]
@@ -51,7 +51,6 @@ impl Store for Flaky {
 
     async fn renew_many(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
         self.sent.lock().push(Instant::now());
-        self.timeouts.lock().push(super::keeper::batch_timeout());
         if self.batches.fetch_add(1, Ordering::SeqCst) == 0
             && let Some(stall) = self.stall_first
         {
@@ -61,6 +60,11 @@ impl Store for Flaky {
             return Err(StoreError::Unavailable { store: "flaky", message: "connection refused".into(), source: None });
         }
         self.inner.renew_many(renewals).await
+    }
+
+    async fn renew_many_within(&self, renewals: &[Renewal], timeout: Duration) -> Result<Vec<Fence>, StoreError> {
+        self.timeouts.lock().push(timeout);
+        self.renew_many(renewals).await
     }
 
     async fn complete(
@@ -110,8 +114,8 @@ fn hold(store: &Arc<Flaky>, lease: Duration) -> Lease {
 }
 
 /// A store that waits on several servers for one batch (a Redis Cluster's
-/// primaries) bounds each wait below the batch's timeout, which it learns
-/// from the keeper.
+/// primaries) bounds each wait within the batch's timeout, which the keeper
+/// gives it.
 #[test]
 fn a_store_renewing_a_batch_knows_its_timeout() {
     let store = Arc::new(Flaky::default());
@@ -123,8 +127,7 @@ fn a_store_renewing_a_batch_knows_its_timeout() {
     }
     drop(lease);
     let seen = store.timeouts.lock().clone();
-    assert_eq!(seen.first(), Some(&Some(Duration::from_millis(150))), "{seen:?}");
-    assert_eq!(super::keeper::batch_timeout(), None, "no batch outside the keeper");
+    assert_eq!(seen.first(), Some(&Duration::from_millis(150)), "{seen:?}");
 }
 
 #[test]

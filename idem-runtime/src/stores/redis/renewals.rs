@@ -24,7 +24,6 @@ use super::connection::{RedisConnection, Source};
 use super::primaries::{Primaries, slot_of};
 use super::reply;
 use super::scripts::millis;
-use crate::engine::keeper::batch_timeout;
 use crate::store::{Fence, Renewal, StoreError};
 
 /// Where renewals go.
@@ -51,9 +50,8 @@ impl RenewalConnection {
     }
 }
 
-/// Longest wait for one group of renewals (a slot's, or a primary's): half
-/// the runtime's default store timeout, which bounds each batch of the
-/// lease keeper.
+/// Longest wait for one group of renewals (a slot's, or a primary's) when
+/// neither the caller nor the connection has a timeout.
 const GROUP_BUDGET: Duration = Duration::from_secs(1);
 
 /// Why a renewal pipeline failed.
@@ -267,13 +265,19 @@ impl RedisStore {
     /// [`Store::renew_many`](crate::store::Store::renew_many): one round
     /// trip (on a cluster, one pipeline per primary, or per slot on a
     /// caller's connection, sent together), plus a `SCRIPT LOAD` and a
-    /// second round trip for the renewals answered `NOSCRIPT`.
-    pub(super) async fn renew_batch(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
+    /// second round trip for the renewals answered `NOSCRIPT`. `timeout`
+    /// is the caller's for the whole batch, when it says (see
+    /// [`RedisStore::group_budget`]).
+    pub(super) async fn renew_batch(
+        &self,
+        renewals: &[Renewal],
+        timeout: Option<Duration>,
+    ) -> Result<Vec<Fence>, StoreError> {
         if renewals.is_empty() {
             return Ok(Vec::new());
         }
         if let RenewalConnection::Primaries(primaries) = &*self.renewals {
-            return self.renew_on_primaries(primaries, renewals).await;
+            return self.renew_on_primaries(primaries, renewals, self.group_budget(timeout, true)).await;
         }
         let connection = self.renewal_connection().await?;
         // Positions of the renewals in each group: one group per slot on a
@@ -284,7 +288,7 @@ impl RedisStore {
             groups.entry(slot).or_default().push(i);
         }
         let groups: Vec<Vec<usize>> = groups.into_values().collect();
-        let budget = self.group_budget();
+        let budget = self.group_budget(timeout, groups.len() > 1);
         let sent = groups.iter().map(|members| {
             let connection = connection.clone();
             async move {
@@ -296,16 +300,21 @@ impl RedisStore {
         gather(renewals.len(), &groups, answered)
     }
 
-    /// Each group's wait, so that a slot whose primary is down or hung
-    /// cannot hold the live slots' answers past the caller's own timeout
-    /// (which would lose them all): within half the response timeout, half
-    /// the keeper's timeout for the batch, and [`GROUP_BUDGET`]. (Half the
-    /// response timeout alone, with a response timeout over 4 s, outlasted
-    /// the keeper's default 2 s: one hung primary left every batch
-    /// unanswered.)
-    pub(super) fn group_budget(&self) -> Duration {
-        let own = self.endpoint.response_timeout.map_or(GROUP_BUDGET, |timeout| (timeout / 2).min(GROUP_BUDGET));
-        batch_timeout().map_or(own, |timeout| own.min(timeout / 2))
+    /// Each group's wait (a primary's, or a slot's), so that a group whose
+    /// primary is dead or hung cannot hold the others' answers past the
+    /// caller's own timeout (which would lose them all): under a caller's
+    /// `timeout` for the whole batch, three quarters of it when the batch
+    /// is split in several groups (so that the batch answers before the
+    /// caller gives up, on a loaded machine too), all of it for one; without one, half the response
+    /// timeout, or [`GROUP_BUDGET`]. (Half the response timeout under the
+    /// keeper, with a response timeout over 4 s, outlasted its default 2 s:
+    /// one hung primary left every batch unanswered.)
+    pub(super) fn group_budget(&self, timeout: Option<Duration>, several: bool) -> Duration {
+        match timeout {
+            Some(timeout) if several => timeout - timeout / 4,
+            Some(timeout) => timeout,
+            None => self.endpoint.response_timeout.map_or(GROUP_BUDGET, |timeout| timeout / 2),
+        }
     }
 }
 
