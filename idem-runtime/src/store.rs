@@ -193,17 +193,6 @@ pub trait Store: std::any::Any + Send + Sync {
         futures_util::future::join_all(each).await.into_iter().collect()
     }
 
-    /// [`Store::renew_many`] for a caller that gives up on the whole batch
-    /// after `timeout` (the lease keeper, with the store timeout): a store
-    /// that waits on several servers for one batch (a Redis Cluster's
-    /// primaries) bounds each wait within it, so that one server that does
-    /// not answer cannot hold the others' answers past it, which would leave
-    /// every lease of the batch unanswered. The default ignores `timeout`.
-    async fn renew_many_within(&self, renewals: &[Renewal], timeout: Duration) -> Result<Vec<Fence>, StoreError> {
-        let _ = timeout;
-        self.renew_many(renewals).await
-    }
-
     /// Stores `response` for `ttl`, if `token` still owns the key.
     async fn complete(
         &self,

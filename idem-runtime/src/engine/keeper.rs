@@ -276,8 +276,7 @@ fn renew(due: Vec<Arc<LeaseState>>, answers: &UnboundedSender<Answer>) {
         let answers = answers.clone();
         tokio::spawn(async move {
             let sent = Instant::now();
-            let renewed = store.renew_many_within(&renewals, timeout);
-            let call = AssertUnwindSafe(store_call(store.kind(), "renew", timeout, renewed));
+            let call = AssertUnwindSafe(store_call(store.kind(), "renew", timeout, store.renew_many(&renewals)));
             // A store that panics must not leave its leases waiting for an
             // answer forever: that would stop their renewals for good.
             let fences = call.catch_unwind().await.unwrap_or_else(|_| {

@@ -25,8 +25,6 @@ struct Flaky {
     stall_first: Option<Duration>,
     /// When each batch was sent.
     sent: parking_lot::Mutex<Vec<Instant>>,
-    /// The timeout each batch was sent with.
-    timeouts: parking_lot::Mutex<Vec<Duration>>,
 }
 
 #[async_trait]
@@ -60,11 +58,6 @@ impl Store for Flaky {
             return Err(StoreError::Unavailable { store: "flaky", message: "connection refused".into(), source: None });
         }
         self.inner.renew_many(renewals).await
-    }
-
-    async fn renew_many_within(&self, renewals: &[Renewal], timeout: Duration) -> Result<Vec<Fence>, StoreError> {
-        self.timeouts.lock().push(timeout);
-        self.renew_many(renewals).await
     }
 
     async fn complete(
@@ -111,23 +104,6 @@ fn hold(store: &Arc<Flaky>, lease: Duration) -> Lease {
     };
     let store: Arc<dyn Store> = Arc::clone(store) as Arc<dyn Store>;
     Lease::hold(store, key, token, lease, lease / 4, sent)
-}
-
-/// A store that waits on several servers for one batch (a Redis Cluster's
-/// primaries) bounds each wait within the batch's timeout, which the keeper
-/// gives it.
-#[test]
-fn a_store_renewing_a_batch_knows_its_timeout() {
-    let store = Arc::new(Flaky::default());
-    // Due after a third (200 ms); the store timeout is a quarter (150 ms).
-    let lease = hold(&store, Duration::from_millis(600));
-    let started = Instant::now();
-    while store.batches.load(Ordering::SeqCst) == 0 && started.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    drop(lease);
-    let seen = store.timeouts.lock().clone();
-    assert_eq!(seen.first(), Some(&Duration::from_millis(150)), "{seen:?}");
 }
 
 #[test]

@@ -316,11 +316,10 @@ impl RedisStore {
     /// keeps every key that reached its handler (as long as a replica that
     /// acknowledged is the one promoted, which Redis Cluster prefers). It
     /// costs a replica round trip on every first execution (see the README's
-    /// benchmarks); replays are unaffected. Keep `timeout` well below the
-    /// runtime's store timeout (a renewal batch of the lease keeper gives
-    /// each primary of a cluster, or each slot on a caller's connection,
-    /// three quarters of it, the round trips included) and below the
-    /// connection's response timeout.
+    /// benchmarks); replays are unaffected. Keep `timeout` below half the
+    /// connection's response timeout (a renewal batch gives each primary,
+    /// or each cluster slot on a caller's connection, that long) and below
+    /// the runtime's store timeout.
     pub fn with_replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
         self.acks = (replicas > 0).then_some(ReplicaAcks { replicas, timeout });
         self

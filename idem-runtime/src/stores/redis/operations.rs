@@ -90,14 +90,7 @@ impl Store for RedisStore {
     /// a cluster, one per primary on its own connection; per slot on a
     /// caller's cluster connection), sent together (see the type's docs).
     async fn renew_many(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
-        self.renew_batch(renewals, None).await
-    }
-
-    /// [`Store::renew_many`], each primary's (or slot's) pipeline answered
-    /// or given up within most of `timeout`, so that a dead or hung primary
-    /// leaves only its own renewals unanswered.
-    async fn renew_many_within(&self, renewals: &[Renewal], timeout: Duration) -> Result<Vec<Fence>, StoreError> {
-        self.renew_batch(renewals, Some(timeout)).await
+        self.renew_batch(renewals).await
     }
 
     async fn complete(

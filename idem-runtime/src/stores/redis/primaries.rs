@@ -252,8 +252,8 @@ impl Routes {
 
 impl RedisStore {
     /// A batch on a cluster's primaries: one pipeline on each primary's own
-    /// connection, all sent at once, the whole within `budget` (the group
-    /// budget; asking for the slot map first takes at most half of it). A primary
+    /// connection, all sent at once, the whole within the group budget
+    /// (asking for the slot map first takes at most half of it). A primary
     /// that fails or is late leaves its own renewals unanswered; its
     /// connection is made again, and the slot map asked for again, by the
     /// next batch. Renewals of slots the map does not know are unanswered.
@@ -261,8 +261,8 @@ impl RedisStore {
         &self,
         primaries: &Primaries,
         renewals: &[Renewal],
-        budget: Duration,
     ) -> Result<Vec<Fence>, StoreError> {
+        let budget = self.group_budget();
         let started = Instant::now();
         let slots: Vec<u16> = renewals.iter().map(|renewal| slot_of(&self.record_key(&renewal.key))).collect();
         let (groups, unmapped) = primaries.plan(&slots, budget / 2).await;

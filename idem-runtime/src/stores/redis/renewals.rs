@@ -51,7 +51,7 @@ impl RenewalConnection {
 }
 
 /// Longest wait for one group of renewals (a slot's, or a primary's) when
-/// neither the caller nor the connection has a timeout.
+/// the connection has no response timeout.
 const GROUP_BUDGET: Duration = Duration::from_secs(1);
 
 /// Why a renewal pipeline failed.
@@ -265,19 +265,13 @@ impl RedisStore {
     /// [`Store::renew_many`](crate::store::Store::renew_many): one round
     /// trip (on a cluster, one pipeline per primary, or per slot on a
     /// caller's connection, sent together), plus a `SCRIPT LOAD` and a
-    /// second round trip for the renewals answered `NOSCRIPT`. `timeout`
-    /// is the caller's for the whole batch, when it says (see
-    /// [`RedisStore::group_budget`]).
-    pub(super) async fn renew_batch(
-        &self,
-        renewals: &[Renewal],
-        timeout: Option<Duration>,
-    ) -> Result<Vec<Fence>, StoreError> {
+    /// second round trip for the renewals answered `NOSCRIPT`.
+    pub(super) async fn renew_batch(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
         if renewals.is_empty() {
             return Ok(Vec::new());
         }
         if let RenewalConnection::Primaries(primaries) = &*self.renewals {
-            return self.renew_on_primaries(primaries, renewals, self.group_budget(timeout, true)).await;
+            return self.renew_on_primaries(primaries, renewals).await;
         }
         let connection = self.renewal_connection().await?;
         // Positions of the renewals in each group: one group per slot on a
@@ -288,7 +282,7 @@ impl RedisStore {
             groups.entry(slot).or_default().push(i);
         }
         let groups: Vec<Vec<usize>> = groups.into_values().collect();
-        let budget = self.group_budget(timeout, groups.len() > 1);
+        let budget = self.group_budget();
         let sent = groups.iter().map(|members| {
             let connection = connection.clone();
             async move {
@@ -300,21 +294,11 @@ impl RedisStore {
         gather(renewals.len(), &groups, answered)
     }
 
-    /// Each group's wait (a primary's, or a slot's), so that a group whose
-    /// primary is dead or hung cannot hold the others' answers past the
-    /// caller's own timeout (which would lose them all): under a caller's
-    /// `timeout` for the whole batch, three quarters of it when the batch
-    /// is split in several groups (so that the batch answers before the
-    /// caller gives up, on a loaded machine too), all of it for one; without one, half the response
-    /// timeout, or [`GROUP_BUDGET`]. (Half the response timeout under the
-    /// keeper, with a response timeout over 4 s, outlasted its default 2 s:
-    /// one hung primary left every batch unanswered.)
-    pub(super) fn group_budget(&self, timeout: Option<Duration>, several: bool) -> Duration {
-        match timeout {
-            Some(timeout) if several => timeout - timeout / 4,
-            Some(timeout) => timeout,
-            None => self.endpoint.response_timeout.map_or(GROUP_BUDGET, |timeout| timeout / 2),
-        }
+    /// Each group's wait: within half the response timeout, so that a slot
+    /// whose primary is down cannot hold the live slots' answers past the
+    /// caller's own timeout (which would lose them all).
+    pub(super) fn group_budget(&self) -> Duration {
+        self.endpoint.response_timeout.map_or(GROUP_BUDGET, |timeout| timeout / 2)
     }
 }
 
