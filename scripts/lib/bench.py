@@ -102,16 +102,12 @@ def process_cpu_seconds(name):
     """User + system CPU time of every process whose command is `name`."""
     total = 0.0
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                text = f.read()
-        except OSError:
-            continue
-        if text.split("(", 1)[1].rsplit(")", 1)[0] == name:
-            fields = text.rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            with open(f"/proc/{entry}/comm") as f:
+                if f.read().strip() == name:
+                    total += cpu_seconds(int(entry))
+        except (OSError, ValueError):
+            continue  # not a process, or one that ended meanwhile
     return total
 
 
