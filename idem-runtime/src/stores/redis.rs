@@ -4,6 +4,7 @@
 mod connection;
 mod durability;
 mod error;
+mod layout;
 mod local;
 mod operations;
 mod primaries;
@@ -424,6 +425,13 @@ impl RedisStore {
             reply => reply,
         };
         reply.map_err(|e| self.endpoint.error(operation, e))
+    }
+
+    /// A plain command on the connection this thread's operations go
+    /// through (see [`RedisStore::run`]).
+    async fn query(&self, operation: &str, command: &Cmd) -> Result<Value, StoreError> {
+        let mut connection = self.connection_here();
+        command.query_async(&mut connection).await.map_err(|e| self.endpoint.error(operation, e))
     }
 
     /// Like [`RedisStore::run`], then, with replica acknowledgements on,

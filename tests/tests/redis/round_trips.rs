@@ -1,7 +1,9 @@
 //! Round trips per store operation, as a private Redis server sees them
-//! through `MONITOR`: a replay is one command, a first execution two (claim
-//! and complete), a renewal one; a batch of renewals is one script call per
-//! lease, from a connection of its own.
+//! through `MONITOR`: a replay is one command (`SET NX GET`), a first
+//! execution two (that `SET` and the completion's script), a renewal one; a
+//! claim that finds the key in flight or released is two (the `SET`, then
+//! `claim.lua`); a batch of renewals is one script call per lease, from a
+//! connection of its own.
 //!
 //! `MONITOR` rather than `INFO commandstats`, because commandstats also
 //! counts the commands a script runs inside the server (`HMGET`, `PEXPIRE`,
@@ -78,9 +80,13 @@ fn evalsha(times: usize) -> Vec<String> {
     vec!["EVALSHA".to_owned(); times]
 }
 
+fn commands(names: &[&str]) -> Vec<String> {
+    names.iter().map(|&name| name.to_owned()).collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn each_operation_is_one_command() {
-    let Some(server) = RedisServer::start("each_operation_is_one_command") else {
+async fn each_operation_is_one_command_but_the_claim_of_a_key_in_flight() {
+    let Some(server) = RedisServer::start("each_operation_is_one_command_but_the_claim_of_a_key_in_flight") else {
         return;
     };
     let mut observer = Observer::new(&server).await;
@@ -94,13 +100,16 @@ async fn each_operation_is_one_command() {
         other => panic!("expected the key to be acquired, got {other:?}"),
     };
     assert_eq!(store.complete(&key, token, &response(b"created"), TTL).await.unwrap(), Fence::Held);
-    assert_eq!(observer.mark().await, evalsha(2), "a first execution");
+    assert_eq!(observer.mark().await, commands(&["SET", "EVALSHA"]), "a first execution");
 
-    // Replay: one command.
+    // Replay: one command; so is a mismatch.
     assert_eq!(store.claim(&key, &request, LEASE, TTL).await.unwrap(), Claim::Replay(response(b"created")));
-    assert_eq!(observer.mark().await, evalsha(1), "a replay");
+    assert_eq!(observer.mark().await, commands(&["SET"]), "a replay");
+    assert_eq!(store.claim(&key, &fingerprint("order 43"), LEASE, TTL).await.unwrap(), Claim::Mismatch);
+    assert_eq!(observer.mark().await, commands(&["SET"]), "a mismatch");
 
-    // A heartbeat on an in-flight key: one command; so is a duplicate's claim.
+    // A heartbeat on an in-flight key: one command; a duplicate's claim two,
+    // the second judging the lease.
     let key = fresh_key();
     let token = match store.claim(&key, &request, LEASE, TTL).await.unwrap() {
         Claim::Acquired { token, .. } => token,
@@ -110,7 +119,7 @@ async fn each_operation_is_one_command() {
     assert_eq!(store.renew(&key, token, LEASE).await.unwrap(), Fence::Held);
     assert_eq!(observer.mark().await, evalsha(1), "a renewal");
     assert!(matches!(store.claim(&key, &request, LEASE, TTL).await.unwrap(), Claim::InFlight { .. }));
-    assert_eq!(observer.mark().await, evalsha(1), "an in-flight duplicate");
+    assert_eq!(observer.mark().await, commands(&["SET", "EVALSHA"]), "an in-flight duplicate");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -123,11 +132,14 @@ async fn scripts_come_back_after_a_flush_at_the_cost_of_one_load() {
     let () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut observer.admin).await.expect("SCRIPT FLUSH");
     observer.mark().await;
     let (key, request) = (fresh_key(), fingerprint("after flush"));
+    // A free key needs no script.
     assert!(matches!(store.claim(&key, &request, LEASE, TTL).await.unwrap(), Claim::Acquired { .. }));
+    assert_eq!(observer.mark().await, ["SET"]);
     // EVALSHA answered NOSCRIPT, then SCRIPT LOAD and EVALSHA again.
-    assert_eq!(observer.mark().await, ["EVALSHA", "SCRIPT", "EVALSHA"]);
     assert!(matches!(store.claim(&key, &request, LEASE, TTL).await.unwrap(), Claim::InFlight { .. }));
-    assert_eq!(observer.mark().await, evalsha(1), "loaded again for good");
+    assert_eq!(observer.mark().await, ["SET", "EVALSHA", "SCRIPT", "EVALSHA"]);
+    assert!(matches!(store.claim(&key, &request, LEASE, TTL).await.unwrap(), Claim::InFlight { .. }));
+    assert_eq!(observer.mark().await, ["SET", "EVALSHA"], "loaded again for good");
 }
 
 async fn acquire(store: &RedisStore, key: &StorageKey) -> FencingToken {

@@ -5,14 +5,16 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use redis::Value;
 
 use super::RedisStore;
+use super::layout;
 use super::reply;
 use super::scripts::millis;
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, StoredResponse};
 use crate::scope::StorageKey;
-use crate::store::{Claim, Fence, FencingToken, Renewal, Store, StoreError};
+use crate::store::{Attempt, Claim, Fence, FencingToken, Renewal, Store, StoreError};
 
 impl RedisStore {
     /// With replica acknowledgements on, makes a won claim durable before
@@ -43,6 +45,23 @@ impl RedisStore {
         }
         Err(failed)
     }
+
+    /// `claim.lua`: the claim of a record in flight or released.
+    async fn claim_by_script(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        token: FencingToken,
+        lease_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<Claim, StoreError> {
+        let reply = self
+            .run("claim", &self.scripts.claim, key, |args| {
+                args.arg(fingerprint.as_bytes().as_slice()).arg(token.to_bytes().as_slice()).arg(lease_ms).arg(ttl_ms);
+            })
+            .await?;
+        reply::claim(reply, token)
+    }
 }
 
 #[async_trait]
@@ -59,15 +78,34 @@ impl Store for RedisStore {
         ttl: Duration,
     ) -> Result<Claim, StoreError> {
         let token = FencingToken::generate();
-        let reply = self
-            .run("claim", &self.scripts.claim, key, |args| {
-                args.arg(fingerprint.as_bytes().as_slice())
-                    .arg(token.to_bytes().as_slice())
-                    .arg(millis(lease))
-                    .arg(millis(ttl.max(lease)));
-            })
-            .await?;
-        let claim = reply::claim(reply, token)?;
+        let (lease_ms, ttl_ms) = (millis(lease), millis(ttl.max(lease)));
+        // One plain `SET NX GET`: it creates the record of a free key and
+        // hands back any other, which answers a completed one (a replay or
+        // a mismatch) at once. A record in flight or released is claimed by
+        // `claim.lua`, in a second round trip, which judges its lease.
+        let mut set = redis::cmd("SET");
+        set.arg(self.record_key(key))
+            .arg(layout::claimed(fingerprint, token, lease_ms, ttl_ms))
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .arg("GET");
+        let claim = match self.query("claim", &set).await {
+            Ok(Value::Nil) => Claim::Acquired { token, attempt: Attempt::First },
+            Ok(Value::BulkString(record)) => match reply::stored(&record)? {
+                layout::Stored::Completed { fingerprint: stored, response } if stored == *fingerprint => {
+                    Claim::Replay(reply::response(response)?)
+                }
+                layout::Stored::Completed { .. } => Claim::Mismatch,
+                _ => self.claim_by_script(key, fingerprint, token, lease_ms, ttl_ms).await?,
+            },
+            Ok(other) => return Err(reply::corrupt(format!("unexpected claim reply {other:?}"))),
+            // A server at `maxmemory` refuses every `SET`, even one that
+            // would write nothing: the script still answers a replay, a
+            // mismatch and a key in flight, and refuses a new claim.
+            Err(StoreError::Full { .. }) => self.claim_by_script(key, fingerprint, token, lease_ms, ttl_ms).await?,
+            Err(error) => return Err(error),
+        };
         if self.acks.is_some() && matches!(claim, Claim::Acquired { .. }) {
             self.confirm_claim(key, token, lease).await?;
         }

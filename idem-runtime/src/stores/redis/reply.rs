@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::fingerprint::Fingerprint;
+use super::layout::{self, Stored};
 use crate::record::{Record, RecordState, StoredResponse};
 use crate::store::{Attempt, Claim, Fence, FencingToken, StoreError};
 
@@ -13,7 +13,7 @@ use crate::store::{Attempt, Claim, Fence, FencingToken, StoreError};
 const IN_FLIGHT: i64 = 3;
 const MISMATCH: i64 = 4;
 
-fn corrupt(message: impl Into<String>) -> StoreError {
+pub(super) fn corrupt(message: impl Into<String>) -> StoreError {
     StoreError::Corrupt { store: "redis", message: message.into() }
 }
 
@@ -33,20 +33,8 @@ fn required_bytes(value: Value, what: &str) -> Result<Vec<u8>, StoreError> {
     }
 }
 
-fn response(bytes: &[u8]) -> Result<StoredResponse, StoreError> {
+pub(super) fn response(bytes: &[u8]) -> Result<StoredResponse, StoreError> {
     StoredResponse::from_bytes(bytes).map_err(|e| corrupt(e.to_string()))
-}
-
-fn token(bytes: &[u8]) -> Result<FencingToken, StoreError> {
-    let bytes: [u8; 16] =
-        bytes.try_into().map_err(|_| corrupt(format!("a fencing token of {} bytes, expected 16", bytes.len())))?;
-    Ok(FencingToken::from_bytes(bytes))
-}
-
-fn fingerprint(bytes: &[u8]) -> Result<Fingerprint, StoreError> {
-    let bytes: [u8; 32] =
-        bytes.try_into().map_err(|_| corrupt(format!("a fingerprint of {} bytes, expected 32", bytes.len())))?;
-    Ok(Fingerprint::from_bytes(bytes))
 }
 
 /// The reply of `claim.lua`; `token` is the one the script was given.
@@ -86,44 +74,34 @@ pub(super) fn fence(value: Value) -> Result<Fence, StoreError> {
     }
 }
 
-/// Reply codes of `get.lua`.
-const NO_RECORD: i64 = 0;
-const RECORD_IN_FLIGHT: i64 = 1;
-const RECORD_COMPLETED: i64 = 2;
-const RECORD_RELEASED: i64 = 3;
+/// A record's value read back, or [`StoreError::Corrupt`].
+pub(super) fn stored(value: &[u8]) -> Result<Stored<'_>, StoreError> {
+    layout::read(value).map_err(corrupt)
+}
 
-/// The reply of `get.lua`: a code, then the fields of that state.
+/// The reply of `get.lua`: `{0}` (no record) or `{1, the record, PTTL}`.
 pub(super) fn record(value: Value) -> Result<Option<Record>, StoreError> {
     let Value::Array(items) = value else {
         return Err(corrupt(format!("unexpected record reply {value:?}")));
     };
-    let mut items = items.into_iter();
-    let code = match items.next() {
-        Some(Value::Int(code)) => code,
-        other => return Err(corrupt(format!("unexpected record reply code {other:?}"))),
+    let (value, left) = match <[Value; 3]>::try_from(items) {
+        Ok([Value::Int(1), value, left]) => (required_bytes(value, "record")?, left),
+        Err(items) if matches!(items[..], [Value::Int(0)]) => return Ok(None),
+        Ok(items) => return Err(corrupt(format!("unexpected record reply {items:?}"))),
+        Err(items) => return Err(corrupt(format!("unexpected record reply {items:?}"))),
     };
-    let mut next = |what: &str| items.next().ok_or_else(|| corrupt(format!("a record reply without its {what}")));
-    if code == NO_RECORD {
-        return Ok(None);
-    }
-    let fingerprint = fingerprint(&required_bytes(next("fingerprint")?, "fingerprint")?)?;
-    let state = match code {
-        RECORD_IN_FLIGHT => {
-            let token = token(&required_bytes(next("fencing token")?, "fencing token")?)?;
-            let lease_left = time_left(&next("lease")?)?;
-            RecordState::InFlight { token, lease_left, ttl_left: time_left(&next("time to live")?)? }
+    let ttl_left = time_left(&left)?;
+    let Value::Int(left_ms) = left else { unreachable!("time_left accepts integers only") };
+    let (fingerprint, state) = match stored(&value)? {
+        Stored::InFlight { fingerprint, token, mark, .. } => {
+            (fingerprint, RecordState::InFlight { token, lease_left: layout::lease_left(mark, left_ms), ttl_left })
         }
-        RECORD_COMPLETED => {
-            let response = response(&required_bytes(next("stored response")?, "stored response")?)?;
-            RecordState::Completed { response, ttl_left: time_left(&next("time to live")?)? }
+        Stored::Completed { fingerprint, response: stored } => {
+            (fingerprint, RecordState::Completed { response: response(stored)?, ttl_left })
         }
-        RECORD_RELEASED => RecordState::Released { ttl_left: time_left(&next("time to live")?)? },
-        other => return Err(corrupt(format!("unexpected record reply code {other}"))),
+        Stored::Released { fingerprint } => (fingerprint, RecordState::Released { ttl_left }),
     };
-    match items.next() {
-        None => Ok(Some(Record { fingerprint, state })),
-        Some(extra) => Err(corrupt(format!("a record reply with an extra {extra:?}"))),
-    }
+    Ok(Some(Record { fingerprint, state }))
 }
 
 #[cfg(test)]
@@ -131,6 +109,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
+    use crate::fingerprint::Fingerprint;
 
     fn stored() -> StoredResponse {
         StoredResponse { status: 200, headers: vec![("x".into(), b"1".to_vec())], body: Bytes::from_static(b"\x00ok") }
@@ -169,19 +148,24 @@ mod tests {
             assert!(matches!(claim(bad, token), Err(StoreError::Corrupt { .. })));
         }
         assert!(matches!(fence(Value::Int(2)), Err(StoreError::Corrupt { .. })));
-        let fp = || Value::BulkString(vec![0; 32]);
+        let in_flight = |mark: &[u8]| {
+            let mut value = layout::claimed(&Fingerprint::from_bytes([7; 32]), FencingToken::generate(), 1, 2);
+            value.truncate(50);
+            value.extend_from_slice(mark);
+            Value::BulkString(value)
+        };
         for bad in [
             Value::Nil,
             Value::Boolean(false),
             Value::Array(vec![]),
-            Value::Array(vec![Value::Int(9), fp(), Value::Int(10)]),
-            // A token of the wrong length.
-            Value::Array(vec![Value::Int(1), fp(), Value::BulkString(vec![0; 15]), Value::Int(1), Value::Int(10)]),
-            // A missing field, an extra one, a fingerprint that is not bytes.
-            Value::Array(vec![Value::Int(1), fp(), Value::BulkString(vec![0; 16]), Value::Int(1)]),
-            Value::Array(vec![Value::Int(3), fp(), Value::Int(10), Value::Int(10)]),
-            Value::Array(vec![Value::Int(3), Value::Boolean(false), Value::Int(10)]),
-            Value::Array(vec![Value::Int(2), fp(), Value::Nil, Value::Int(10)]),
+            Value::Array(vec![Value::Int(9)]),
+            Value::Array(vec![Value::Int(2), in_flight(b"1"), Value::Int(10)]),
+            Value::Array(vec![Value::Int(1), in_flight(b"1")]),
+            Value::Array(vec![Value::Int(1), in_flight(b"1"), Value::Int(10), Value::Int(10)]),
+            Value::Array(vec![Value::Int(1), in_flight(b"x"), Value::Int(10)]),
+            Value::Array(vec![Value::Int(1), Value::BulkString(b"OK".to_vec()), Value::Int(10)]),
+            Value::Array(vec![Value::Int(1), Value::Int(5), Value::Int(10)]),
+            Value::Array(vec![Value::Int(1), in_flight(b"1"), Value::Nil]),
         ] {
             assert!(matches!(record(bad.clone()), Err(StoreError::Corrupt { .. })), "{bad:?}");
         }
@@ -192,23 +176,19 @@ mod tests {
         assert_eq!(record(Value::Array(vec![Value::Int(0)])).unwrap(), None);
         let token = FencingToken::generate();
         let fp = Fingerprint::from_bytes([7; 32]);
-        let fp_value = || Value::BulkString(fp.as_bytes().to_vec());
-        let in_flight = Value::Array(vec![
-            Value::Int(1),
-            fp_value(),
-            Value::BulkString(token.to_bytes().to_vec()),
-            Value::Int(250),
-            Value::Int(90_000),
-        ]);
-        let (lease_left, ttl_left) = (Duration::from_millis(250), Duration::from_secs(90));
+        let read = |value: Vec<u8>, left: i64| {
+            record(Value::Array(vec![Value::Int(1), Value::BulkString(value), Value::Int(left)])).unwrap()
+        };
+        // Claimed with a lease of 1 s in a TTL of 100 s, 750 ms ago.
+        let in_flight = read(layout::claimed(&fp, token, 1_000, 100_000), 99_250);
+        let (lease_left, ttl_left) = (Duration::from_millis(250), Duration::from_millis(99_250));
         let expected = RecordState::InFlight { token, lease_left, ttl_left };
-        assert_eq!(record(in_flight).unwrap(), Some(Record { fingerprint: fp, state: expected }));
-        let completed =
-            Value::Array(vec![Value::Int(2), fp_value(), Value::BulkString(stored().to_bytes()), Value::Int(-1)]);
+        assert_eq!(in_flight, Some(Record { fingerprint: fp, state: expected }));
+        let completed = [&b"C"[..], fp.as_bytes(), &token.to_bytes(), &stored().to_bytes()].concat();
         let expected = RecordState::Completed { response: stored(), ttl_left: Duration::ZERO };
-        assert_eq!(record(completed).unwrap(), Some(Record { fingerprint: fp, state: expected }));
-        let released = Value::Array(vec![Value::Int(3), fp_value(), Value::Int(1_500)]);
+        assert_eq!(read(completed, -1), Some(Record { fingerprint: fp, state: expected }));
+        let released = [&b"R"[..], fp.as_bytes()].concat();
         let expected = RecordState::Released { ttl_left: Duration::from_millis(1_500) };
-        assert_eq!(record(released).unwrap(), Some(Record { fingerprint: fp, state: expected }));
+        assert_eq!(read(released, 1_500), Some(Record { fingerprint: fp, state: expected }));
     }
 }

@@ -2,11 +2,10 @@
 //!
 //! Every script touches exactly one key, the record, so it runs unchanged on
 //! Redis Cluster. All time is the Redis server's: a record's TTL is its
-//! key's expiry (`PEXPIRE`, read back with `PTTL`), so a record past its TTL
-//! is simply a missing key; a lease's end is a field of the record in
-//! milliseconds of the server's `TIME`, which the scripts compare with
-//! `TIME` again. (Scripts that call `TIME` before writing are replicated by
-//! their effects, the only mode since Redis 7 and the default since 5.)
+//! key's expiry (`PX`, `PEXPIRE`, read back with `PTTL`), so a record past
+//! its TTL is simply a missing key, and a lease is a mark in the record
+//! that the key's `PTTL` is compared with (see `layout.rs`). No script reads
+//! a clock as a number.
 
 use std::time::Duration;
 
@@ -94,11 +93,14 @@ mod tests {
     #[test]
     fn every_script_reading_a_lease_uses_the_server_clock() {
         for (_, source) in Scripts::new().all() {
-            // Each script reads the lease field; its "now" must be Redis's
-            // TIME, never a value sent by the application.
-            assert!(source.contains("'lease'"), "{source}");
-            assert!(source.contains("redis.call('TIME')"), "{source}");
-            assert!(!source.contains("os."), "{source} reads a clock other than the server's");
+            // Each script reads the record; a lease is judged by the key's
+            // expiry on the server, never by a time sent by the application
+            // or read from another clock.
+            assert!(source.contains("redis.call('GET', KEYS[1])"), "{source}");
+            assert!(source.contains("redis.call('PTTL', KEYS[1])"), "{source}");
+            for clock in ["os.", "'TIME'"] {
+                assert!(!source.contains(clock), "{source} reads a clock: {clock}");
+            }
         }
     }
 }
