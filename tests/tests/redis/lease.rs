@@ -132,9 +132,11 @@ fn keeper_renewals_do_not_wait_for_a_stalled_application_runtime() {
 }
 
 /// A server at `maxmemory` under `noeviction` refuses new claims, but still
-/// renews and releases the leases of running handlers: refusing renewals
-/// would let their leases lapse, and a retry run them again once memory is
-/// free.
+/// renews, releases and completes the leases of running handlers: refusing
+/// renewals would let their leases lapse, and a retry run them again once
+/// memory is free. Replays, mismatches and duplicates in flight are still
+/// answered (Redis refuses the claim's `SET` at `maxmemory` even when it
+/// would write nothing; the claim script answers them).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_server_keeps_running_leases_and_refuses_new_claims() {
     let test = "a_full_server_keeps_running_leases_and_refuses_new_claims";
@@ -152,13 +154,19 @@ async fn a_full_server_keeps_running_leases_and_refuses_new_claims() {
 
     let error = store.claim(&fresh_key(), &request, LEASE, TTL).await.unwrap_err();
     assert!(error.to_string().to_lowercase().contains("full") || error.to_string().contains("OOM"), "{error}");
+    assert!(matches!(store.claim(&running, &request, LEASE, TTL).await.unwrap(), Claim::InFlight { .. }));
+    assert_eq!(store.claim(&running, &fingerprint("other"), LEASE, TTL).await.unwrap(), Claim::Mismatch);
     assert_eq!(store.release(&released, other).await.unwrap(), Fence::Held, "released at maxmemory");
+    // The released key's same request would run again: a new claim, refused.
+    assert!(store.claim(&released, &request, LEASE, TTL).await.is_err(), "a claim after a release at maxmemory");
     for _ in 0..3 {
         let renewal = [Renewal { key: running.clone(), token, lease: LEASE }];
         assert_eq!(store.renew_many(&renewal).await.unwrap(), [Fence::Held], "renewed at maxmemory");
         tokio::time::sleep(LEASE / 2).await;
     }
     assert_eq!(store.complete(&running, token, &response(b"done"), TTL).await.unwrap(), Fence::Held);
+    assert_eq!(store.claim(&running, &request, LEASE, TTL).await.unwrap(), Claim::Replay(response(b"done")));
+    assert_eq!(store.claim(&running, &fingerprint("other"), LEASE, TTL).await.unwrap(), Claim::Mismatch);
 
     let () = config("maxmemory", "0").query_async(&mut admin).await.unwrap();
     assert_eq!(store.claim(&running, &request, LEASE, TTL).await.unwrap(), Claim::Replay(response(b"done")));

@@ -106,3 +106,36 @@ async fn a_completion_sent_again_is_held_and_no_other_is() {
     assert_eq!(store.complete(&key, stranger, &response(b"done"), LEASE).await.unwrap(), Fence::Lost);
     assert_eq!(store.claim(&key, &fingerprint("a"), LEASE, LEASE).await.unwrap(), Claim::Replay(response(b"done")));
 }
+
+/// A key holding something other than a record of this layout (a hash, as
+/// the earlier versions kept a record; or any other value) is refused, fail
+/// closed: never overwritten, never taken for a free key.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_holding_no_record_of_this_layout_is_refused_and_kept() {
+    let Some((store, mut connection)) = shared("a_key_holding_no_record_of_this_layout_is_refused_and_kept").await
+    else {
+        return;
+    };
+    let (hash, text) = (fresh_key(), fresh_key());
+    let () = redis::cmd("HSET")
+        .arg(store.record_key(&hash))
+        .arg("fp")
+        .arg(fingerprint("a").as_bytes().as_slice())
+        .arg("resp")
+        .arg(response(b"done").to_bytes())
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let () = redis::cmd("SET").arg(store.record_key(&text)).arg("OK").query_async(&mut connection).await.unwrap();
+    for key in [&hash, &text] {
+        let error = store.claim(key, &fingerprint("a"), LEASE, LEASE).await.unwrap_err();
+        assert!(!error.to_string().is_empty());
+        assert!(store.get(key).await.is_err(), "a get of {key:?}");
+        let stranger = FencingToken::generate();
+        assert!(!matches!(store.complete(key, stranger, &response(b"x"), LEASE).await, Ok(Fence::Held)));
+    }
+    let kind: String = redis::cmd("TYPE").arg(store.record_key(&hash)).query_async(&mut connection).await.unwrap();
+    assert_eq!(kind, "hash");
+    let kept: String = redis::cmd("GET").arg(store.record_key(&text)).query_async(&mut connection).await.unwrap();
+    assert_eq!(kept, "OK");
+}
