@@ -67,21 +67,27 @@ use crate::store::StoreError;
 /// # Ok(()) }
 /// ```
 ///
-/// # One round trip per operation
+/// # Round trips
 ///
-/// `claim`, `renew`, `complete`, `release` and `get` are each one Lua script
-/// sent with `EVALSHA` (loaded again on `NOSCRIPT`, after a server restart
-/// or `SCRIPT FLUSH`), so each is atomic on the server and costs one
-/// command: a replay is one `EVALSHA`, a first execution two (claim and
-/// complete). [`RedisStore::connect`] loads the scripts once up front.
+/// A claim is one plain `SET <record> <in flight> NX PX <ttl> GET`: it
+/// creates the record of a free key and hands back any record already
+/// there, so a first claim and a replay (or a mismatch) of a completed
+/// record are **one command**, with no script. A claim that finds the key
+/// in flight or released takes a second round trip, `claim.lua`, which
+/// judges the lease and may take the key over, atomically. `renew`,
+/// `complete`, `release` and `get` are each one Lua script sent with
+/// `EVALSHA` (loaded again on `NOSCRIPT`, after a server restart or
+/// `SCRIPT FLUSH`). A first execution is two commands (the claim's `SET`
+/// and `complete.lua`), a replay one. [`RedisStore::connect`] loads the
+/// scripts once up front.
 ///
 /// | script | does |
 /// |---|---|
-/// | `claim.lua` | acquires a free, expired, released or lapsed (same request) key; else reports replay, in flight or mismatch |
-/// | `renew.lua` | moves a live lease's end, and the key's expiry if the lease would outlive it |
-/// | `complete.lua` | stores the response, drops token and lease, sets the key's expiry to the TTL |
+/// | `claim.lua` | claims a key in flight or released: takes over a lapsed lease or a released key (same request), else reports in flight or mismatch |
+/// | `renew.lua` | moves a live lease's mark, and the key's expiry if the lease would outlive it |
+/// | `complete.lua` | stores the response in place of the lease, sets the key's expiry to the TTL |
 /// | `release.lua` | drops token and lease: the fingerprint stays until the key expires (a tombstone) |
-/// | `get.lua` | reads the record, its lease and its time left |
+/// | `get.lua` | reads the record and its time left |
 ///
 /// [`Store::renew_many`] sends one `renew.lua` call per lease (each touches
 /// its own key, so the batch is cluster-safe) in **one pipeline**, one round
@@ -94,36 +100,40 @@ use crate::store::StoreError;
 ///
 /// # Key layout
 ///
-/// One record is one Redis hash at `<prefix><storage key>`, where the
+/// One record is one Redis string at `<prefix><storage key>`, where the
 /// storage key is [`StorageKey::as_str`]: `idem:v1:{<hash tag>}:<rest>`,
 /// the two halves of a SHA-256 of the encoded scope, subject, method, route
 /// and key (the raw key and subject never reach Redis). The prefix is empty unless set
 /// with [`RedisStore::with_key_prefix`], and may not contain braces, so the
-/// record's `{hash tag}` decides its Redis Cluster slot. Fields:
+/// record's `{hash tag}` decides its Redis Cluster slot. The value:
 ///
-/// | field | holds | present |
-/// |---|---|---|
-/// | `fp` | request fingerprint, 32 raw bytes | always |
-/// | `tok` | owner's fencing token, 16 raw bytes | while in flight |
-/// | `lease` | end of the owner's lease, decimal milliseconds since 1970 by the server's `TIME` | while in flight |
-/// | `att` | which attempt the claim was (0 first, 1 after a release, 2 a takeover) | while in flight |
-/// | `resp` | the response, [`StoredResponse::to_bytes`] (binary, postcard) | once completed |
-/// | `done` | the token that completed it, so that the same completion sent again is recognised | once completed |
+/// | state | bytes |
+/// |---|---|
+/// | in flight | `L`, the request's fingerprint (32), the owner's fencing token (16), the attempt (`0` first, `1` after a release, `2` a takeover), the lease mark (decimal milliseconds) |
+/// | completed | `C`, the fingerprint, the completing token (so that the same completion sent again is recognised), the response ([`StoredResponse::to_bytes`], binary, postcard) |
+/// | released | `R`, the fingerprint (a tombstone) |
 ///
-/// A record with `fp` alone is *released* (a tombstone). One with `tok`
-/// whose `lease` has passed is a *lapsed* lease (its owner crashed or
-/// stalled): its token owns nothing any more, and only the same request may
-/// take it over.
+/// The key's expiry is the record's TTL: from the claim while in flight or
+/// released, never shorter than the lease (a renewal that would outlive it
+/// extends it), and the completion's TTL once completed. The lease is kept
+/// relative to it: the lease holds while the key's `PTTL` is above the
+/// mark (a claim writes the TTL minus the lease; a renewal, the `PTTL`
+/// minus the lease). An in-flight record whose lease ran out is a *lapsed*
+/// lease (its owner crashed or stalled): its token owns nothing any more,
+/// and only the same request may take it over. `ttl_left` is the `PTTL`,
+/// `lease_left` and `retry_after` the `PTTL` minus the mark. All time is
+/// Redis's own clock, never the application's: a record past its TTL is a
+/// missing key, and [`Store::purge_expired`] has nothing to do. After a
+/// failover, expiries (and so leases) are judged by the new primary's
+/// clock: keep the servers' clocks in sync (NTP). A record without expiry
+/// (`PERSIST` by hand, a restore) gets one again from the next claim or
+/// renewal, and its lease is then counted from there.
 ///
-/// The key's expiry (`PEXPIRE`) is the record's TTL: from the claim while in
-/// flight or released, never shorter than the lease (a renewal that would
-/// outlive it extends it), and the completion's TTL once completed.
-/// `ttl_left` comes from `PTTL`; `retry_after` and `lease_left` from the
-/// `lease` field and `TIME`. All time is Redis's own clock, never the
-/// application's: a record past its TTL is a missing key, and
-/// [`Store::purge_expired`] has nothing to do. After a failover, leases are
-/// judged by the new primary's clock: keep the servers' clocks in sync
-/// (NTP).
+/// The layout changed from a Redis hash in this version: a key holding
+/// anything else (a record of the earlier layout, another value) is
+/// refused, never overwritten ([`StoreError::Unavailable`], 503, until it
+/// expires). Do not run processes of the earlier layout beside this one
+/// on the same keys.
 ///
 /// # Sizes
 ///
@@ -134,12 +144,15 @@ use crate::store::StoreError;
 /// [`StoreError::Full`] without sending it. A server at `maxmemory` under
 /// `noeviction` refuses new claims with `OOM`, also reported as
 /// [`StoreError::Full`] (503 before any handler runs), but still renews and
-/// releases the leases of running handlers (`renew.lua` and `release.lua`
-/// carry the `allow-oom` flag), so none of them can lapse and run twice;
-/// completions start with a deletion, which Redis lets through too.
+/// releases and completes the leases of running handlers (`renew.lua`,
+/// `release.lua` and `complete.lua` carry the `allow-oom` flag), so none of
+/// them can lapse and run twice. Replays, mismatches and duplicates in
+/// flight are still answered: Redis refuses the claim's `SET` at
+/// `maxmemory` even when it would write nothing, and the claim then goes
+/// to `claim.lua`, which writes only to acquire.
 ///
-/// Requires Redis 7.0 or later (Valkey 7.2 or later): the scripts read the
-/// server's `TIME` and two of them carry script flags.
+/// Requires Redis 7.0 or later (Valkey 7.2 or later): the claim's `SET`
+/// takes `NX` and `GET` together, and three scripts carry script flags.
 ///
 /// # Deployment
 ///
