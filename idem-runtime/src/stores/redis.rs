@@ -129,11 +129,15 @@ use crate::store::StoreError;
 /// (`PERSIST` by hand, a restore) gets one again from the next claim or
 /// renewal, and its lease is then counted from there.
 ///
-/// The layout changed from a Redis hash in this version: a key holding
-/// anything else (a record of the earlier layout, another value) is
-/// refused, never overwritten ([`StoreError::Unavailable`], 503, until it
-/// expires). Do not run processes of the earlier layout beside this one
-/// on the same keys.
+/// The layout changed from a Redis hash in this version. During a rolling
+/// upgrade (and until they expire), records of the earlier layout are
+/// answered as the earlier version would (a replay, a mismatch, in
+/// flight), and a claim that acquires one (a lapsed lease, a tombstone)
+/// replaces it with a record of this layout; processes of the earlier
+/// version answer 503 for records of this layout (their scripts fail on a
+/// string: fail closed, nothing overwritten), so their retries wait for
+/// the upgrade to finish. A key holding anything else is refused
+/// ([`StoreError::Unavailable`], 503), never overwritten.
 ///
 /// # Sizes
 ///
@@ -149,7 +153,9 @@ use crate::store::StoreError;
 /// them can lapse and run twice. Replays, mismatches and duplicates in
 /// flight are still answered: Redis refuses the claim's `SET` at
 /// `maxmemory` even when it would write nothing, and the claim then goes
-/// to `claim.lua`, which writes only to acquire.
+/// to `claim.lua`, which writes only to acquire (so does any claim whose
+/// `SET` the server refuses: `NOREPLICAS` under `min-replicas-to-write`,
+/// `READONLY`, an ACL, a record of the earlier layout).
 ///
 /// Requires Redis 7.0 or later (Valkey 7.2 or later): the claim's `SET`
 /// takes `NX` and `GET` together, and three scripts carry script flags.
@@ -441,10 +447,16 @@ impl RedisStore {
     }
 
     /// A plain command on the connection this thread's operations go
-    /// through (see [`RedisStore::run`]).
-    async fn query(&self, operation: &str, command: &Cmd) -> Result<Value, StoreError> {
+    /// through (see [`RedisStore::run`]). `Err(Ok(..))` is an error reply of
+    /// the server (its command was refused), `Err(Err(..))` any other
+    /// failure.
+    async fn query(&self, operation: &str, command: &Cmd) -> Result<Value, Result<StoreError, StoreError>> {
         let mut connection = self.connection_here();
-        command.query_async(&mut connection).await.map_err(|e| self.endpoint.error(operation, e))
+        command.query_async(&mut connection).await.map_err(|e| {
+            let refused = e.code().is_some() && !e.is_timeout() && !e.is_io_error();
+            let error = self.endpoint.error(operation, e);
+            if refused { Ok(error) } else { Err(error) }
+        })
     }
 
     /// Like [`RedisStore::run`], then, with replica acknowledgements on,

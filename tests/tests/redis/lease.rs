@@ -87,6 +87,18 @@ async fn an_in_flight_record_stripped_of_its_expiry_cannot_hold_its_key_forever(
     }
     tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
     acquired(store.claim(&key, &request, LEASE, TTL).await.unwrap());
+
+    // Stripped again, and claimed with a longer TTL (the route's changed):
+    // the lease still runs a lease from the repair, not the difference.
+    let key = fresh_key();
+    acquired(store.claim(&key, &request, LEASE, TTL).await.unwrap());
+    let record = store.record_key(&key);
+    let persisted: i64 = redis::cmd("PERSIST").arg(&record).query_async(&mut raw).await.unwrap();
+    assert_eq!(persisted, 1);
+    match store.claim(&key, &request, LEASE, 100 * TTL).await.unwrap() {
+        Claim::InFlight { retry_after } => assert!(retry_after <= LEASE && !retry_after.is_zero(), "{retry_after:?}"),
+        other => panic!("expected in flight, got {other:?}"),
+    }
 }
 
 /// The lease keeper renews from a thread and a runtime of its own. Its
@@ -170,4 +182,30 @@ async fn a_full_server_keeps_running_leases_and_refuses_new_claims() {
 
     let () = config("maxmemory", "0").query_async(&mut admin).await.unwrap();
     assert_eq!(store.claim(&running, &request, LEASE, TTL).await.unwrap(), Claim::Replay(response(b"done")));
+}
+
+/// A server that refuses writes (here `min-replicas-to-write` without a
+/// replica) refuses the claim's `SET` even for a replay, which writes
+/// nothing: replays, mismatches and duplicates in flight are still
+/// answered, and only a claim that would write is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_refusing_writes_still_answers_replays() {
+    let test = "a_server_refusing_writes_still_answers_replays";
+    let Some(redis) = idem_tests::redis_server::RedisServer::start(test) else { return };
+    let store = idem_runtime::RedisStore::connect(&redis.url()).await.expect("connecting to the private Redis");
+    let (done, running) = (fresh_key(), fresh_key());
+    let request = fingerprint("charge 5 EUR");
+    let token = acquired(store.claim(&done, &request, LEASE, TTL).await.unwrap());
+    assert_eq!(store.complete(&done, token, &response(b"done"), TTL).await.unwrap(), Fence::Held);
+    acquired(store.claim(&running, &request, TTL, TTL).await.unwrap());
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let () =
+        redis::cmd("CONFIG").arg("SET").arg("min-replicas-to-write").arg("1").query_async(&mut admin).await.unwrap();
+
+    assert_eq!(store.claim(&done, &request, LEASE, TTL).await.unwrap(), Claim::Replay(response(b"done")));
+    assert_eq!(store.claim(&done, &fingerprint("other"), LEASE, TTL).await.unwrap(), Claim::Mismatch);
+    assert!(matches!(store.claim(&running, &request, LEASE, TTL).await.unwrap(), Claim::InFlight { .. }));
+    let error = store.claim(&fresh_key(), &request, LEASE, TTL).await.unwrap_err();
+    assert!(error.to_string().contains("NOREPLICAS"), "{error}");
 }

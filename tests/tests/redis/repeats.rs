@@ -5,7 +5,7 @@
 
 use idem_runtime::RedisStore;
 use idem_runtime::store::testing::{fingerprint, fresh_key, response};
-use idem_runtime::store::{Claim, Fence, FencingToken, Store};
+use idem_runtime::store::{Attempt, Claim, Fence, FencingToken, Store};
 use idem_tests::backend::{redis_store, url};
 use redis::Value;
 
@@ -107,35 +107,108 @@ async fn a_completion_sent_again_is_held_and_no_other_is() {
     assert_eq!(store.claim(&key, &fingerprint("a"), LEASE, LEASE).await.unwrap(), Claim::Replay(response(b"done")));
 }
 
-/// A key holding something other than a record of this layout (a hash, as
-/// the earlier versions kept a record; or any other value) is refused, fail
-/// closed: never overwritten, never taken for a free key.
+/// Records of the earlier layout (a hash: `fp`, `tok`, `lease` in
+/// milliseconds of the server's `TIME`, `resp`), as processes of the
+/// earlier version write them during a rolling upgrade: answered as that
+/// version would (a replay, a mismatch, in flight), and replaced by a
+/// record of this layout only when a claim acquires the key (a lapsed lease
+/// or a tombstone, by the same request).
 #[tokio::test(flavor = "multi_thread")]
-async fn a_key_holding_no_record_of_this_layout_is_refused_and_kept() {
-    let Some((store, mut connection)) = shared("a_key_holding_no_record_of_this_layout_is_refused_and_kept").await
+async fn records_of_the_earlier_layout_are_answered_and_taken_over() {
+    let Some((store, mut connection)) = shared("records_of_the_earlier_layout_are_answered_and_taken_over").await
     else {
         return;
     };
-    let (hash, text) = (fresh_key(), fresh_key());
-    let () = redis::cmd("HSET")
-        .arg(store.record_key(&hash))
-        .arg("fp")
-        .arg(fingerprint("a").as_bytes().as_slice())
-        .arg("resp")
-        .arg(response(b"done").to_bytes())
-        .query_async(&mut connection)
-        .await
-        .unwrap();
+    let fp = fingerprint("a");
+    let now_ms = |time: Vec<String>| time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000;
+    let now = now_ms(redis::cmd("TIME").query_async(&mut connection).await.unwrap());
+    let old = |key: &idem_runtime::store::StorageKey, fields: &[(&str, Vec<u8>)]| {
+        let mut command = redis::cmd("HSET");
+        command.arg(store.record_key(key));
+        for (name, value) in fields {
+            command.arg(*name).arg(value.as_slice());
+        }
+        command
+    };
+    let token = FencingToken::generate().to_bytes().to_vec();
+    let (completed, running, lapsed, released) = (fresh_key(), fresh_key(), fresh_key(), fresh_key());
+    let fields = [
+        (
+            &completed,
+            vec![("fp", fp.as_bytes().to_vec()), ("resp", response(b"done").to_bytes()), ("done", token.clone())],
+        ),
+        (
+            &running,
+            vec![
+                ("fp", fp.as_bytes().to_vec()),
+                ("tok", token.clone()),
+                ("lease", (now + 60_000).to_string().into_bytes()),
+            ],
+        ),
+        (
+            &lapsed,
+            vec![("fp", fp.as_bytes().to_vec()), ("tok", token.clone()), ("lease", (now - 1).to_string().into_bytes())],
+        ),
+        (&released, vec![("fp", fp.as_bytes().to_vec())]),
+    ];
+    for (key, fields) in &fields {
+        let () = old(key, fields).query_async(&mut connection).await.unwrap();
+        let () =
+            redis::cmd("PEXPIRE").arg(store.record_key(key)).arg(600_000).query_async(&mut connection).await.unwrap();
+    }
+    let kind = |key: &idem_runtime::store::StorageKey| redis::cmd("TYPE").arg(store.record_key(key)).clone();
+
+    assert_eq!(store.claim(&completed, &fp, LEASE, LEASE).await.unwrap(), Claim::Replay(response(b"done")));
+    assert_eq!(store.claim(&completed, &fingerprint("b"), LEASE, LEASE).await.unwrap(), Claim::Mismatch);
+    match store.claim(&running, &fp, LEASE, LEASE).await.unwrap() {
+        Claim::InFlight { retry_after } => assert!(retry_after.as_secs() > 50, "{retry_after:?}"),
+        other => panic!("an earlier version's lease in flight, not {other:?}"),
+    }
+    assert_eq!(store.claim(&running, &fingerprint("b"), LEASE, LEASE).await.unwrap(), Claim::Mismatch);
+    for key in [&completed, &running] {
+        let still: String = kind(key).query_async(&mut connection).await.unwrap();
+        assert_eq!(still, "hash", "answered, never rewritten");
+    }
+    assert_eq!(store.claim(&released, &fingerprint("b"), LEASE, LEASE).await.unwrap(), Claim::Mismatch);
+    for (key, expected) in [(&lapsed, Attempt::Takeover), (&released, Attempt::AfterRelease)] {
+        let token = match store.claim(key, &fp, LEASE, LEASE).await.unwrap() {
+            Claim::Acquired { token, attempt } => {
+                assert_eq!(attempt, expected);
+                token
+            }
+            other => panic!("the same request takes the key, not {other:?}"),
+        };
+        let now: String = kind(key).query_async(&mut connection).await.unwrap();
+        assert_eq!(now, "string", "replaced by a record of this layout");
+        assert_eq!(store.complete(key, token, &response(b"again"), LEASE).await.unwrap(), Fence::Held);
+        assert_eq!(store.claim(key, &fp, LEASE, LEASE).await.unwrap(), Claim::Replay(response(b"again")));
+    }
+}
+
+/// A key holding something that is no record (another string, a hash
+/// without a fingerprint, a list) is refused, fail closed: never
+/// overwritten, never taken for a free key.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_holding_no_record_is_refused_and_kept() {
+    let Some((store, mut connection)) = shared("a_key_holding_no_record_is_refused_and_kept").await else {
+        return;
+    };
+    let (text, hash, list) = (fresh_key(), fresh_key(), fresh_key());
     let () = redis::cmd("SET").arg(store.record_key(&text)).arg("OK").query_async(&mut connection).await.unwrap();
-    for key in [&hash, &text] {
-        let error = store.claim(key, &fingerprint("a"), LEASE, LEASE).await.unwrap_err();
-        assert!(!error.to_string().is_empty());
+    let () =
+        redis::cmd("HSET").arg(store.record_key(&hash)).arg("f").arg("v").query_async(&mut connection).await.unwrap();
+    let () = redis::cmd("RPUSH").arg(store.record_key(&list)).arg("x").query_async(&mut connection).await.unwrap();
+    for key in [&text, &hash, &list] {
+        assert!(store.claim(key, &fingerprint("a"), LEASE, LEASE).await.is_err(), "a claim of {key:?}");
         assert!(store.get(key).await.is_err(), "a get of {key:?}");
         let stranger = FencingToken::generate();
         assert!(!matches!(store.complete(key, stranger, &response(b"x"), LEASE).await, Ok(Fence::Held)));
     }
-    let kind: String = redis::cmd("TYPE").arg(store.record_key(&hash)).query_async(&mut connection).await.unwrap();
-    assert_eq!(kind, "hash");
     let kept: String = redis::cmd("GET").arg(store.record_key(&text)).query_async(&mut connection).await.unwrap();
     assert_eq!(kept, "OK");
+    let kept: String =
+        redis::cmd("HGET").arg(store.record_key(&hash)).arg("f").query_async(&mut connection).await.unwrap();
+    assert_eq!(kept, "v");
+    let kept: i64 = redis::cmd("LLEN").arg(store.record_key(&list)).query_async(&mut connection).await.unwrap();
+    assert_eq!(kept, 1);
 }

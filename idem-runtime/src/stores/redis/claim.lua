@@ -1,7 +1,9 @@
 -- Claims one idempotency record, or reports what holds it. The store first
 -- claims with one plain `SET NX PX GET` (operations.rs), which answers a
 -- free key and a completed record by itself; this script is the claim of a
--- record in flight or released, and of any record when the server is full.
+-- record in flight or released, and of any key whose SET the server
+-- refused (at maxmemory, without enough replicas, a record of the earlier
+-- layout).
 -- KEYS[1]  the record, a string laid out as layout.rs describes
 -- ARGV[1]  request fingerprint (32 bytes)
 -- ARGV[2]  fencing token for a new owner (16 bytes)
@@ -20,8 +22,40 @@
 -- missing key and its key is simply free. A record whose lease ran out, or
 -- that was released, keeps its fingerprint: the same request takes it
 -- over, another one is refused.
-local record = redis.call('GET', KEYS[1])
+local record = redis.pcall('GET', KEYS[1])
 local attempt = 0
+if type(record) == 'table' and record.err then
+  -- Not a string: a record of the earlier layout (a hash with the fields
+  -- fp, tok, lease as milliseconds of TIME, resp), during a rolling upgrade
+  -- and until it expires. It is answered as that version would (a replay,
+  -- a mismatch, in flight) and, to be acquired, replaced by a record of
+  -- this layout; anything else is refused.
+  if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then
+    return record
+  end
+  local old = redis.call('HMGET', KEYS[1], 'fp', 'resp', 'tok', 'lease')
+  if not old[1] then
+    return redis.error_reply('ERR not an idempotency record')
+  end
+  if old[1] ~= ARGV[1] then
+    return {4}
+  end
+  if old[2] then
+    return old[2]
+  end
+  if old[3] then
+    local time = redis.call('TIME')
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    local lease_end = tonumber(old[4]) or 0
+    if lease_end > now then
+      return {3, lease_end - now}
+    end
+    attempt = 2
+  else
+    attempt = 1
+  end
+  record = false
+end
 if record then
   local state, fp = string.sub(record, 1, 1), string.sub(record, 2, 33)
   if state == 'C' then
@@ -39,9 +73,14 @@ if record then
   local left = redis.call('PTTL', KEYS[1])
   if left == -1 then
     -- A record without expiry (PERSIST by hand, a restore) would keep its
-    -- fingerprint forever: give it this claim's time to live, and a lease
-    -- in flight at least a whole lease from now.
-    left = math.max(tonumber(ARGV[4]), mark + tonumber(ARGV[3]))
+    -- fingerprint forever: give it its own claim's time to live (the mark
+    -- plus a lease: its lease then runs a whole lease from now), or a
+    -- tombstone this claim's.
+    if state == 'L' then
+      left = mark + tonumber(ARGV[3])
+    else
+      left = tonumber(ARGV[4])
+    end
     redis.call('PEXPIRE', KEYS[1], left)
   end
   if fp ~= ARGV[1] then

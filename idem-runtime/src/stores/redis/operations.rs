@@ -100,11 +100,16 @@ impl Store for RedisStore {
                 _ => self.claim_by_script(key, fingerprint, token, lease_ms, ttl_ms).await?,
             },
             Ok(other) => return Err(reply::corrupt(format!("unexpected claim reply {other:?}"))),
-            // A server at `maxmemory` refuses every `SET`, even one that
-            // would write nothing: the script still answers a replay, a
-            // mismatch and a key in flight, and refuses a new claim.
-            Err(StoreError::Full { .. }) => self.claim_by_script(key, fingerprint, token, lease_ms, ttl_ms).await?,
-            Err(error) => return Err(error),
+            // Refused by the server: `SET` is a write even when it writes
+            // nothing, so a server that refuses writes (`OOM` at
+            // `maxmemory`, `NOREPLICAS` under `min-replicas-to-write`,
+            // `READONLY`, an ACL) refuses it for a replay too; and a key
+            // holding a record of the earlier layout (a hash) answers
+            // `WRONGTYPE`. The script answers all of these that it can (a
+            // replay, a mismatch, a key in flight), writes only to
+            // acquire, and fails closed on the rest.
+            Err(Ok(_refused)) => self.claim_by_script(key, fingerprint, token, lease_ms, ttl_ms).await?,
+            Err(Err(error)) => return Err(error),
         };
         if self.acks.is_some() && matches!(claim, Claim::Acquired { .. }) {
             self.confirm_claim(key, token, lease).await?;
