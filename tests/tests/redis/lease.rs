@@ -143,6 +143,18 @@ fn keeper_renewals_do_not_wait_for_a_stalled_application_runtime() {
     });
 }
 
+/// A private Redis (its settings are changed), a store on it and an
+/// administrator's connection, or `None` when the test is skipped.
+async fn private(
+    test: &str,
+) -> Option<(idem_tests::redis_server::RedisServer, idem_runtime::RedisStore, redis::aio::MultiplexedConnection)> {
+    let redis = idem_tests::redis_server::RedisServer::start(test)?;
+    let store = idem_runtime::RedisStore::connect(&redis.url()).await.expect("connecting to the private Redis");
+    let client = redis::Client::open(redis.url()).unwrap();
+    let admin = client.get_multiplexed_async_connection().await.expect("connecting the administrator");
+    Some((redis, store, admin))
+}
+
 /// A server at `maxmemory` under `noeviction` refuses new claims, but still
 /// renews, releases and completes the leases of running handlers: refusing
 /// renewals would let their leases lapse, and a retry run them again once
@@ -151,15 +163,14 @@ fn keeper_renewals_do_not_wait_for_a_stalled_application_runtime() {
 /// would write nothing; the claim script answers them).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_server_keeps_running_leases_and_refuses_new_claims() {
-    let test = "a_full_server_keeps_running_leases_and_refuses_new_claims";
-    let Some(redis) = idem_tests::redis_server::RedisServer::start(test) else { return };
-    let store = idem_runtime::RedisStore::connect(&redis.url()).await.expect("connecting to the private Redis");
+    let Some((_redis, store, mut admin)) = private("a_full_server_keeps_running_leases_and_refuses_new_claims").await
+    else {
+        return;
+    };
     let (running, released) = (fresh_key(), fresh_key());
     let request = fingerprint("charge 5 EUR");
     let token = acquired(store.claim(&running, &request, LEASE, TTL).await.unwrap());
     let other = acquired(store.claim(&released, &request, LEASE, TTL).await.unwrap());
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
     let config = |name: &'static str, value: &'static str| redis::cmd("CONFIG").arg("SET").arg(name).arg(value).clone();
     let () = config("maxmemory-policy", "noeviction").query_async(&mut admin).await.unwrap();
     let () = config("maxmemory", "1").query_async(&mut admin).await.unwrap();
@@ -190,16 +201,14 @@ async fn a_full_server_keeps_running_leases_and_refuses_new_claims() {
 /// answered, and only a claim that would write is refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_refusing_writes_still_answers_replays() {
-    let test = "a_server_refusing_writes_still_answers_replays";
-    let Some(redis) = idem_tests::redis_server::RedisServer::start(test) else { return };
-    let store = idem_runtime::RedisStore::connect(&redis.url()).await.expect("connecting to the private Redis");
+    let Some((_redis, store, mut admin)) = private("a_server_refusing_writes_still_answers_replays").await else {
+        return;
+    };
     let (done, running) = (fresh_key(), fresh_key());
     let request = fingerprint("charge 5 EUR");
     let token = acquired(store.claim(&done, &request, LEASE, TTL).await.unwrap());
     assert_eq!(store.complete(&done, token, &response(b"done"), TTL).await.unwrap(), Fence::Held);
     acquired(store.claim(&running, &request, TTL, TTL).await.unwrap());
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
     let () =
         redis::cmd("CONFIG").arg("SET").arg("min-replicas-to-write").arg("1").query_async(&mut admin).await.unwrap();
 
