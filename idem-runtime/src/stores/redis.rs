@@ -136,7 +136,8 @@ use crate::store::StoreError;
 /// replaces it with a record of this layout; processes of the earlier
 /// version answer 503 for records of this layout (their scripts fail on a
 /// string: fail closed, nothing overwritten), so their retries wait for
-/// the upgrade to finish. A key holding anything else is refused
+/// the upgrade to finish, and a rollback to the earlier version answers
+/// 503 on every key this version wrote, for up to one TTL. A key holding anything else is refused
 /// ([`StoreError::Unavailable`], 503), never overwritten.
 ///
 /// # Sizes
