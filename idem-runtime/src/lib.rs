@@ -187,4 +187,9 @@ pub mod __private {
 #[doc(hidden)]
 pub mod __fuzzing {
     pub use crate::canonical_json::{MAX_DEPTH, canonicalize};
+    /// The Redis store's record layout (feature `redis` too).
+    #[cfg(feature = "redis")]
+    pub use crate::stores::redis::layout::{
+        Stored as RedisRecord, claimed as redis_claimed, read as read_redis_record,
+    };
 }

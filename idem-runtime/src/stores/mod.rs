@@ -12,6 +12,6 @@ mod postgres;
 pub use self::postgres::{InvalidTableName, PostgresStore, SweeperHandle};
 
 #[cfg(feature = "redis")]
-mod redis;
+pub(crate) mod redis;
 #[cfg(feature = "redis")]
 pub use self::redis::{InvalidKeyPrefix, OnEviction, RedisConnection, RedisStore};

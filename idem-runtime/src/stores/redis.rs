@@ -4,7 +4,7 @@
 mod connection;
 mod durability;
 mod error;
-mod layout;
+pub(crate) mod layout;
 mod local;
 mod operations;
 mod primaries;

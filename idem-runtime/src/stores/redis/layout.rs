@@ -29,16 +29,36 @@ const RESPONSE: usize = 49;
 
 /// A record read back.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Stored<'a> {
-    InFlight { fingerprint: Fingerprint, token: FencingToken, attempt: Attempt, mark: u64 },
-    Completed { fingerprint: Fingerprint, response: &'a [u8] },
-    Released { fingerprint: Fingerprint },
+pub enum Stored<'a> {
+    /// `L`: a lease, held while the key's `PTTL` is above `mark`.
+    InFlight {
+        /// The claiming request's fingerprint.
+        fingerprint: Fingerprint,
+        /// The owner's fencing token.
+        token: FencingToken,
+        /// Which execution of the key it is.
+        attempt: Attempt,
+        /// The lease mark, in milliseconds of `PTTL`.
+        mark: u64,
+    },
+    /// `C`: a completed record.
+    Completed {
+        /// The request's fingerprint.
+        fingerprint: Fingerprint,
+        /// The stored response's bytes.
+        response: &'a [u8],
+    },
+    /// `R`: a tombstone.
+    Released {
+        /// The released request's fingerprint.
+        fingerprint: Fingerprint,
+    },
 }
 
 /// The value of a claim that acquires a free key: in flight, attempt 0, a
 /// lease of `lease_ms` within a record that lives `ttl_ms` (at least the
 /// lease).
-pub(super) fn claimed(fingerprint: &Fingerprint, token: FencingToken, lease_ms: u64, ttl_ms: u64) -> Vec<u8> {
+pub fn claimed(fingerprint: &Fingerprint, token: FencingToken, lease_ms: u64, ttl_ms: u64) -> Vec<u8> {
     let mark = ttl_ms.saturating_sub(lease_ms).to_string();
     let mut value = Vec::with_capacity(ATTEMPT + 1 + mark.len());
     value.push(b'L');
@@ -50,7 +70,7 @@ pub(super) fn claimed(fingerprint: &Fingerprint, token: FencingToken, lease_ms: 
 }
 
 /// Reads a record's value; `Err` says what is wrong with it.
-pub(super) fn read(value: &[u8]) -> Result<Stored<'_>, String> {
+pub fn read(value: &[u8]) -> Result<Stored<'_>, String> {
     let fingerprint = |value: &[u8]| -> Result<Fingerprint, String> {
         let bytes = value.get(FINGERPRINT).and_then(|bytes| <[u8; 32]>::try_from(bytes).ok());
         bytes.map(Fingerprint::from_bytes).ok_or_else(|| format!("a record of {} bytes", value.len()))
