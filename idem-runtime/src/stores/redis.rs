@@ -448,16 +448,9 @@ impl RedisStore {
     }
 
     /// A plain command on the connection this thread's operations go
-    /// through (see [`RedisStore::run`]). `Err(Ok(..))` is an error reply of
-    /// the server (its command was refused), `Err(Err(..))` any other
-    /// failure.
-    async fn query(&self, operation: &str, command: &Cmd) -> Result<Value, Result<StoreError, StoreError>> {
-        let mut connection = self.connection_here();
-        command.query_async(&mut connection).await.map_err(|e| {
-            let refused = e.code().is_some() && !e.is_timeout() && !e.is_io_error();
-            let error = self.endpoint.error(operation, e);
-            if refused { Ok(error) } else { Err(error) }
-        })
+    /// through (see [`RedisStore::run`]), its error as the client gave it.
+    async fn query(&self, command: &Cmd) -> redis::RedisResult<Value> {
+        command.query_async(&mut self.connection_here()).await
     }
 
     /// Like [`RedisStore::run`], then, with replica acknowledgements on,

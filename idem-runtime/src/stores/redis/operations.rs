@@ -90,7 +90,7 @@ impl Store for RedisStore {
             .arg("PX")
             .arg(ttl_ms)
             .arg("GET");
-        let claim = match self.query("claim", &set).await {
+        let claim = match self.query(&set).await {
             Ok(Value::Nil) => Claim::Acquired { token, attempt: Attempt::First },
             Ok(Value::BulkString(record)) => match reply::stored(&record)? {
                 layout::Stored::Completed { fingerprint: stored, response } if stored == *fingerprint => {
@@ -108,8 +108,11 @@ impl Store for RedisStore {
             // `WRONGTYPE`. The script answers all of these that it can (a
             // replay, a mismatch, a key in flight), writes only to
             // acquire, and fails closed on the rest.
-            Err(Ok(_refused)) => self.claim_by_script(key, fingerprint, token, lease_ms, ttl_ms).await?,
-            Err(Err(error)) => return Err(error),
+            // A timeout or a lost connection is not a refusal: 503.
+            Err(error) if error.code().is_some() && !error.is_timeout() && !error.is_io_error() => {
+                self.claim_by_script(key, fingerprint, token, lease_ms, ttl_ms).await?
+            }
+            Err(error) => return Err(self.endpoint.error("claim", error)),
         };
         if self.acks.is_some() && matches!(claim, Claim::Acquired { .. }) {
             self.confirm_claim(key, token, lease).await?;

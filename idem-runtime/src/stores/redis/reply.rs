@@ -91,7 +91,7 @@ pub(super) fn record(value: Value) -> Result<Option<Record>, StoreError> {
         Err(items) => return Err(corrupt(format!("unexpected record reply {items:?}"))),
     };
     let ttl_left = time_left(&left)?;
-    let Value::Int(left_ms) = left else { unreachable!("time_left accepts integers only") };
+    let Value::Int(left_ms) = left else { return Err(corrupt(format!("expected a PTTL, got {left:?}"))) };
     let (fingerprint, state) = match stored(&value)? {
         Stored::InFlight { fingerprint, token, mark, .. } => {
             (fingerprint, RecordState::InFlight { token, lease_left: layout::lease_left(mark, left_ms), ttl_left })
