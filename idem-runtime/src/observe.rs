@@ -61,7 +61,18 @@ pub(crate) async fn store_call<T>(
     timeout: Duration,
     call: impl Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {
-    let started = Instant::now();
+    store_call_since(Instant::now(), store, op, timeout, call).await
+}
+
+/// [`store_call`] for a call whose caller read the clock just before
+/// making it (`started`): one clock read less.
+pub(crate) async fn store_call_since<T>(
+    started: Instant,
+    store: &'static str,
+    op: &'static str,
+    timeout: Duration,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
     let mut call = std::pin::pin!(call);
     // A store that answers at once (the memory store) needs no timer.
     let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;

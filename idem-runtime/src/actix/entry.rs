@@ -70,6 +70,9 @@ where
     Args: FromRequest + 'static,
     F::Output: Responder + 'static,
 {
+    // Borrowed from the request, not cloned: every worker would bounce the
+    // shared reference count between cores on every request. Only an
+    // execution, which outlives this future's borrow, takes a reference.
     let Some(config) = config_of(&req) else {
         tracing::error!(
             route = %route,
@@ -88,7 +91,7 @@ where
     // 1. The key, from the header or the path; a key in the body is read
     // once the body is in (step 3).
     let early = match read_early(&req, options, &route) {
-        Ok(None) => return run_without_key(&config, req, payload, handler).await,
+        Ok(None) => return run_without_key(Arc::clone(config), req, payload, handler).await,
         Ok(Some(early)) => early,
         Err((kind, detail)) => return reject(&route, kind, &detail),
     };
@@ -120,7 +123,7 @@ where
         Early::Key(key) => key,
         Early::InBody(pointer) => match from_body(&body, pointer, options.required) {
             Ok(Some(key)) => key,
-            Ok(None) => return run_without_key(&config, req, Payload::from(body), handler).await,
+            Ok(None) => return run_without_key(Arc::clone(config), req, Payload::from(body), handler).await,
             Err((kind, detail)) => return reject(&route, kind, &detail),
         },
     };
@@ -175,7 +178,7 @@ where
         let claim = match claim {
             Ok(engine::Claimed::Acquired(execution)) => {
                 PendingContext::fill(&req, &key, &storage_key, &fingerprint, execution.token(), execution.attempt());
-                let claimed = Claimed { config, route, execution };
+                let claimed = Claimed { config: Arc::clone(config), route, execution };
                 return execute(claimed, req, handler, args).await;
             }
             Ok(engine::Claimed::Other(claim)) => claim,
@@ -231,10 +234,10 @@ where
     }
 }
 
-pub(super) fn config_of(req: &HttpRequest) -> Option<Arc<Config>> {
+pub(super) fn config_of(req: &HttpRequest) -> Option<&Arc<Config>> {
     req.app_data::<Idem>()
         .or_else(|| req.app_data::<web::Data<Idem>>().map(|data| data.get_ref()))
-        .map(|idem| Arc::clone(&idem.inner))
+        .map(|idem| &idem.inner)
 }
 
 fn reject(route: &str, kind: ProblemKind, detail: &str) -> HttpResponse {
@@ -245,7 +248,12 @@ fn reject(route: &str, kind: ProblemKind, detail: &str) -> HttpResponse {
 /// `required = false` and no key: the handler runs as if not annotated
 /// (a `Tx` it takes is committed when it returns, unless its response is
 /// retryable).
-async fn run_without_key<F, Args>(config: &Config, req: HttpRequest, mut payload: Payload, handler: F) -> HttpResponse
+async fn run_without_key<F, Args>(
+    config: Arc<Config>,
+    req: HttpRequest,
+    mut payload: Payload,
+    handler: F,
+) -> HttpResponse
 where
     F: Handler<Args>,
     Args: FromRequest + 'static,
@@ -258,7 +266,7 @@ where
     };
     #[cfg(feature = "postgres")]
     if let Some(pending) = super::transaction::PendingTx::take(&req) {
-        return super::transactional::run_without_key(config, pending, req, handler, args).await;
+        return super::transactional::run_without_key(&config, pending, req, handler, args).await;
     }
     #[cfg(not(feature = "postgres"))]
     let _ = config;

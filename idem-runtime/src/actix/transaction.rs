@@ -195,7 +195,7 @@ fn extract(req: &HttpRequest) -> Result<Tx, ProblemError> {
     let Some(config) = config_of(req) else {
         return refuse("idem_runtime::Tx needs an idem_runtime::Idem configuration registered on the App".into());
     };
-    if postgres(&config).is_none() {
+    if postgres(config).is_none() {
         return refuse(format!(
             "the handler takes idem_runtime::Tx (transactional mode), which needs a PostgresStore, but the \
              configured store is `{}`; use PostgresStore, or drop the Tx argument",

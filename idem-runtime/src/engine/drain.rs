@@ -43,17 +43,53 @@ pub(crate) struct RunningGuard {
     running: Arc<Running>,
 }
 
+/// A claim counted while it is sent, borrowing its [`Running`]: a claim
+/// that does not acquire (a replay, a conflict) gives its count back
+/// without touching the shared reference count, which every worker would
+/// otherwise bounce between cores on every request.
+#[derive(Debug)]
+pub(crate) struct Entered<'a> {
+    running: &'a Arc<Running>,
+}
+
+impl Entered<'_> {
+    /// Keeps the count for an execution that outlives the claim.
+    pub(crate) fn keep(self) -> RunningGuard {
+        let guard = RunningGuard { running: Arc::clone(self.running) };
+        // The count moves to the guard: taken once, given back once.
+        std::mem::forget(self);
+        guard
+    }
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        self.running.leave();
+    }
+}
+
 impl Running {
     /// Counts a new execution, or `None` once draining has begun.
-    pub(crate) fn enter(self: &Arc<Self>) -> Option<RunningGuard> {
+    pub(crate) fn enter(self: &Arc<Self>) -> Option<Entered<'_>> {
         // Count first, then look: a drain that starts in between sees the
         // count and waits for it (both sides use SeqCst).
         self.count.fetch_add(1, Ordering::SeqCst);
-        let guard = RunningGuard { running: Arc::clone(self) };
+        let entered = Entered { running: self };
         if self.draining.load(Ordering::SeqCst) {
-            return None; // the guard's drop takes the count back
+            return None; // the drop takes the count back
         }
-        Some(guard)
+        Some(entered)
+    }
+
+    /// Gives back one count.
+    fn leave(&self) {
+        // Only a drain waits for the count to reach zero, and it sets
+        // `draining` before it reads the count: an execution that ends
+        // unseen by it finds the flag set here (both sequentially
+        // consistent), so no wake-up is lost, and none is paid outside one.
+        if self.count.fetch_sub(1, Ordering::SeqCst) == 1 && self.draining.load(Ordering::SeqCst) {
+            self.idle.notify_waiters();
+        }
     }
 
     /// Executions running now.
@@ -85,13 +121,7 @@ impl Running {
 
 impl Drop for RunningGuard {
     fn drop(&mut self) {
-        // Only a drain waits for the count to reach zero, and it sets
-        // `draining` before it reads the count: an execution that ends
-        // unseen by it finds the flag set here (both sequentially
-        // consistent), so no wake-up is lost, and none is paid outside one.
-        if self.running.count.fetch_sub(1, Ordering::SeqCst) == 1 && self.running.draining.load(Ordering::SeqCst) {
-            self.running.idle.notify_waiters();
-        }
+        self.running.leave();
     }
 }
 
@@ -102,7 +132,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_drain_waits_for_running_executions_and_refuses_new_ones() {
         let running = Arc::new(Running::default());
-        let first = running.enter().expect("not draining yet");
+        let first = running.enter().expect("not draining yet").keep();
         let drain = tokio::spawn({
             let running = Arc::clone(&running);
             async move { running.drain(Duration::from_secs(10)).await }
@@ -119,7 +149,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_drain_gives_up_at_its_timeout() {
         let running = Arc::new(Running::default());
-        let _stuck = running.enter().unwrap();
+        let _stuck = running.enter().unwrap().keep();
         let drained = running.drain(Duration::from_secs(3)).await;
         assert_eq!(drained.still_running, 1);
         assert_eq!(drained.waited, Duration::from_secs(3));

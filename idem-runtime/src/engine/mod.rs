@@ -29,7 +29,7 @@ pub use self::drain::Drained;
 pub(crate) use self::drain::{Running, RunningGuard};
 use self::lease::Lease;
 use crate::fingerprint::Fingerprint;
-use crate::observe::{Outcome, store_call};
+use crate::observe::{Outcome, store_call, store_call_since};
 use crate::record::{RecordState, StoredResponse};
 use crate::scope::StorageKey;
 use crate::store::{Attempt, Claim, Fence, FencingToken, Store, StoreError};
@@ -64,10 +64,10 @@ pub(crate) async fn claim(
     timeout: Duration,
     running: &Arc<Running>,
 ) -> Result<Claimed, StoreError> {
-    let Some(running) = running.enter() else { return Ok(Claimed::Draining) };
+    let Some(entered) = running.enter() else { return Ok(Claimed::Draining) };
     let sent = Instant::now();
     let call = store.claim(key, fingerprint, terms.lease, terms.ttl);
-    match store_call(store.kind(), "claim", timeout, call).await? {
+    match store_call_since(sent, store.kind(), "claim", timeout, call).await? {
         Claim::Acquired { token, attempt } => {
             // A claim answered after its lease would have ended (a stalled
             // worker, a slow store) is held by nobody safely: the lease is
@@ -79,7 +79,7 @@ pub(crate) async fn claim(
                 length: terms.lease,
                 ttl: terms.ttl,
                 timeout: terms.timeout,
-                _running: running,
+                _running: entered.keep(),
             };
             Ok(Claimed::Acquired(execution))
         }
