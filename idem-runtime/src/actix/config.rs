@@ -184,7 +184,8 @@ impl Idem {
     }
 
     /// Executions running now under this configuration (claimed, not yet
-    /// completed or released), including those whose client left.
+    /// completed or released), including those whose client left, and
+    /// claims on their way to the store (which may turn out to be replays).
     pub fn running(&self) -> usize {
         self.inner.running.count()
     }

@@ -29,6 +29,9 @@ use crate::store::{Claim, StoreError};
 /// Shortest time given to a claim, even at the very end of a wait.
 const MIN_CLAIM_TIMEOUT: Duration = Duration::from_millis(50);
 
+/// What an endless wait ends at (about a century ahead).
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
+
 /// Longest pause between two claims while waiting (`in_flight = "wait"`).
 const MAX_WAIT_POLL: Duration = Duration::from_millis(250);
 
@@ -161,7 +164,11 @@ where
     let storage_key = StorageKey::new(options.scope, subject.as_deref(), req.method().as_str(), &route, &key);
     let deadline = match options.in_flight {
         InFlight::Reject => None,
-        InFlight::Wait(wait) => Some(Instant::now() + wait),
+        // Saturating: the attribute takes any whole number of days.
+        InFlight::Wait(wait) => {
+            let now = Instant::now();
+            Some(now.checked_add(wait).unwrap_or_else(|| now + FAR_FUTURE))
+        }
     };
     let terms = Terms { lease: options.lock_ttl, ttl: options.ttl, timeout: config.store_timeout };
     let mut pause = Duration::from_millis(20);

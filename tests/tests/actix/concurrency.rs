@@ -30,6 +30,14 @@ async fn waiting(progress: web::Data<Progress>) -> HttpResponse {
     HttpResponse::Created().body(format!("call {call}"))
 }
 
+/// Waits longer than an `Instant` can count (review helper-30: the sum
+/// panicked every request).
+#[idempotent(scope = "route", in_flight = "wait", wait = "106751991167301d")]
+#[post("/endless-wait")]
+async fn endless_wait() -> HttpResponse {
+    HttpResponse::Created().finish()
+}
+
 /// Takes `?ms=` milliseconds, with a 1 s lease.
 #[idempotent(lock_ttl = "1s", ttl = "1h")]
 #[post("/slow")]
@@ -176,4 +184,15 @@ async fn a_dropped_request_future_does_not_cancel_the_handler() {
 async fn a_blocked_worker_keeps_every_lease_on_it() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     idem_tests::blocking::a_blocked_worker_keeps_every_lease_on_it(Arc::clone(&store), store).await;
+}
+
+#[actix_web::test]
+async fn a_wait_beyond_what_the_clock_counts_does_not_panic_the_request() {
+    use actix_web::test::{self, TestRequest};
+    let app = test::init_service(actix_web::App::new().app_data(memory_idem()).service(endless_wait)).await;
+    for _ in 0..2 {
+        let req = TestRequest::post().uri("/endless-wait").insert_header(("idempotency-key", "k")).to_request();
+        let response = test::try_call_service(&app, req).await;
+        assert_eq!(response.map(|r| r.status()).ok(), Some(StatusCode::CREATED));
+    }
 }

@@ -11,6 +11,7 @@ use crate::record::{Record, RecordState, StoredResponse};
 use crate::scope::StorageKey;
 use crate::store::{Attempt, Claim, Fence, FencingToken, Store, StoreError};
 
+mod deadlines;
 mod shard;
 
 /// An in-process store: the embedded default, for one server process.

@@ -1,12 +1,12 @@
 //! One shard of the memory store: its records and their deadline index.
 //! Bytes and records are counted store-wide, in [`Totals`].
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
+use super::deadlines::Deadlines;
 use crate::fingerprint::Fingerprint;
 use crate::record::StoredResponse;
 use crate::store::FencingToken;
@@ -196,7 +196,7 @@ pub(super) struct Shard {
     /// the common life of a record: claimed, then completed); an earlier
     /// end gets an entry of its own. An entry whose record is gone is
     /// stale and skipped.
-    pub(super) deadlines: BinaryHeap<Reverse<(Instant, Key)>>,
+    pub(super) deadlines: Deadlines,
 }
 
 impl Shard {
@@ -214,17 +214,17 @@ impl Shard {
         let mut freed = 0;
         while freed < batch as u64 {
             match self.deadlines.peek() {
-                Some(Reverse((at, _))) if *at <= now => {}
+                Some(at) if at <= now => {}
                 _ => break,
             }
-            let Some(Reverse((_, key))) = self.deadlines.pop() else { break };
+            let Some((_, key)) = self.deadlines.pop() else { break };
             match self.records.get(&key).map(|entry| entry.expires_at) {
                 Some(end) if end <= now => {
                     self.remove(&key, totals);
                     freed += 1;
                 }
                 // The record moved its end later: its entry moves with it.
-                Some(end) => self.deadlines.push(Reverse((end, key))),
+                Some(end) => self.deadlines.push(end, key),
                 None => {}
             }
         }
@@ -235,9 +235,9 @@ impl Shard {
     /// stale entries pile up: a record freed on access, not through its
     /// entry, leaves that entry behind).
     pub(super) fn index(&mut self, key: Key, at: Instant) {
-        self.deadlines.push(Reverse((at, key)));
+        self.deadlines.push(at, key);
         if self.deadlines.len() > 2 * self.records.len() + STALE_SLACK {
-            self.deadlines = self.records.iter().map(|(key, e)| Reverse((e.expires_at, *key))).collect();
+            self.deadlines = Deadlines::of(self.records.iter().map(|(key, e)| (e.expires_at, *key)));
         }
     }
 }
