@@ -110,6 +110,7 @@ mod actix;
 mod canonical_json;
 #[cfg(feature = "client")]
 pub mod client;
+mod clock;
 mod engine;
 mod error;
 mod fingerprint;

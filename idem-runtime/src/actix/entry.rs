@@ -20,6 +20,7 @@ use super::key_source::{Early, from_body, read_early};
 use super::options::{InFlight, RouteOptions};
 use super::problem::{self, ProblemKind};
 use super::route::route_of;
+use crate::clock::later;
 use crate::engine::{self, Terms};
 use crate::fingerprint::{Fingerprint, RequestParts};
 use crate::observe::{Outcome, count};
@@ -28,9 +29,6 @@ use crate::store::{Claim, StoreError};
 
 /// Shortest time given to a claim, even at the very end of a wait.
 const MIN_CLAIM_TIMEOUT: Duration = Duration::from_millis(50);
-
-/// What an endless wait ends at (about a century ahead).
-const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
 
 /// Longest pause between two claims while waiting (`in_flight = "wait"`).
 const MAX_WAIT_POLL: Duration = Duration::from_millis(250);
@@ -165,10 +163,7 @@ where
     let deadline = match options.in_flight {
         InFlight::Reject => None,
         // Saturating: the attribute takes any whole number of days.
-        InFlight::Wait(wait) => {
-            let now = Instant::now();
-            Some(now.checked_add(wait).unwrap_or_else(|| now + FAR_FUTURE))
-        }
+        InFlight::Wait(wait) => Some(Instant::from_std(later(Instant::now().into_std(), wait))),
     };
     let terms = Terms { lease: options.lock_ttl, ttl: options.ttl, timeout: config.store_timeout };
     let mut pause = Duration::from_millis(20);

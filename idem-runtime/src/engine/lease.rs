@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::keeper;
+use crate::clock::later;
 use crate::scope::StorageKey;
 use crate::store::{FencingToken, Store};
 
@@ -67,10 +68,10 @@ impl LeaseState {
             token,
             lease,
             timeout,
-            times: Mutex::new(Times { confirmed_sent: sent, deadline: end(sent, lease) }),
+            times: Mutex::new(Times { confirmed_sent: sent, deadline: later(sent, lease) }),
             lost: AtomicBool::new(false),
             done: AtomicBool::new(false),
-            plan: Mutex::new(Plan { due: end(sent, lease / 3), renewing: false, retrying: false }),
+            plan: Mutex::new(Plan { due: later(sent, lease / 3), renewing: false, retrying: false }),
         }
     }
 
@@ -101,7 +102,7 @@ impl LeaseState {
     /// When it is renewed next, counted from its last confirmed claim or
     /// renewal: a third of the way through.
     pub(crate) fn next_renewal(&self) -> Instant {
-        end(self.confirmed_sent(), self.lease / 3)
+        later(self.confirmed_sent(), self.lease / 3)
     }
 
     /// A renewal sent at `sent` was confirmed when it came back at
@@ -116,7 +117,7 @@ impl LeaseState {
         }
         if sent > times.confirmed_sent {
             times.confirmed_sent = sent;
-            times.deadline = times.deadline.max(end(sent, self.lease));
+            times.deadline = times.deadline.max(later(sent, self.lease));
         }
     }
 
@@ -125,11 +126,6 @@ impl LeaseState {
     pub(crate) fn lose(&self) {
         self.lost.store(true, Ordering::Release);
     }
-}
-
-/// `sent + lease`, saturating about a century ahead instead of overflowing.
-fn end(sent: Instant, lease: Duration) -> Instant {
-    sent.checked_add(lease).unwrap_or_else(|| sent + Duration::from_secs(100 * 365 * 86_400))
 }
 
 /// The holder's side of a lease: renewed by the process-wide keeper until

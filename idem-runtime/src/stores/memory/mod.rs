@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 
 use self::shard::{RESERVED, Shard, State, Totals};
+use crate::clock::later;
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, RecordState, StoredResponse};
 use crate::scope::StorageKey;
@@ -43,14 +44,6 @@ pub struct MemoryStore {
     max_entries: usize,
     max_bytes: usize,
 }
-
-/// `now + duration`, saturating far in the future instead of overflowing.
-fn deadline(now: Instant, duration: Duration) -> Instant {
-    now.checked_add(duration).unwrap_or_else(|| now + FAR_FUTURE)
-}
-
-/// What "forever" means to [`deadline`] (about a century).
-const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
 
 /// Most expired records of its shard freed by one call (besides the one it
 /// touches): a burst of expiries is spread over the calls that follow.
@@ -193,8 +186,8 @@ impl MemoryStore {
         swept: bool,
     ) -> Option<Result<Claim, StoreError>> {
         let now = Instant::now();
-        let lease_until = deadline(now, lease);
-        let expires_at = deadline(now, ttl).max(lease_until);
+        let lease_until = later(now, lease);
+        let expires_at = later(now, ttl).max(lease_until);
         let mut shard = self.shard(key).lock();
         shard.free_expired(now, FREE_PER_CALL, &self.totals);
         if let Some(entry) = shard.records.get_mut(key.digest())
@@ -294,7 +287,7 @@ impl Store for MemoryStore {
         let mut shard = self.shard(key).lock();
         match shard.records.get_mut(key.digest()) {
             Some(entry) if entry.owned_by(token, now) => {
-                let lease_until = deadline(now, lease);
+                let lease_until = later(now, lease);
                 entry.state = State::InFlight { token, lease_until };
                 // Only ever later: the record's index entry comes up first,
                 // and moves it then (see `Shard::free_expired`).
@@ -356,7 +349,7 @@ impl Store for MemoryStore {
             body: bytes::Bytes::copy_from_slice(&response.body),
         };
         entry.state = State::Completed { response: kept };
-        let expires_at = deadline(now, ttl);
+        let expires_at = later(now, ttl);
         // A later end (the usual case) waits for the record's index entry
         // to come up; an earlier one is indexed now.
         let earlier = expires_at < entry.expires_at;

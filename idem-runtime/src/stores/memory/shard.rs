@@ -192,10 +192,10 @@ pub(super) struct Shard {
     pub(super) records: HashMap<Key, Entry, DigestHash>,
     /// Records' ends, soonest first. Every record has an entry at or
     /// before its end: a record that moved its end later keeps its entry,
-    /// which moves when it comes up (one entry per record, pushed once in
-    /// the common life of a record: claimed, then completed); an earlier
-    /// end gets an entry of its own. An entry whose record is gone is
-    /// stale and skipped.
+    /// which moves when it comes up (in the common life of a record,
+    /// claimed then completed, its one entry is pushed at the claim and
+    /// moved once, at the claim's end); an earlier end gets an entry of
+    /// its own. An entry whose record is gone is stale and skipped.
     pub(super) deadlines: Deadlines,
 }
 
@@ -213,11 +213,7 @@ impl Shard {
     pub(super) fn free_expired(&mut self, now: Instant, batch: usize, totals: &Totals) -> u64 {
         let mut freed = 0;
         while freed < batch as u64 {
-            match self.deadlines.peek() {
-                Some(at) if at <= now => {}
-                _ => break,
-            }
-            let Some((_, key)) = self.deadlines.pop() else { break };
+            let Some((_, key)) = self.deadlines.pop_due(now) else { break };
             match self.records.get(&key).map(|entry| entry.expires_at) {
                 Some(end) if end <= now => {
                     self.remove(&key, totals);
