@@ -17,6 +17,11 @@
 //! whose holder finishes meanwhile is freed by the keeper: only leases
 //! that live long enough to be renewed).
 //!
+//! The list is split in a few, each behind a lock of its own, and a
+//! worker thread hands its leases to one of them: two workers taking and
+//! giving back leases at the same time do not pass one lock, and the
+//! memory it guards, back and forth between their cores.
+//!
 //! Handing a lease over wakes the keeper only when it would otherwise
 //! sleep past the lease's first renewal. It never sleeps longer than a
 //! second, so under load leases that end before their first renewal never
@@ -33,7 +38,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -58,7 +63,8 @@ struct Keeper {
 /// What the holders and the keeper share.
 #[derive(Default)]
 struct Shared {
-    leases: Mutex<Leases>,
+    /// The list, in parts (see the module's docs).
+    lists: [List; LISTS],
     /// Wakes the keeper (a permit is kept if it is not waiting).
     wake_up: Notify,
     /// The keeper thread has ended (it panicked): nothing renews.
@@ -74,8 +80,25 @@ impl Drop for Stopped {
     }
 }
 
-/// Every live lease of the process, and when the keeper means to wake up
-/// next.
+/// Parts of the list of leases.
+const LISTS: usize = 8;
+
+/// One part of the list, alone on its cache lines.
+#[derive(Default)]
+#[repr(align(128))]
+struct List(Mutex<Leases>);
+
+/// The part of the list the current thread hands its leases to.
+fn own_list() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static OWN: usize = NEXT.fetch_add(1, Ordering::Relaxed) % LISTS;
+    }
+    OWN.with(|own| *own)
+}
+
+/// Live leases of the process (those of one part of the list), and when
+/// the keeper means to wake up next as of its last look at them.
 #[derive(Default)]
 struct Leases {
     /// A lease per slot, from [`keep`] until its holder calls [`forget`].
@@ -86,8 +109,12 @@ struct Leases {
     wake: Option<Instant>,
 }
 
-/// A lease's place in the keeper's list, held by the lease's holder.
-pub(crate) struct Slot(usize);
+/// A lease's place in the keeper's list (its part, and its slot there),
+/// held by the lease's holder.
+pub(crate) struct Slot {
+    list: usize,
+    slot: usize,
+}
 
 /// Longest the keeper sleeps, even with no lease to renew.
 const IDLE_LOOK: Duration = Duration::from_secs(1);
@@ -104,7 +131,8 @@ pub(crate) fn keep(lease: &Arc<LeaseState>) -> Option<Slot> {
         return None;
     }
     let due = lease.next_renewal();
-    let mut leases = keeper.shared.leases.lock();
+    let list = own_list();
+    let mut leases = keeper.shared.lists[list].0.lock();
     let slot = match leases.vacant.pop() {
         Some(slot) => {
             leases.slots[slot] = Some(Arc::clone(lease));
@@ -124,7 +152,7 @@ pub(crate) fn keep(lease: &Arc<LeaseState>) -> Option<Slot> {
     if wake {
         keeper.shared.wake_up.notify_one();
     }
-    Some(Slot(slot))
+    Some(Slot { list, slot })
 }
 
 /// Takes a lease out of the keeper's list: its holder is done with it. The
@@ -132,9 +160,9 @@ pub(crate) fn keep(lease: &Arc<LeaseState>) -> Option<Slot> {
 pub(crate) fn forget(slot: Slot) {
     let Some(keeper) = KEEPER.get() else { return };
     let lease = {
-        let mut leases = keeper.shared.leases.lock();
-        let lease = leases.slots[slot.0].take();
-        leases.vacant.push(slot.0);
+        let mut leases = keeper.shared.lists[slot.list].0.lock();
+        let lease = leases.slots[slot.slot].take();
+        leases.vacant.push(slot.slot);
         lease
     };
     drop(lease);
@@ -209,11 +237,13 @@ async fn run(shared: Arc<Shared>) {
         let mut soonest = now + IDLE_LOOK;
         let mut due = Vec::new();
         let mut ran_out = Vec::new();
-        {
-            // One look under the lock, short (the live leases only), so
-            // that a lease handed over during it is in it, and one handed
-            // over after it compares with this wake-up.
-            let mut leases = shared.leases.lock();
+        // One look at each part under its lock, short (the live leases
+        // only), so that a lease handed over before it is in it, and one
+        // handed over after it compares with the wake-up found so far: no
+        // earlier than the one this look ends with, so a lease due before
+        // that wakes the keeper, and one due after finds it awake by then.
+        for list in &shared.lists {
+            let mut leases = list.0.lock();
             for lease in leases.slots.iter().flatten() {
                 if lease.is_done() || lease.is_lost() {
                     continue;

@@ -153,3 +153,31 @@ fn a_renewal_that_timed_out_is_sent_again_at_once() {
     );
     assert!(lease.is_held());
 }
+
+#[test]
+fn leases_handed_over_from_many_threads_at_once_are_all_renewed() {
+    // Twice as many threads as parts of the list, each handing over a short
+    // lease (due at 200 ms, before the keeper's idle look of a second) while
+    // the others take leases in and out of the list: none may go unseen.
+    let store = Arc::new(Flaky::default());
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(i * 7));
+                for _ in 0..20 {
+                    drop(hold(&store, Duration::from_secs(30)));
+                }
+                let lease = hold(&store, Duration::from_millis(600));
+                for _ in 0..15 {
+                    std::thread::sleep(Duration::from_millis(100));
+                    assert!(lease.is_held(), "a lease handed over from thread {i} was not renewed in time");
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert!(store.batches.load(Ordering::SeqCst) >= 3, "the leases were renewed");
+}

@@ -36,6 +36,10 @@ pub(super) struct Deadlines {
     rest: BinaryHeap<Reverse<(Instant, Key)>>,
     /// An emptied run's allocation (see [`SPARE_CAPACITY`]).
     spare: VecDeque<(Instant, Key)>,
+    /// The soonest end held: a look for what is due (every claim's) reads
+    /// this, not the fronts of the runs, which went in long ago and have
+    /// left the cache.
+    next: Option<Instant>,
 }
 
 /// Where the soonest entry is.
@@ -50,8 +54,9 @@ impl Deadlines {
     pub(super) fn of(entries: impl Iterator<Item = (Instant, Key)>) -> Self {
         let mut sorted: Vec<(Instant, Key)> = entries.collect();
         sorted.sort_unstable_by_key(|&(at, _)| at);
+        let next = sorted.first().map(|&(at, _)| at);
         let runs = if sorted.is_empty() { Vec::new() } else { vec![VecDeque::from(sorted)] };
-        Self { runs, rest: BinaryHeap::new(), spare: VecDeque::new() }
+        Self { runs, rest: BinaryHeap::new(), spare: VecDeque::new(), next }
     }
 
     /// Entries held.
@@ -61,6 +66,7 @@ impl Deadlines {
 
     /// Adds `key`'s end `at`.
     pub(super) fn push(&mut self, at: Instant, key: Key) {
+        self.next = Some(self.next.map_or(at, |next| next.min(at)));
         // The run whose last end is the latest not after `at`.
         let fit = self
             .runs
@@ -102,11 +108,11 @@ impl Deadlines {
     /// Takes the entry with the soonest end, if that end is at or before
     /// `now`.
     pub(super) fn pop_due(&mut self, now: Instant) -> Option<(Instant, Key)> {
-        let (at, place) = self.soonest()?;
-        if at > now {
+        if self.next? > now {
             return None;
         }
-        match place {
+        let (_, place) = self.soonest()?;
+        let entry = match place {
             Soonest::Run(i) => {
                 let entry = self.runs[i].pop_front();
                 if self.runs[i].is_empty() {
@@ -118,7 +124,9 @@ impl Deadlines {
                 entry
             }
             Soonest::Rest => self.rest.pop().map(|Reverse(entry)| entry),
-        }
+        };
+        self.next = self.soonest().map(|(at, _)| at);
+        entry
     }
 }
 

@@ -21,9 +21,11 @@ impl Rng {
     }
 }
 
-/// At most [`MAX_RUNS`] runs, none empty, each in order.
+/// At most [`MAX_RUNS`] runs, none empty, each in order, and the soonest
+/// end known.
 fn assert_well_formed(index: &Deadlines) {
     assert!(index.runs.len() <= MAX_RUNS);
+    assert_eq!(index.next, index.soonest().map(|(at, _)| at), "the soonest end out of date");
     for run in &index.runs {
         assert!(!run.is_empty(), "an empty run kept");
         assert!(run.iter().zip(run.iter().skip(1)).all(|(a, b)| a.0 <= b.0), "a run out of order");
@@ -140,6 +142,7 @@ fn an_index_built_from_records_is_in_order() {
     let base = Instant::now();
     let entries = [5u64, 1, 3, 2, 4].map(|s| (base + Duration::from_secs(s), key(s as u8)));
     let mut index = Deadlines::of(entries.into_iter());
+    assert_well_formed(&index);
     assert_eq!(index.pop_due(base + Duration::from_secs(3)).map(|(_, k)| k[0]), Some(1));
     let out: Vec<u8> = std::iter::from_fn(|| index.pop_due(base + Duration::from_secs(3))).map(|(_, k)| k[0]).collect();
     assert_eq!(out, [2, 3], "only what is due");
