@@ -59,10 +59,15 @@ impl fmt::Display for Scope {
 /// Built only by [`StorageKey::new`], whose encoding is injective.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct StorageKey {
-    encoded: String,
+    /// `idem:v1:{<tag>}:<rest>`, ASCII, kept inline: no allocation per key.
+    encoded: [u8; ENCODED_LEN],
     /// The SHA-256 the encoded key spells in hex.
     digest: [u8; 32],
 }
+
+/// Bytes of every encoded key: the prefix, the braced tag (16 bytes of the
+/// digest in hex), `:` and the rest of the digest in hex.
+const ENCODED_LEN: usize = PREFIX.len() + 1 + 32 + 2 + 32;
 
 impl StorageKey {
     /// Version of the encoding, part of every key (`idem:v1:...`); bumped if
@@ -95,14 +100,15 @@ impl StorageKey {
             hasher.update(b":");
             hasher.update(part.as_bytes());
         }
-        let digest = hasher.finalize();
-        let mut encoded = String::with_capacity(PREFIX.len() + 68);
-        encoded.push_str(PREFIX);
-        encoded.push('{');
-        push_hex(&mut encoded, &digest[..16]);
-        encoded.push_str("}:");
-        push_hex(&mut encoded, &digest[16..]);
-        Self { encoded, digest: digest.into() }
+        let digest: [u8; 32] = hasher.finalize().into();
+        let mut encoded = [0; ENCODED_LEN];
+        let (prefix, rest) = encoded.split_at_mut(PREFIX.len());
+        prefix.copy_from_slice(PREFIX.as_bytes());
+        rest[0] = b'{';
+        write_hex(&mut rest[1..33], &digest[..16]);
+        rest[33..35].copy_from_slice(b"}:");
+        write_hex(&mut rest[35..], &digest[16..]);
+        Self { encoded, digest }
     }
 
     /// The 32 bytes [`StorageKey::as_str`] spells in hex: a compact form of
@@ -114,7 +120,8 @@ impl StorageKey {
 
     /// The full encoded key, as stores should use it.
     pub fn as_str(&self) -> &str {
-        &self.encoded
+        // ASCII by construction (the prefix, braces and hex digits).
+        std::str::from_utf8(&self.encoded).unwrap_or_default()
     }
 
     /// A stable key derived from this one, the request's `fingerprint` and
@@ -126,9 +133,7 @@ impl StorageKey {
     /// another request after its TTL never meets the first one's effects.
     pub fn derive(&self, fingerprint: &Fingerprint, label: &str) -> String {
         let mut hash = Sha256::new();
-        for part in
-            [b"idem-derived-key/v1".as_slice(), self.encoded.as_bytes(), fingerprint.as_bytes(), label.as_bytes()]
-        {
+        for part in [b"idem-derived-key/v1".as_slice(), &self.encoded, fingerprint.as_bytes(), label.as_bytes()] {
             hash.update(part.len().to_string().as_bytes());
             hash.update(b":");
             hash.update(part);
@@ -138,9 +143,7 @@ impl StorageKey {
 
     /// The Redis Cluster hash tag, braces included (`{3f2a...}`).
     pub fn hash_tag(&self) -> &str {
-        let start = self.encoded.find('{').unwrap_or(0);
-        let end = self.encoded[start..].find('}').map_or(self.encoded.len(), |i| start + i + 1);
-        &self.encoded[start..end]
+        &self.as_str()[PREFIX.len()..PREFIX.len() + 34]
     }
 }
 
@@ -161,12 +164,12 @@ fn decimal(mut n: usize, buf: &mut [u8; 20]) -> &[u8] {
     }
 }
 
-/// Appends `bytes` in lower-case hex.
-fn push_hex(out: &mut String, bytes: &[u8]) {
+/// Writes `bytes` in lower-case hex into `out` (twice as long).
+fn write_hex(out: &mut [u8], bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for byte in bytes {
-        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0xf)];
     }
 }
 
