@@ -120,8 +120,9 @@ impl StorageKey {
 
     /// The full encoded key, as stores should use it.
     pub fn as_str(&self) -> &str {
-        // ASCII by construction (the prefix, braces and hex digits).
-        std::str::from_utf8(&self.encoded).unwrap_or_default()
+        // ASCII by construction (the prefix, braces and hex digits). Never
+        // a fallback: an empty key would be every record's key.
+        std::str::from_utf8(&self.encoded).expect("a storage key is ASCII by construction")
     }
 
     /// A stable key derived from this one, the request's `fingerprint` and

@@ -130,29 +130,8 @@ pub(crate) fn keep(lease: &Arc<LeaseState>) -> Option<Slot> {
         tracing::error!("the idempotency lease keeper is not running; this lease will not be renewed");
         return None;
     }
-    let due = lease.next_renewal();
-    let list = own_list();
-    let mut leases = keeper.shared.lists[list].0.lock();
-    let slot = match leases.vacant.pop() {
-        Some(slot) => {
-            leases.slots[slot] = Some(Arc::clone(lease));
-            slot
-        }
-        None => {
-            leases.slots.push(Some(Arc::clone(lease)));
-            leases.slots.len() - 1
-        }
-    };
-    let wake = leases.wake.is_none_or(|wake| due < wake);
-    if wake {
-        // Later leases need not wake it again before it has looked.
-        leases.wake = Some(Instant::now());
-    }
-    drop(leases);
-    if wake {
-        keeper.shared.wake_up.notify_one();
-    }
-    Some(Slot { list, slot })
+    let (slot, _) = keeper.shared.hand_over(own_list(), lease);
+    Some(slot)
 }
 
 /// Takes a lease out of the keeper's list: its holder is done with it. The
@@ -228,7 +207,57 @@ async fn run(shared: Arc<Shared>) {
             Some(answer) = answers.recv() => apply(answer),
             () = sleep_until(wake) => {}
         }
-        let now = Instant::now();
+        let Look { soonest, due, ran_out } = shared.look(Instant::now());
+        // Logged outside the lock, which every claim and completion takes.
+        for lease in ran_out {
+            tracing::warn!(key = %lease.key.hash_tag(), "a lease ran out before a renewal could be confirmed");
+        }
+        wake = Some(soonest);
+        renew(due, &answers_tx);
+    }
+}
+
+/// What one look through the list found.
+struct Look {
+    /// When to look again.
+    soonest: Instant,
+    /// Leases to renew now (marked as being renewed).
+    due: Vec<Arc<LeaseState>>,
+    /// Leases whose deadline passed unconfirmed (marked lost).
+    ran_out: Vec<Arc<LeaseState>>,
+}
+
+impl Shared {
+    /// Puts `lease` in part `list` of the list, and wakes the keeper if it
+    /// would otherwise sleep past the lease's first renewal (returning
+    /// whether it did).
+    fn hand_over(&self, list: usize, lease: &Arc<LeaseState>) -> (Slot, bool) {
+        let due = lease.next_renewal();
+        let mut leases = self.lists[list].0.lock();
+        let slot = match leases.vacant.pop() {
+            Some(slot) => {
+                leases.slots[slot] = Some(Arc::clone(lease));
+                slot
+            }
+            None => {
+                leases.slots.push(Some(Arc::clone(lease)));
+                leases.slots.len() - 1
+            }
+        };
+        let wake = leases.wake.is_none_or(|wake| due < wake);
+        if wake {
+            // Later leases need not wake it again before it has looked.
+            leases.wake = Some(Instant::now());
+        }
+        drop(leases);
+        if wake {
+            self.wake_up.notify_one();
+        }
+        (Slot { list, slot }, wake)
+    }
+
+    /// One look through every part of the list at `now`.
+    fn look(&self, now: Instant) -> Look {
         // Never later than a second from now, even with nothing kept: a
         // lease handed over meanwhile whose first renewal is due after that
         // (most: a third of 30 s by default) then needs no wake-up, and
@@ -242,7 +271,7 @@ async fn run(shared: Arc<Shared>) {
         // handed over after it compares with the wake-up found so far: no
         // earlier than the one this look ends with, so a lease due before
         // that wakes the keeper, and one due after finds it awake by then.
-        for list in &shared.lists {
+        for list in &self.lists {
             let mut leases = list.0.lock();
             for lease in leases.slots.iter().flatten() {
                 if lease.is_done() || lease.is_lost() {
@@ -274,12 +303,7 @@ async fn run(shared: Arc<Shared>) {
             }
             leases.wake = Some(soonest);
         }
-        // Logged outside the lock, which every claim and completion takes.
-        for lease in ran_out {
-            tracing::warn!(key = %lease.key.hash_tag(), "a lease ran out before a renewal could be confirmed");
-        }
-        wake = Some(soonest);
-        renew(due, &answers_tx);
+        Look { soonest, due, ran_out }
     }
 }
 
@@ -360,6 +384,70 @@ fn apply(answer: Answer) {
         }
         if !lease.is_held() {
             lease.lose();
+        }
+    }
+}
+
+#[cfg(all(test, feature = "memory"))]
+mod tests {
+    use super::*;
+    use crate::key::IdempotencyKey;
+    use crate::scope::{Scope, StorageKey};
+    use crate::store::FencingToken;
+
+    /// A lease of `length` claimed at `sent`: first renewal due a third in.
+    fn lease(length: Duration, sent: Instant) -> Arc<LeaseState> {
+        let key = StorageKey::new(Scope::Global, None, "POST", "/", &IdempotencyKey::parse(b"k").unwrap());
+        let store = Arc::new(crate::stores::MemoryStore::new());
+        Arc::new(LeaseState::new(store, key, FencingToken::generate(), length, length / 3, sent))
+    }
+
+    /// Whatever part holds the lease the keeper's next look is set by, and
+    /// whatever part a later lease is handed to: a lease due before that
+    /// look wakes the keeper (else it would sleep past the lease's renewal,
+    /// the lease would run out, and a retry could take the key over and run
+    /// the handler again).
+    #[test]
+    fn a_lease_due_before_the_keepers_next_look_wakes_it_whatever_its_part() {
+        let now = Instant::now();
+        for soonest_in in 0..LISTS {
+            for part in 0..LISTS {
+                let shared = Shared::default();
+                // Every part holds a lease due in 3 s, `soonest_in`'s in 600 ms.
+                let held: Vec<_> = (0..LISTS)
+                    .map(|p| {
+                        let length =
+                            if p == soonest_in { Duration::from_millis(1_800) } else { Duration::from_secs(9) };
+                        lease(length, now)
+                    })
+                    .collect();
+                for (p, lease) in held.iter().enumerate() {
+                    shared.hand_over(p, lease);
+                }
+                let look = shared.look(now);
+                assert_eq!(look.soonest, now + Duration::from_millis(600));
+                assert!(look.due.is_empty() && look.ran_out.is_empty());
+                // Due in 300 ms, before the look the keeper now sleeps until.
+                let (_, woke) = shared.hand_over(part, &lease(Duration::from_millis(900), now));
+                assert!(
+                    woke,
+                    "a lease handed to part {part} (the soonest in part {soonest_in}) did not wake the keeper"
+                );
+            }
+        }
+    }
+
+    /// A lease due after the keeper's next look needs no wake-up: under
+    /// load, handing leases over costs no thread switch.
+    #[test]
+    fn a_lease_due_after_the_keepers_next_look_does_not_wake_it() {
+        let now = Instant::now();
+        let shared = Shared::default();
+        assert!(shared.hand_over(0, &lease(Duration::from_secs(30), now)).1, "the first hand-over wakes it");
+        let look = shared.look(now);
+        assert_eq!(look.soonest, now + IDLE_LOOK);
+        for part in 0..LISTS {
+            assert!(!shared.hand_over(part, &lease(Duration::from_secs(30), now)).1, "part {part}");
         }
     }
 }

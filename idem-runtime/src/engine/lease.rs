@@ -54,7 +54,7 @@ struct Times {
 }
 
 impl LeaseState {
-    fn new(
+    pub(crate) fn new(
         store: Arc<dyn Store>,
         key: StorageKey,
         token: FencingToken,
