@@ -9,18 +9,6 @@ fn key(n: u8) -> Key {
     [n; 32]
 }
 
-/// An xorshift generator: the same cases on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 /// At most [`MAX_RUNS`] runs, none empty, each in order, and the soonest
 /// end known.
 fn assert_well_formed(index: &Deadlines) {
@@ -50,28 +38,28 @@ fn the_index_gives_the_soonest_due_entry_as_a_sorted_model_does() {
     let base = Instant::now();
     let lifetimes = [1_000u64, 3_000, 60_000, 86_400_000, 5, 0];
     for seed in 1..=300u64 {
-        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut rng = fastrand::Rng::with_seed(seed);
         let mut index = Deadlines::default();
         let mut model: BTreeMap<(Instant, Key), usize> = BTreeMap::new();
         let mut clock = 0u64;
-        let kinds = 1 + rng.below(lifetimes.len() as u64);
+        let kinds = 1 + rng.u64(..lifetimes.len() as u64);
         for step in 0..3_000u32 {
-            clock += rng.below(3);
+            clock += rng.u64(..3);
             let now = base + Duration::from_millis(clock);
-            match rng.below(100) {
+            match rng.u64(..100) {
                 0..55 => {
-                    let life = lifetimes[rng.below(kinds) as usize];
-                    let at = if rng.below(500) == 0 {
+                    let life = lifetimes[rng.u64(..kinds) as usize];
+                    let at = if rng.u64(..500) == 0 {
                         base + Duration::from_secs(100 * 365 * 86_400)
                     } else {
-                        base + Duration::from_millis((clock + life + rng.below(4)).saturating_sub(rng.below(3)))
+                        base + Duration::from_millis((clock + life + rng.u64(..4)).saturating_sub(rng.u64(..3)))
                     };
-                    let entry = (at, key(rng.below(8) as u8));
+                    let entry = (at, key(rng.u64(..8) as u8));
                     index.push(entry.0, entry.1);
                     *model.entry(entry).or_default() += 1;
                 }
                 55..97 => {
-                    for _ in 0..rng.below(6) {
+                    for _ in 0..rng.u64(..6) {
                         let soonest = model.keys().next().map(|&(at, _)| at);
                         assert_eq!(index.peek(), soonest, "seed {seed} step {step}");
                         let Some(entry) = index.pop_due(now) else {
@@ -81,8 +69,8 @@ fn the_index_gives_the_soonest_due_entry_as_a_sorted_model_does() {
                         assert!(entry.0 <= now, "seed {seed} step {step}: an entry out before it was due");
                         assert_eq!(Some(entry.0), soonest, "seed {seed} step {step}");
                         take(&mut model, entry);
-                        if rng.below(3) == 0 {
-                            let moved = (now + Duration::from_millis(1 + rng.below(50)), entry.1);
+                        if rng.u64(..3) == 0 {
+                            let moved = (now + Duration::from_millis(1 + rng.u64(..50)), entry.1);
                             index.push(moved.0, moved.1);
                             *model.entry(moved).or_default() += 1;
                         }

@@ -52,14 +52,14 @@ fn the_totals_never_drift_under_concurrent_use() {
             std::thread::spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
                 rt.block_on(async {
-                    let mut rng = fastrand_like(t as u64 + 1);
+                    let mut rng = fastrand::Rng::with_seed(t as u64 + 1);
                     for _ in 0..20_000 {
-                        let k = key((rng() % 64) as usize);
-                        let fp = fingerprint((rng() % 2) as u8);
-                        let lease = Duration::from_micros(200 + rng() % 2000);
-                        let ttl = Duration::from_micros(rng() % 5000);
+                        let k = key(rng.usize(..64));
+                        let fp = fingerprint(rng.u8(..2));
+                        let lease = Duration::from_micros(rng.u64(200..2_200));
+                        let ttl = Duration::from_micros(rng.u64(..5_000));
                         if let Ok(Claim::Acquired { token, .. }) = store.claim(&k, &fp, lease, ttl).await {
-                            match rng() % 4 {
+                            match rng.u8(..4) {
                                 0 => {
                                     let _ = store.release(&k, token).await;
                                 }
@@ -67,7 +67,7 @@ fn the_totals_never_drift_under_concurrent_use() {
                                     let _ = store.renew(&k, token, lease * 3).await;
                                 }
                                 _ => {
-                                    let len = if rng().is_multiple_of(2) { 10 } else { 3000 };
+                                    let len = if rng.bool() { 10 } else { 3000 };
                                     let response =
                                         StoredResponse { status: 201, headers: vec![], body: vec![b'x'; len].into() };
                                     if store.complete(&k, token, &response, ttl).await.is_err() {
@@ -122,15 +122,6 @@ async fn a_large_response_is_kept_when_only_expired_records_hold_the_room() {
     let large = StoredResponse { status: 201, headers: vec![], body: vec![b'x'; 2 * RESERVED].into() };
     assert_eq!(store.complete(&a, token, &large, long).await.unwrap(), Fence::Held);
     assert_eq!(store.bytes(), OVERHEAD + large.size());
-}
-
-fn fastrand_like(mut seed: u64) -> impl FnMut() -> u64 {
-    move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    }
 }
 
 /// A reservation that fits is never refused because another one, too
