@@ -27,6 +27,7 @@ ORDER = (
 # (mode, path prefix, store)
 MODES = [
     ("bare", "/bare", None),
+    ("least", "/least", None),
     ("floor", "/floor", None),
     ("memory", "/memory", None),
     ("redis", "/redis", "redis"),
@@ -306,7 +307,9 @@ def main():
             print(f"| {mode} / {anchor} | {cells[0]} | {cells[1]} |")
 
     informational("cost of replica acknowledgements (WAIT 1)", [("redis-acks", "redis")])
-    informational("the floor of an in-process layer (not SPEC 12)", [("floor", "bare"), ("memory", "floor")])
+    informational(
+        "the floor of an in-process layer (not SPEC 12)", [("least", "bare"), ("floor", "bare"), ("memory", "floor")]
+    )
     informational(
         "the anchor on a connection per worker (not SPEC 12)",
         [("hand-redis-per-worker", "hand-redis"), ("redis", "hand-redis-per-worker")],

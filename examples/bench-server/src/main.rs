@@ -1,5 +1,5 @@
 //! The server `scripts/bench` measures. One small JSON order handler,
-//! served nine ways side by side, each under its own path prefix:
+//! served ten ways side by side, each under its own path prefix:
 //!
 //! | prefix | what runs |
 //! |---|---|
@@ -8,12 +8,14 @@
 //! | `/redis-acks` | the same on Redis with replica acknowledgements (`WAIT 1`; the server needs a replica) |
 //! | `/hand/redis`, `/hand/postgres` | the anchors: the handler made idempotent by hand, with the least code a careful engineer would write and the same round trips (1 for a replay, 2 for a first execution), without fencing, fingerprints or leases |
 //! | `/floor` | the least an in-process layer doing SPEC 4's per-request work can do (see `floor`); not an anchor of SPEC 12 |
+//! | `/least` | less than any layer that keeps records can do, below SPEC 4 in every step (see `least`); not an anchor of SPEC 12 |
 //! | `/hand/redis-per-worker` | the Redis anchor on a connection of each worker's own (as the store has), to show what one shared connection costs; not an anchor of SPEC 12 |
 //!
 //! Every path ends in `/orders` and takes `POST` with an `Idempotency-Key`.
 
 mod anchors;
 mod floor;
+mod least;
 mod order;
 
 use std::io;
@@ -80,6 +82,7 @@ async fn main() -> io::Result<()> {
             .app_data(web::Data::new(anchors.clone()))
             .service(web::scope("/bare").service(order::bare))
             .service(web::scope("/floor").service(floor::floor))
+            .service(web::scope("/least").service(least::least))
             .service(web::scope("/memory").app_data(memory.clone()).service(order::annotated))
             .service(web::scope("/redis").app_data(redis.clone()).service(order::annotated))
             .service(web::scope("/redis-acks").app_data(redis_acks.clone()).service(order::annotated))
