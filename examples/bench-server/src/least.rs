@@ -56,7 +56,7 @@ fn claim(key: &[u8], hash: [u8; 32]) -> Option<Found> {
 /// The order handler under the least idempotency.
 #[post("/orders")]
 pub async fn least(req: HttpRequest, body: web::Bytes) -> HttpResponse {
-    let Some(key) = req.headers().get("idempotency-key").map(|value| value.as_bytes().to_vec()) else {
+    let Some(key) = req.headers().get("idempotency-key").map(|value| value.as_bytes()) else {
         return HttpResponse::BadRequest().finish();
     };
     let hash: [u8; 32] = Sha256::digest(&body).into();
@@ -64,14 +64,14 @@ pub async fn least(req: HttpRequest, body: web::Bytes) -> HttpResponse {
         Ok(order) => order,
         Err(error) => return error.error_response(),
     };
-    match claim(&key, hash) {
+    match claim(key, hash) {
         None => {}
         Some(Found::Replay(body)) => return created(body),
         Some(Found::Refused) => return HttpResponse::Conflict().finish(),
     }
     let body = web::Bytes::from(create(&order));
     RECORDS.with_borrow_mut(|records| {
-        if let Some(record) = records.get_mut(&key) {
+        if let Some(record) = records.get_mut(key) {
             record.1 = Some(body.clone());
         }
     });
