@@ -303,7 +303,10 @@ def main():
         print(f"| {title} | replays | first executions |")
         print("|---|---:|---:|")
         for mode, anchor in pairs:
-            cells = [f"{median(mode, path, 'rate') / median(anchor, path, 'rate'):.2f}×" for path in PATHS]
+            cells = [
+                f"{median(mode, path, 'rate') / median(anchor, path, 'rate'):.2f}× ({spread(mode, anchor, path)})"
+                for path in PATHS
+            ]
             print(f"| {mode} / {anchor} | {cells[0]} | {cells[1]} |")
 
     informational("cost of replica acknowledgements (WAIT 1)", [("redis-acks", "redis")])

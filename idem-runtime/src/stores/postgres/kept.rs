@@ -17,8 +17,8 @@
 //! runtime takes from the pool for it (a task of its own, because sqlx
 //! closes a connection whose acquiring is cut short while it pings or
 //! opens it). On this project's 2-core benchmark machine the store served
-//! about 1.4 times the replays and 1.35 times the first executions this way
-//! (see the README's Benchmarks).
+//! about 1.4 times the replays and first executions this way (see the
+//! CHANGELOG).
 //!
 //! A kept connection is still checked out of the pool, so the pool's bound
 //! holds. It goes back to the pool when it is given back after [`HOLD`] from
