@@ -13,7 +13,8 @@
 //! - the records live in a map of the worker thread's own, with a cheap
 //!   hash: no lock, and a retry that reaches another worker is not
 //!   recognized (a real store is shared by every worker); the key is copied
-//!   once, when its record is made;
+//!   once, into a box of its own, when its record is made (the memory store
+//!   keeps a 32-byte digest inline instead, and pays a SHA-256 for it);
 //! - the response's bytes are kept by reference, not copied; no headers
 //!   but the content type, no `Idempotent-Replayed`, no storage key,
 //!   lease, fencing token, expiry, bound, task or metrics.
