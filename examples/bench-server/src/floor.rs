@@ -128,22 +128,15 @@ pub async fn floor(req: HttpRequest, body: web::Bytes) -> HttpResponse {
 #[cfg(test)]
 mod tests {
     use actix_web::http::StatusCode;
-    use actix_web::test::{self, TestRequest};
+    use actix_web::test;
     use actix_web::{App, web};
 
-    const ORDER: &str = r#"{"customer_id":"c","amount_cents":1,"currency":"EUR","lines":[]}"#;
+    use crate::order::testing::{ORDER, post};
 
     #[actix_web::test]
     async fn the_floor_replays_the_same_request_and_refuses_another() {
         let app = test::init_service(App::new().service(web::scope("/floor").service(super::floor))).await;
-        let send = |body: &'static str| {
-            TestRequest::post()
-                .uri("/floor/orders")
-                .insert_header(("content-type", "application/json"))
-                .insert_header(("idempotency-key", "floor-test"))
-                .set_payload(body)
-                .to_request()
-        };
+        let send = |body| post("/floor/orders", "floor-test", body).to_request();
         let first = test::call_service(&app, send(ORDER)).await;
         assert_eq!(first.status(), StatusCode::CREATED);
         assert!(first.headers().get("idempotent-replayed").is_none());

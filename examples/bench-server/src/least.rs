@@ -105,19 +105,12 @@ mod tests {
     use actix_web::test::{self, TestRequest};
     use actix_web::{App, web};
 
-    const ORDER: &str = r#"{"customer_id":"c","amount_cents":1,"currency":"EUR","lines":[]}"#;
+    use crate::order::testing::{ORDER, post};
 
     #[actix_web::test]
     async fn the_least_replays_the_same_body_and_refuses_another() {
         let app = test::init_service(App::new().service(web::scope("/least").service(super::least))).await;
-        let send = |key: &'static str, body: &'static str| {
-            TestRequest::post()
-                .uri("/least/orders")
-                .insert_header(("content-type", "application/json"))
-                .insert_header(("idempotency-key", key))
-                .set_payload(body)
-                .to_request()
-        };
+        let send = |key, body| post("/least/orders", key, body).to_request();
         let first = test::call_service(&app, send("least-test", ORDER)).await;
         assert_eq!(first.status(), StatusCode::CREATED);
         let created = test::read_body(first).await;

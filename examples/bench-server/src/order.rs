@@ -68,3 +68,21 @@ pub async fn bare(order: web::Json<NewOrder>) -> HttpResponse {
 pub async fn annotated(order: web::Json<NewOrder>) -> HttpResponse {
     created(create(&order))
 }
+
+/// What the informational modes' tests send.
+#[cfg(test)]
+pub mod testing {
+    use actix_web::test::TestRequest;
+
+    /// An order as the benchmark sends it, smaller.
+    pub const ORDER: &str = r#"{"customer_id":"c","amount_cents":1,"currency":"EUR","lines":[]}"#;
+
+    /// A JSON `POST` of `body` to `uri` under the idempotency key `key`.
+    pub fn post(uri: &str, key: &str, body: &'static str) -> TestRequest {
+        TestRequest::post()
+            .uri(uri)
+            .insert_header(("content-type", "application/json"))
+            .insert_header(("idempotency-key", key))
+            .set_payload(body)
+    }
+}
