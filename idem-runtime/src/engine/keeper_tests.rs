@@ -1,5 +1,6 @@
-//! The keeper's schedule, against a memory store whose renewals can be made
-//! to fail (a store that refuses connections answers at once).
+//! The keeper: its wake-up rule over the parts of its list, and its
+//! schedule against a memory store whose renewals can be made to fail (a
+//! store that refuses connections answers at once).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -7,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::lease::Lease;
+use super::{IDLE_LOOK, LISTS, Shared};
+use crate::engine::lease::{Lease, LeaseState};
 use crate::fingerprint::{Fingerprint, RequestParts};
 use crate::key::IdempotencyKey;
 use crate::record::{Record, StoredResponse};
@@ -180,4 +182,56 @@ fn leases_handed_over_from_many_threads_at_once_are_all_renewed() {
         thread.join().unwrap();
     }
     assert!(store.batches.load(Ordering::SeqCst) >= 3, "the leases were renewed");
+}
+
+/// A lease of `length` claimed at `sent`: first renewal due a third in.
+fn lease(length: Duration, sent: Instant) -> Arc<LeaseState> {
+    let key = StorageKey::new(Scope::Global, None, "POST", "/", &IdempotencyKey::parse(b"k").unwrap());
+    let store = Arc::new(crate::stores::MemoryStore::new());
+    Arc::new(LeaseState::new(store, key, FencingToken::generate(), length, length / 3, sent))
+}
+
+/// Whatever part holds the lease the keeper's next look is set by, and
+/// whatever part a later lease is handed to: a lease due before that
+/// look wakes the keeper (else it would sleep past the lease's renewal,
+/// the lease would run out, and a retry could take the key over and run
+/// the handler again).
+#[test]
+fn a_lease_due_before_the_keepers_next_look_wakes_it_whatever_its_part() {
+    let now = Instant::now();
+    for soonest_in in 0..LISTS {
+        for part in 0..LISTS {
+            let shared = Shared::default();
+            // Every part holds a lease due in 3 s, `soonest_in`'s in 600 ms.
+            let held: Vec<_> = (0..LISTS)
+                .map(|p| {
+                    let length = if p == soonest_in { Duration::from_millis(1_800) } else { Duration::from_secs(9) };
+                    lease(length, now)
+                })
+                .collect();
+            for (p, lease) in held.iter().enumerate() {
+                shared.hand_over(p, lease);
+            }
+            let look = shared.look(now);
+            assert_eq!(look.soonest, now + Duration::from_millis(600));
+            assert!(look.due.is_empty() && look.ran_out.is_empty());
+            // Due in 300 ms, before the look the keeper now sleeps until.
+            let (_, woke) = shared.hand_over(part, &lease(Duration::from_millis(900), now));
+            assert!(woke, "a lease handed to part {part} (the soonest in part {soonest_in}) did not wake the keeper");
+        }
+    }
+}
+
+/// A lease due after the keeper's next look needs no wake-up: under
+/// load, handing leases over costs no thread switch.
+#[test]
+fn a_lease_due_after_the_keepers_next_look_does_not_wake_it() {
+    let now = Instant::now();
+    let shared = Shared::default();
+    assert!(shared.hand_over(0, &lease(Duration::from_secs(30), now)).1, "the first hand-over wakes it");
+    let look = shared.look(now);
+    assert_eq!(look.soonest, now + IDLE_LOOK);
+    for part in 0..LISTS {
+        assert!(!shared.hand_over(part, &lease(Duration::from_secs(30), now)).1, "part {part}");
+    }
 }

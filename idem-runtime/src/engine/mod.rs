@@ -16,8 +16,6 @@
 
 mod drain;
 pub(crate) mod keeper;
-#[cfg(all(test, feature = "memory"))]
-mod keeper_tests;
 mod lease;
 #[cfg(feature = "postgres")]
 pub(crate) mod transaction;
