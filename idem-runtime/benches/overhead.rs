@@ -94,6 +94,7 @@ fn pieces(c: &mut Criterion) {
                     path: "/orders",
                     query: "",
                     headers: &[],
+                    host: "",
                     content_type,
                     body: &body,
                 })

@@ -1,7 +1,8 @@
 //! Request fingerprints: what makes a retry "the same request".
 //!
 //! A fingerprint is SHA-256 over the method, the path as requested (path
-//! parameters included), the query string, the media type and the body.
+//! parameters included), the query string, the host name, the media type
+//! and the body.
 //! JSON bodies (`application/json` and any `*/*+json` type) are
 //! canonicalized first, so a client that re-serializes the same payload with
 //! other key order or whitespace is still recognized; every other body
@@ -15,6 +16,12 @@
 //!
 //! A route's `fingerprint_headers` count too, each with all its values in
 //! order: an absent header differs from an empty one.
+//!
+//! The host name is the `Host` as received, lower-cased and without its
+//! port (`Shop.Example:8443` is `shop.example`), so that two tenants told
+//! apart by host name are two requests, and one can never be replayed the
+//! other's response. Left out (empty) when the configuration says so, it
+//! is not hashed at all: such fingerprints are those of earlier versions.
 //!
 //! Each part is length-prefixed before hashing, so no two different
 //! requests can feed the hash the same bytes (`/a` + `b=1` vs `/ab` + `=1`).
@@ -42,6 +49,10 @@ pub struct RequestParts<'a> {
     /// The route's `fingerprint_headers`, each with its values in order
     /// (none when absent, which differs from one empty value).
     pub headers: &'a [(&'a str, Vec<&'a [u8]>)],
+    /// The host the request was sent to, as received (the `Host` header,
+    /// or the URI's authority), port and case as they come; empty to leave
+    /// the host out of the fingerprint.
+    pub host: &'a str,
     /// The `Content-Type` header, if any.
     pub content_type: Option<&'a str>,
     /// The request body.
@@ -71,6 +82,13 @@ impl Fingerprint {
                     field(value);
                 }
             }
+        }
+        // Only hashed when given: a configuration that leaves the host out
+        // keeps the fingerprints of earlier versions.
+        let host = host_name(parts.host);
+        if !host.is_empty() {
+            field(b"host");
+            field(host.as_bytes());
         }
         // The media type tells what the bytes mean, JSON or not: the same
         // bytes as text and as a form, or the same document as
@@ -137,6 +155,21 @@ fn media_type(content_type: &str) -> Cow<'_, str> {
     }
 }
 
+/// The host name of a `Host` value (or authority): without its port,
+/// lower-cased. An IPv6 literal keeps its brackets.
+fn host_name(host: &str) -> Cow<'_, str> {
+    let host = host.trim();
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.find(']').map_or(host, |end| &host[..end + 2]),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    if name.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(name.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(name)
+    }
+}
+
 /// Whether a media type (as [`media_type`] gives it) is JSON:
 /// `application/json` or `*/*+json`.
 fn is_json(media_type: &str) -> bool {
@@ -151,7 +184,23 @@ mod tests {
     use super::*;
 
     fn parts<'a>(path: &'a str, query: &'a str, ct: Option<&'a str>, body: &'a [u8]) -> RequestParts<'a> {
-        RequestParts { method: "POST", path, query, headers: &[], content_type: ct, body }
+        RequestParts { method: "POST", path, query, headers: &[], host: "", content_type: ct, body }
+    }
+
+    #[test]
+    fn the_host_name_counts_without_its_port_or_case() {
+        let base = parts("/orders", "", None, b"x");
+        let with = |host| Fingerprint::of(&RequestParts { host, ..base });
+        let shop = with("shop.example");
+        assert_ne!(shop, with("other.example"), "two tenants are two requests");
+        assert_ne!(shop, Fingerprint::of(&base), "a host differs from none");
+        for same in ["Shop.Example", "shop.example:8443", "SHOP.EXAMPLE:80", " shop.example "] {
+            assert_eq!(shop, with(same), "{same}");
+        }
+        assert_eq!(with("[::1]:8080"), with("[::1]"));
+        assert_ne!(with("[::1]"), with("[::2]"));
+        assert_eq!(host_name("[::1]:8080"), "[::1]");
+        assert_eq!(host_name("[::1"), "[::1", "a broken literal is kept as it is");
     }
 
     #[test]

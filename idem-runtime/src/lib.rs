@@ -167,7 +167,7 @@ pub mod problem {
 /// `method`, `route`, `scope`, `key` (a short hash, never the key) and
 /// `outcome`, and is counted once, where it ends, in [`REQUESTS_METRIC`](observability::REQUESTS_METRIC).
 pub mod observability {
-    pub use crate::observe::{Outcome, REQUESTS_METRIC, STORE_LATENCY_METRIC};
+    pub use crate::observe::{Outcome, REQUESTS_METRIC, RUNNING_METRIC, STORE_LATENCY_METRIC};
 }
 
 /// What the `#[idempotent]` expansion uses. Not a public API.

@@ -10,6 +10,10 @@ use crate::store::StoreError;
 pub const REQUESTS_METRIC: &str = "idem_requests_total";
 /// Histogram of store call latency in seconds, labelled `op` and `store`.
 pub const STORE_LATENCY_METRIC: &str = "idem_store_call_seconds";
+/// Gauge of the executions running in the process: claimed and not yet
+/// completed or released, those whose client left and those whose
+/// completion is still being retried included.
+pub const RUNNING_METRIC: &str = "idem_executions_running";
 
 /// How an idempotent request ended, as counted in [`REQUESTS_METRIC`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +34,9 @@ pub enum Outcome {
     StoreError,
     /// The handler finished after its lease was lost; nothing was stored.
     LeaseLost,
+    /// Refused before the claim (503): as many executions ran in the
+    /// process as its bound allows.
+    Overloaded,
 }
 
 impl Outcome {
@@ -43,6 +50,7 @@ impl Outcome {
             Self::Rejected => "rejected",
             Self::StoreError => "store_error",
             Self::LeaseLost => "lease_lost",
+            Self::Overloaded => "overloaded",
         }
     }
 }

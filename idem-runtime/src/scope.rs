@@ -223,6 +223,7 @@ mod tests {
                 path: "/p",
                 query: "",
                 headers: &[],
+                host: "",
                 content_type: None,
                 body,
             })

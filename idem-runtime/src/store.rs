@@ -13,12 +13,22 @@
 //! so many server processes can share one store. All expiry decisions use
 //! the store's own clock.
 //!
-//! Ownership of an in-flight record ends when its lease runs out: from then
-//! on its token can neither renew, complete nor release, even if nobody has
-//! claimed the key yet. The record itself stays, with its fingerprint, until
-//! its TTL: a released key and a key whose lease ran out (a crash) can be
-//! claimed again by the *same* request only; a different request gets
-//! [`Claim::Mismatch`] (§4.8 of the behaviour contract).
+//! Ownership of a record is its token, not its lease. A lease is the
+//! holder's claim of priority: while it runs, a claim of the same request
+//! is answered [`Claim::InFlight`]; once it has run out, such a claim takes
+//! the key over with a new token (crash recovery). Until that happens the
+//! holder's token still owns the record, lapsed or not: it may renew the
+//! lease back into life, complete or release. So a store that was
+//! unreachable for longer than a lease never by itself causes a second
+//! execution: its holder renews and completes once it answers again
+//! (§1 and §6 of the behaviour contract). Every other token is refused (the
+//! fence), and a takeover is the only way a token loses its record.
+//!
+//! The record itself stays, with its fingerprint, until its TTL: a released
+//! key and a key whose lease ran out (a crash) can be claimed again by the
+//! *same* request only; a different request gets [`Claim::Mismatch`] (§4.8
+//! of the behaviour contract). A record past its TTL is gone, for its token
+//! too.
 //!
 //! Every store must pass the conformance suite in `store::testing` (feature
 //! `testing`) against its real server.
@@ -37,6 +47,7 @@
 //!     path: "/orders",
 //!     query: "",
 //!     headers: &[],
+//!     host: "shop.example",
 //!     content_type: Some("application/json"),
 //!     body: br#"{"amount_cents": 500}"#,
 //! });
@@ -136,15 +147,16 @@ pub struct Renewal {
 #[must_use]
 #[non_exhaustive]
 pub enum Fence {
-    /// The token still owned the key: the operation took effect.
+    /// The record held the token: the operation took effect.
     Held,
-    /// The token no longer owns the key (lease expired, taken over, or the
-    /// record is gone): nothing was changed.
+    /// The record does not hold the token (taken over, completed, released,
+    /// or gone past its TTL): nothing was changed.
     Lost,
     /// No answer for this one lease: only [`Store::renew_many`] says so,
     /// for the leases of a batch whose part failed while the rest was
-    /// answered (a Redis Cluster shard down, say). The keeper tries that
-    /// lease again, as after a failed call.
+    /// answered (a Redis Cluster shard down, a row locked by another
+    /// transaction). The keeper tries that lease again, as after a failed
+    /// call.
     Unknown,
 }
 
@@ -160,8 +172,9 @@ pub trait Store: std::any::Any + Send + Sync {
     fn kind(&self) -> &'static str;
 
     /// Claims `key` for a request with `fingerprint`, or reports what holds
-    /// it. A new owner's lease lasts `lease`; the record (and so its
-    /// fingerprint) lives `ttl` from now, and at least as long as its lease.
+    /// it; a new owner gets a fresh token. A new owner's lease lasts
+    /// `lease`; the record (and so its fingerprint) lives `ttl` from now,
+    /// and at least as long as its lease.
     ///
     /// | record of `key` | same fingerprint | other fingerprint |
     /// |---|---|---|
@@ -176,24 +189,61 @@ pub trait Store: std::any::Any + Send + Sync {
         fingerprint: &Fingerprint,
         lease: Duration,
         ttl: Duration,
+    ) -> Result<Claim, StoreError> {
+        self.claim_as(key, fingerprint, FencingToken::generate(), lease, ttl).await
+    }
+
+    /// [`Store::claim`], the new owner's token chosen by the caller: a
+    /// fresh one from [`FencingToken::generate`], used for this claim
+    /// alone. A caller whose claim failed in transit (a timeout, a lost
+    /// connection) may so still release what the claim took, if it landed,
+    /// instead of leaving the key in flight for a whole lease. The same
+    /// claim sent again (same token) while its lease runs is answered as
+    /// acquired again, not in flight.
+    async fn claim_as(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        token: FencingToken,
+        lease: Duration,
+        ttl: Duration,
     ) -> Result<Claim, StoreError>;
 
-    /// Extends the owner's lease to `lease` from now (and the record's life
-    /// with it, if the lease would outlive it).
+    /// Extends the lease of the record `token` owns to `lease` from now (and
+    /// the record's life with it, if the lease would outlive it), whether
+    /// or not the lease had run out: [`Fence::Held`] while the record holds
+    /// `token`.
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError>;
 
     /// Renews many leases at once, answering one [`Fence`] per renewal, in
     /// order. The runtime's lease keeper calls this from a thread of its
     /// own, outside the application's workers; a networked store should
     /// make it one round trip on a connection of its own, so that renewals
-    /// never queue behind application traffic. The default sends every
-    /// [`Store::renew`] at once and fails if any fails.
+    /// never queue behind application traffic. A lease whose renewal could
+    /// not be answered (a failed call, a locked row) is [`Fence::Unknown`];
+    /// the batch fails only when none could be. The default sends every
+    /// [`Store::renew`] at once.
     async fn renew_many(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
         let each = renewals.iter().map(|r| self.renew(&r.key, r.token, r.lease));
-        futures_util::future::join_all(each).await.into_iter().collect()
+        let mut answers = futures_util::future::join_all(each).await;
+        if answers.iter().all(Result::is_err)
+            && let Some(Err(error)) = answers.pop()
+        {
+            return Err(error);
+        }
+        Ok(answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|error| {
+                    tracing::warn!(%error, "one renewal failed");
+                    Fence::Unknown
+                })
+            })
+            .collect())
     }
 
-    /// Stores `response` for `ttl`, if `token` still owns the key.
+    /// Stores `response` for `ttl`, if the record holds `token` (its lease
+    /// live or not).
     async fn complete(
         &self,
         key: &StorageKey,
@@ -202,9 +252,9 @@ pub trait Store: std::any::Any + Send + Sync {
         ttl: Duration,
     ) -> Result<Fence, StoreError>;
 
-    /// Turns an in-flight record into a tombstone, if `token` still owns
-    /// it: the same request may claim the key again, another one is refused,
-    /// until the record's TTL runs out.
+    /// Turns an in-flight record into a tombstone, if it holds `token` (its
+    /// lease live or not): the same request may claim the key again, another
+    /// one is refused, until the record's TTL runs out.
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError>;
 
     /// The live record of `key`, if any (records past their TTL are absent;

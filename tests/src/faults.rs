@@ -122,10 +122,11 @@ impl Store for FaultyStore {
         "faulty"
     }
 
-    async fn claim(
+    async fn claim_as(
         &self,
         key: &StorageKey,
         fingerprint: &Fingerprint,
+        token: FencingToken,
         lease: Duration,
         ttl: Duration,
     ) -> Result<Claim, StoreError> {
@@ -143,7 +144,7 @@ impl Store for FaultyStore {
         if let Some(delay) = self.claim_delay.filter(|_| later) {
             tokio::time::sleep(delay).await;
         }
-        let claim = self.inner.claim(key, fingerprint, lease, ttl).await;
+        let claim = self.inner.claim_as(key, fingerprint, token, lease, ttl).await;
         if let Some(delay) = self.late_answers {
             tokio::time::sleep(delay).await;
         }

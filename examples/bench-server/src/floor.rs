@@ -25,7 +25,7 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 use actix_web::body::MessageBody;
 use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
-use actix_web::http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use actix_web::http::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, post, web};
 use idem_runtime::store::{Fingerprint, IdempotencyKey, RequestParts};
 
@@ -95,6 +95,7 @@ pub async fn floor(req: HttpRequest, body: web::Bytes) -> HttpResponse {
         path: req.path(),
         query: req.query_string(),
         headers: &[],
+        host: req.headers().get(HOST).and_then(|v| v.to_str().ok()).unwrap_or(""),
         content_type: req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
         body: &body,
     });

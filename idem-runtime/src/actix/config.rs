@@ -60,6 +60,8 @@ pub(crate) struct Config {
     pub(crate) server_errors: ServerErrorPolicy,
     pub(crate) skipped_headers: Vec<HeaderName>,
     pub(crate) drain_timeout: Duration,
+    /// Whether the request's host name is part of its fingerprint.
+    pub(crate) fingerprint_host: bool,
     /// Shared by every clone of the configuration.
     pub(crate) running: Arc<Running>,
 }
@@ -92,6 +94,9 @@ impl Idem {
     pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
     /// Default longest wait of [`Idem::drain`] for running executions.
     pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+    /// Default bound on the executions running at once in the process
+    /// ([`Idem::max_running`]).
+    pub const DEFAULT_MAX_RUNNING: usize = Running::DEFAULT_MAX;
 
     /// A configuration using `store`, with every other setting at its default.
     pub fn new(store: impl Store) -> Self {
@@ -110,6 +115,7 @@ impl Idem {
                 server_errors: ServerErrorPolicy::default(),
                 skipped_headers: DEFAULT_SKIPPED.iter().map(|h| HeaderName::from_static(h)).collect(),
                 drain_timeout: Self::DEFAULT_DRAIN_TIMEOUT,
+                fingerprint_host: true,
                 running: Arc::default(),
             }),
         }
@@ -155,6 +161,30 @@ impl Idem {
     /// Longest wait of [`Idem::drain`] (default 30 s).
     pub fn drain_timeout(self, timeout: Duration) -> Self {
         self.with(|c| c.drain_timeout = timeout)
+    }
+
+    /// Most executions running at once under this configuration (default
+    /// [`Idem::DEFAULT_MAX_RUNNING`]): claimed and not yet completed or
+    /// released, those whose client left and those still storing their
+    /// response included. A client that resets its connection leaves its
+    /// execution running (it may have charged half way), so without a
+    /// bound handlers could be piled up faster than they finish. Past the
+    /// bound a request is answered 503 `overloaded` with `Retry-After`
+    /// before its claim: nothing is claimed, nothing runs, and a retry is
+    /// served normally once executions end. Counted per configuration: set
+    /// it before cloning the configuration into the app.
+    pub fn max_running(self, executions: usize) -> Self {
+        self.with(|c| c.running = Arc::new(Running::with_limit(executions)))
+    }
+
+    /// Whether the request's host name is part of its fingerprint (default
+    /// `true`): the `Host` as received, lower-cased, without its port, so
+    /// that two tenants told apart by host name never receive each other's
+    /// stored response (the second is answered 422). Turn it off for a
+    /// service reached under several names for the same tenant (a retry
+    /// through another name is then the same request).
+    pub fn fingerprint_host(self, included: bool) -> Self {
+        self.with(|c| c.fingerprint_host = included)
     }
 
     /// What to do with 5xx responses not marked retryable (default: store
@@ -247,6 +277,8 @@ impl fmt::Debug for Idem {
             .field("server_errors", &c.server_errors)
             .field("skipped_headers", &c.skipped_headers)
             .field("drain_timeout", &c.drain_timeout)
+            .field("max_running", &c.running.max())
+            .field("fingerprint_host", &c.fingerprint_host)
             .finish_non_exhaustive()
     }
 }

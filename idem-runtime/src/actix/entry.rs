@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Payload;
-use actix_web::http::header::CONTENT_TYPE;
+use actix_web::http::header::{CONTENT_TYPE, HOST};
 use actix_web::{FromRequest, Handler, HttpMessage, HttpRequest, HttpResponse, Responder, web};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -144,6 +144,7 @@ where
         path: req.path(),
         query: req.query_string(),
         headers: &headers,
+        host: if config.fingerprint_host { host_of(&req) } else { "" },
         content_type: req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
         body: &body,
     });
@@ -189,6 +190,17 @@ where
                 let detail = "the server is shutting down; the request was not processed, retry";
                 return problem::retry_after(ProblemKind::ShuttingDown, detail, Duration::from_secs(1));
             }
+            Ok(engine::Claimed::Overloaded) => {
+                count(&route, Outcome::Overloaded);
+                let detail = "too many requests are running in this server; the request was not processed, retry";
+                return problem::retry_after(ProblemKind::Overloaded, detail, Duration::from_secs(1));
+            }
+            Ok(engine::Claimed::KeeperStopped) => {
+                count(&route, Outcome::Rejected);
+                let detail = "the server cannot keep idempotency leases right now; the request was not processed, \
+                              retry (on another server, if you can)";
+                return problem::retry_after(ProblemKind::KeeperStopped, detail, Duration::from_secs(1));
+            }
             // A wait that ran into its own deadline is still a wait: the
             // first request is in flight, as far as anyone knows.
             Err(StoreError::Timeout { .. }) if cut => Claim::InFlight { retry_after: Duration::from_secs(1) },
@@ -209,7 +221,7 @@ where
             Claim::Mismatch => {
                 count(&route, Outcome::Mismatch);
                 let detail = "this idempotency key was already used for a different request \
-                              (method, path, query or body differ); use a new key for a new request";
+                              (method, host, path, query or body differ); use a new key for a new request";
                 return problem::response(ProblemKind::KeyReused, detail);
             }
             Claim::InFlight { retry_after } => {
@@ -233,6 +245,16 @@ where
                 return problem::retry_after(ProblemKind::StoreUnavailable, detail, Duration::from_secs(1));
             }
         }
+    }
+}
+
+/// The host a request was sent to, as received: its `Host` header, or the
+/// URI's authority (HTTP/2 sends `:authority`, which actix keeps in the
+/// URI). Empty when there is neither.
+fn host_of(req: &HttpRequest) -> &str {
+    match req.headers().get(HOST) {
+        Some(host) => host.to_str().unwrap_or(""),
+        None => req.uri().authority().map_or("", |authority| authority.host()),
     }
 }
 

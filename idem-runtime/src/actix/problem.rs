@@ -38,6 +38,14 @@ pub enum ProblemKind {
     StoreUnavailable,
     /// 503: the server is shutting down; nothing was run.
     ShuttingDown,
+    /// 503 with `Retry-After`: as many executions run in this process as
+    /// [`Idem::max_running`](crate::Idem::max_running) allows; nothing was
+    /// claimed or run.
+    Overloaded,
+    /// 503 with `Retry-After`: the process-wide lease keeper has stopped
+    /// (a panic on its thread), so no lease could be kept; nothing was
+    /// claimed or run.
+    KeeperStopped,
     /// 500: no configuration registered on the app, or a configuration
     /// that cannot keep a route's lease.
     NotConfigured,
@@ -99,6 +107,10 @@ impl ProblemKind {
                 (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "Idempotency store unavailable")
             }
             Self::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting-down", "Server shutting down"),
+            Self::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", "Too many requests running"),
+            Self::KeeperStopped => {
+                (StatusCode::SERVICE_UNAVAILABLE, "keeper-stopped", "Idempotency lease keeper stopped")
+            }
             Self::NotConfigured => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "not-configured", "Idempotency runtime not configured")
             }

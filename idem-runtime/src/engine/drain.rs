@@ -1,10 +1,18 @@
-//! Counting running executions, so that a shutdown can wait for them.
+//! Counting running executions, so that a shutdown can wait for them, and
+//! so that they are bounded.
 //!
 //! An execution counts from just before its claim is sent until its
 //! completion or release is settled, including one that finishes in the
 //! background after its client left. Once draining starts, no new execution
 //! begins: a claim attempted from then on is refused before it is sent
-//! (the runtime answers 503 with `Retry-After`, and nothing ran).
+//! (the runtime answers 503 with `Retry-After`, and nothing ran). The same
+//! holds while as many execute as the bound allows: a client that resets
+//! its connection leaves its execution running by design, so without a
+//! bound handlers could be piled up faster than they finish.
+//!
+//! The executions of the process are published as the gauge
+//! [`RUNNING_METRIC`](crate::observability::RUNNING_METRIC), moved only by
+//! executions that claimed their key (a replay or a refusal leaves it be).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -12,12 +20,31 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-/// The running executions of one [`Idem`](crate::Idem).
-#[derive(Debug, Default)]
+use crate::observe::RUNNING_METRIC;
+
+/// The running executions of one [`Idem`](crate::Idem) (or inbox).
+#[derive(Debug)]
 pub(crate) struct Running {
     count: AtomicUsize,
+    /// Most executions at once (claims being sent included).
+    max: usize,
     draining: AtomicBool,
     idle: Notify,
+}
+
+impl Default for Running {
+    fn default() -> Self {
+        Self::with_limit(Self::DEFAULT_MAX)
+    }
+}
+
+/// Why [`Running::enter`] refused a new execution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// A drain has begun.
+    Draining,
+    /// As many run as the bound allows.
+    Full,
 }
 
 /// How a drain ended, as [`Idem::drain`](crate::Idem::drain) reports it.
@@ -55,6 +82,7 @@ pub(crate) struct Entered<'a> {
 impl Entered<'_> {
     /// Keeps the count for an execution that outlives the claim.
     pub(crate) fn keep(self) -> RunningGuard {
+        metrics::gauge!(RUNNING_METRIC).increment(1.0);
         let guard = RunningGuard { running: Arc::clone(self.running) };
         // The count moves to the guard: taken once, given back once.
         std::mem::forget(self);
@@ -69,16 +97,37 @@ impl Drop for Entered<'_> {
 }
 
 impl Running {
-    /// Counts a new execution, or `None` once draining has begun.
-    pub(crate) fn enter(self: &Arc<Self>) -> Option<Entered<'_>> {
+    /// The bound of [`Idem::max_running`](crate::Idem::max_running) unless
+    /// set: far above what a process serves at once in a healthy service,
+    /// far below what would exhaust its memory (each execution holds its
+    /// request, its body up to the body limit, and its response up to the
+    /// stored-response limit).
+    pub(crate) const DEFAULT_MAX: usize = 2048;
+
+    /// No execution yet, at most `max` at once (at least one).
+    pub(crate) fn with_limit(max: usize) -> Self {
+        Self { count: AtomicUsize::new(0), max: max.max(1), draining: AtomicBool::new(false), idle: Notify::new() }
+    }
+
+    /// The bound.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Counts a new execution, unless draining has begun or as many run as
+    /// the bound allows.
+    pub(crate) fn enter(self: &Arc<Self>) -> Result<Entered<'_>, Refused> {
         // Count first, then look: a drain that starts in between sees the
         // count and waits for it (both sides use SeqCst).
-        self.count.fetch_add(1, Ordering::SeqCst);
+        let before = self.count.fetch_add(1, Ordering::SeqCst);
         let entered = Entered { running: self };
         if self.draining.load(Ordering::SeqCst) {
-            return None; // the drop takes the count back
+            return Err(Refused::Draining); // the drop takes the count back
         }
-        Some(entered)
+        if before >= self.max {
+            return Err(Refused::Full);
+        }
+        Ok(entered)
     }
 
     /// Gives back one count.
@@ -121,6 +170,7 @@ impl Running {
 
 impl Drop for RunningGuard {
     fn drop(&mut self) {
+        metrics::gauge!(RUNNING_METRIC).decrement(1.0);
         self.running.leave();
     }
 }
@@ -138,12 +188,25 @@ mod tests {
             async move { running.drain(Duration::from_secs(10)).await }
         });
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert!(running.enter().is_none(), "no new execution once draining");
+        assert_eq!(running.enter().err(), Some(Refused::Draining), "no new execution once draining");
         assert_eq!(running.count(), 1);
         drop(first);
         let drained = drain.await.unwrap();
         assert!(drained.is_complete());
         assert!(drained.waited >= Duration::from_secs(1) && drained.waited < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn executions_past_the_bound_are_refused_until_one_ends() {
+        let running = Arc::new(Running::with_limit(2));
+        let first = running.enter().unwrap().keep();
+        let second = running.enter().unwrap().keep();
+        assert_eq!(running.enter().err(), Some(Refused::Full));
+        assert_eq!(running.count(), 2, "a refusal gives its count back");
+        drop(first);
+        let third = running.enter().expect("room again");
+        drop((second, third));
+        assert_eq!(running.count(), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -33,8 +33,10 @@
 //! renewed with the batch that goes now. A failed renewal is tried again a
 //! tenth of the lease (10 ms to 1 s) after it was sent: at once if it took
 //! that long to fail (a timeout), so that the last third of the lease is
-//! left for the retry. A lease whose deadline passes unconfirmed is lost
-//! (see `lease.rs`).
+//! left for the retry. A lease whose deadline passes unconfirmed is lapsed,
+//! not abandoned: it is renewed on at that pace while its execution runs,
+//! until the store answers that the record still holds its token (confirmed
+//! again) or does not (lost; see `lease.rs`).
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -125,8 +127,9 @@ const IDLE_LOOK: Duration = Duration::from_secs(1);
 pub(crate) fn keep(lease: &Arc<LeaseState>) -> Option<Slot> {
     let keeper = KEEPER.get_or_init(start);
     if keeper.shared.stopped.load(Ordering::Acquire) {
-        // Nothing renews: the lease ends at its deadline and the
-        // completion is refused by its fence.
+        // Nothing renews: the lease lapses at its deadline. (Claims are
+        // refused once the keeper has stopped; this is one that was sent
+        // just before.)
         tracing::error!("the idempotency lease keeper is not running; this lease will not be renewed");
         return None;
     }
@@ -147,18 +150,39 @@ pub(crate) fn forget(slot: Slot) {
     drop(lease);
 }
 
+/// Whether the keeper thread runs (starting it on first use). Claims are
+/// refused while it does not: nothing would renew their leases.
+pub(crate) fn is_running() -> bool {
+    !KEEPER.get_or_init(start).shared.stopped.load(Ordering::Acquire)
+}
+
 /// Runs `work` on the keeper's runtime, apart from the application's
 /// workers: a completion still retrying when a worker stops goes on.
 pub(crate) fn spawn(work: impl std::future::Future<Output = ()> + Send + 'static) {
-    KEEPER.get_or_init(start).runtime.spawn(work);
+    drop(spawn_joined(work));
 }
 
 /// Like [`spawn`], with a handle to await `work`'s output from anywhere.
-/// Dropping the handle does not cancel `work`.
+/// Dropping the handle does not cancel `work`. If the keeper has stopped,
+/// `work` runs on the caller's runtime instead (and that is logged): it is
+/// never dropped unseen.
 pub(crate) fn spawn_joined<T: Send + 'static>(
     work: impl std::future::Future<Output = T> + Send + 'static,
 ) -> tokio::task::JoinHandle<T> {
-    KEEPER.get_or_init(start).runtime.spawn(work)
+    let keeper = KEEPER.get_or_init(start);
+    if !keeper.shared.stopped.load(Ordering::Acquire) {
+        return keeper.runtime.spawn(work);
+    }
+    tracing::error!("the idempotency lease keeper has stopped; running its work on the caller's runtime instead");
+    match tokio::runtime::Handle::try_current() {
+        Ok(caller) => caller.spawn(work),
+        // Nowhere to run it: the keeper's own (shut down) runtime hands
+        // back a handle that reports it cancelled.
+        Err(_) => {
+            tracing::error!("no runtime to run the stopped keeper's work on; it is dropped");
+            keeper.runtime.spawn(work)
+        }
+    }
 }
 
 fn start() -> Keeper {
@@ -194,7 +218,6 @@ fn after_failure(lease: &LeaseState) -> Duration {
 struct Answer {
     leases: Vec<Arc<LeaseState>>,
     sent: Instant,
-    answered: Instant,
     fences: Result<Vec<Fence>, StoreError>,
 }
 
@@ -210,7 +233,10 @@ async fn run(shared: Arc<Shared>) {
         let Look { soonest, due, ran_out } = shared.look(Instant::now());
         // Logged outside the lock, which every claim and completion takes.
         for lease in ran_out {
-            tracing::warn!(key = %lease.key.hash_tag(), "a lease ran out before a renewal could be confirmed");
+            tracing::warn!(
+                key = %lease.key.hash_tag(),
+                "a lease ran out before a renewal could be confirmed; renewing it on while its execution runs"
+            );
         }
         wake = Some(soonest);
         renew(due, &answers_tx);
@@ -223,7 +249,7 @@ struct Look {
     soonest: Instant,
     /// Leases to renew now (marked as being renewed).
     due: Vec<Arc<LeaseState>>,
-    /// Leases whose deadline passed unconfirmed (marked lost).
+    /// Leases whose deadline just passed unconfirmed (lapsed).
     ran_out: Vec<Arc<LeaseState>>,
 }
 
@@ -280,11 +306,20 @@ impl Shared {
                 let mut plan = lease.plan.lock();
                 let deadline = lease.deadline();
                 if now >= deadline {
-                    // Lost whether or not a renewal is on its way: a late
-                    // confirmation cannot bring it back (see `lease.rs`).
-                    lease.lose();
-                    if !plan.renewing {
+                    // Lapsed, not lost: the record holds the token until
+                    // another claim takes the key over, so it is renewed on
+                    // (at the pace of a failed renewal) until the store
+                    // answers either way (see `lease.rs`).
+                    if !plan.lapsed {
+                        plan.lapsed = true;
                         ran_out.push(Arc::clone(lease));
+                    }
+                    if !plan.renewing && plan.due <= now {
+                        plan.renewing = true;
+                        due.push(Arc::clone(lease));
+                    }
+                    if !plan.renewing {
+                        soonest = soonest.min(plan.due);
                     }
                     continue;
                 }
@@ -337,15 +372,14 @@ fn renew(due: Vec<Arc<LeaseState>>, answers: &UnboundedSender<Answer>) {
                 tracing::error!(store = store.kind(), "the store panicked while renewing leases");
                 Err(StoreError::Corrupt { store: store.kind(), message: "renew_many panicked".into() })
             });
-            let answered = Instant::now();
             // The keeper outlives every batch; a send can only fail at exit.
-            let _ = answers.send(Answer { leases, sent, answered, fences });
+            let _ = answers.send(Answer { leases, sent, fences });
         });
     }
 }
 
 fn apply(answer: Answer) {
-    let Answer { leases, sent, answered, fences } = answer;
+    let Answer { leases, sent, fences } = answer;
     let fences = match fences {
         Ok(fences) if fences.len() == leases.len() => Some(fences),
         Ok(fences) => {
@@ -363,9 +397,13 @@ fn apply(answer: Answer) {
         plan.renewing = false;
         match fences.as_ref().map(|f| f[i]).filter(|fence| *fence != Fence::Unknown) {
             Some(Fence::Held) => {
-                lease.confirm(sent, answered);
+                lease.confirm(sent);
                 plan.due = lease.next_renewal();
                 plan.retrying = false;
+                if plan.lapsed && lease.is_held() {
+                    plan.lapsed = false;
+                    tracing::info!(key = %lease.key.hash_tag(), "a lapsed lease was renewed again; nobody took it over");
+                }
             }
             Some(_) => {
                 if !lease.is_done() {
@@ -381,9 +419,6 @@ fn apply(answer: Answer) {
                 plan.due = sent + after_failure(lease);
                 plan.retrying = true;
             }
-        }
-        if !lease.is_held() {
-            lease.lose();
         }
     }
 }

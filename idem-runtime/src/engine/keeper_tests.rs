@@ -35,14 +35,15 @@ impl Store for Flaky {
         "flaky"
     }
 
-    async fn claim(
+    async fn claim_as(
         &self,
         key: &StorageKey,
         fp: &Fingerprint,
+        token: FencingToken,
         lease: Duration,
         ttl: Duration,
     ) -> Result<Claim, StoreError> {
-        self.inner.claim(key, fp, lease, ttl).await
+        self.inner.claim_as(key, fp, token, lease, ttl).await
     }
 
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
@@ -96,7 +97,8 @@ fn refusing() -> Arc<Flaky> {
 fn hold(store: &Arc<Flaky>, lease: Duration) -> Lease {
     let key = format!("keeper-{}", FencingToken::generate().to_hex());
     let key = StorageKey::new(Scope::Route, None, "POST", "/k", &IdempotencyKey::parse(key.as_bytes()).unwrap());
-    let parts = RequestParts { method: "POST", path: "/k", query: "", headers: &[], content_type: None, body: b"" };
+    let parts =
+        RequestParts { method: "POST", path: "/k", query: "", headers: &[], host: "", content_type: None, body: b"" };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let sent = Instant::now();
     let Claim::Acquired { token, .. } =

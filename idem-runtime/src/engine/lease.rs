@@ -1,11 +1,21 @@
-//! A lease as the process sees it: held until its local deadline, which
-//! only a confirmed renewal moves.
+//! A lease as the process sees it: confirmed until its local deadline, which
+//! only a confirmed renewal moves; owned until the store says otherwise.
 //!
 //! The deadline is counted from when the claim (or the renewal) was *sent*,
 //! never from when its answer arrived: the store started the lease somewhere
 //! in between, so the local deadline always ends no later than the store's.
-//! A renewal that is not confirmed before the deadline leaves the lease
-//! lost for good, even if a late answer says it was held.
+//!
+//! A lease whose deadline passed unconfirmed (the store did not answer in
+//! time) is *lapsed*, not lost: the record still holds its token unless
+//! another claim took the key over, and the store accepts renewals and
+//! completions from the token it holds (§6 of the behaviour contract). The
+//! keeper goes on renewing it, and a renewal answered held, however late,
+//! confirms it again from when that renewal was sent: the store renewed it
+//! at some moment after, and no takeover came before (it would have
+//! changed the token). Only the store's answer that the record no longer
+//! holds the token loses it, for good. A lapsed lease is not held: the
+//! handler does not start on one, and the transactional mode does not
+//! commit on one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +53,9 @@ pub(crate) struct Plan {
     /// The last renewal failed: the next one waits until `due`, without
     /// the slack that lets a lease join an earlier batch.
     pub(crate) retrying: bool,
+    /// Its deadline passed unconfirmed (logged once), and a renewal has
+    /// not confirmed it since.
+    pub(crate) lapsed: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -71,7 +84,7 @@ impl LeaseState {
             times: Mutex::new(Times { confirmed_sent: sent, deadline: later(sent, lease) }),
             lost: AtomicBool::new(false),
             done: AtomicBool::new(false),
-            plan: Mutex::new(Plan { due: later(sent, lease / 3), renewing: false, retrying: false }),
+            plan: Mutex::new(Plan { due: later(sent, lease / 3), renewing: false, retrying: false, lapsed: false }),
         }
     }
 
@@ -85,7 +98,8 @@ impl LeaseState {
         self.times.lock().confirmed_sent
     }
 
-    /// Whether the holder may still act as the owner.
+    /// Whether the lease is confirmed live: the holder may act as the
+    /// owner, and no other claim can take the key before the deadline.
     pub(crate) fn is_held(&self) -> bool {
         !self.lost.load(Ordering::Acquire) && Instant::now() < self.deadline()
     }
@@ -94,7 +108,7 @@ impl LeaseState {
         self.done.load(Ordering::Acquire)
     }
 
-    /// Whether the store said it is lost, or its deadline passed unconfirmed.
+    /// Whether the store said the record no longer holds the token.
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire)
     }
@@ -105,14 +119,12 @@ impl LeaseState {
         later(self.confirmed_sent(), self.lease / 3)
     }
 
-    /// A renewal sent at `sent` was confirmed when it came back at
-    /// `answered`: the lease now runs to `sent + lease`, unless the answer
-    /// came too late.
-    pub(crate) fn confirm(&self, sent: Instant, answered: Instant) {
+    /// A renewal sent at `sent` was answered held: the lease now runs to
+    /// `sent + lease` at least, however late the answer came (a lapsed
+    /// lease is confirmed again; see the module's docs).
+    pub(crate) fn confirm(&self, sent: Instant) {
         let mut times = self.times.lock();
-        if answered >= times.deadline || self.lost.load(Ordering::Acquire) {
-            drop(times);
-            self.lose();
+        if self.lost.load(Ordering::Acquire) {
             return;
         }
         if sent > times.confirmed_sent {
@@ -121,8 +133,7 @@ impl LeaseState {
         }
     }
 
-    /// The store said the token no longer owns the key, or the deadline
-    /// passed unconfirmed.
+    /// The store said the record no longer holds the token.
     pub(crate) fn lose(&self) {
         self.lost.store(true, Ordering::Release);
     }
@@ -151,9 +162,15 @@ impl Lease {
         Self { state, slot }
     }
 
-    /// Whether this process may still act as the key's owner.
+    /// Whether this process may still act as the key's owner: the lease
+    /// is confirmed live.
     pub(crate) fn is_held(&self) -> bool {
         self.state.is_held()
+    }
+
+    /// Whether the store said the record no longer holds the token.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.state.is_lost()
     }
 
     /// The moment the lease ends unless a renewal is confirmed first.
@@ -213,23 +230,35 @@ mod tests {
         let start = Instant::now();
         let lease = state(Duration::from_secs(3), start);
         let sent = start + Duration::from_secs(1);
-        lease.confirm(sent, sent + Duration::from_millis(10));
+        lease.confirm(sent);
         assert_eq!(lease.deadline(), sent + Duration::from_secs(3));
         // An older renewal answered later never moves it back.
-        lease.confirm(start + Duration::from_millis(500), start + Duration::from_millis(1500));
+        lease.confirm(start + Duration::from_millis(500));
         assert_eq!(lease.deadline(), sent + Duration::from_secs(3));
         assert!(lease.is_held());
     }
 
     #[test]
-    fn a_confirmation_after_the_deadline_loses_the_lease() {
-        let start = Instant::now();
+    fn a_lapsed_lease_is_confirmed_again_from_when_its_renewal_was_sent() {
+        let start = Instant::now() - Duration::from_secs(5);
         let lease = state(Duration::from_secs(1), start);
-        lease.confirm(start + Duration::from_millis(300), start + Duration::from_millis(1001));
-        assert!(!lease.is_held());
-        // Lost for good.
-        lease.confirm(start + Duration::from_millis(400), start + Duration::from_millis(500));
-        assert!(!lease.is_held());
+        assert!(!lease.is_held() && !lease.is_lost(), "lapsed, not lost");
+        // A renewal sent just now, answered held: live again for a lease
+        // from its sending.
+        let sent = Instant::now();
+        lease.confirm(sent);
+        assert!(lease.is_held());
+        assert_eq!(lease.deadline(), sent + Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_lost_lease_is_lost_for_good() {
+        let start = Instant::now();
+        let lease = state(Duration::from_secs(10), start);
+        lease.lose();
+        assert!(!lease.is_held() && lease.is_lost());
+        lease.confirm(Instant::now());
+        assert!(!lease.is_held(), "a late held answer never brings back a lost lease");
     }
 
     #[test]

@@ -11,8 +11,14 @@
 //! An [`Execution`] is a claim this process won. It ends in exactly one of
 //! two ways: [`Execution::complete`] (the response is kept, fenced) or
 //! [`Execution::release`] (a tombstone: nothing happened, the same request
-//! may run again). Both retry a failed store call for as long as the lease
-//! is held: the lease is what keeps a retry from running the handler again.
+//! may run again). A completion is retried, at least once a second, until
+//! it lands, the store shows the record no longer holds its token, or the
+//! record's TTL has passed: the record holds the token through any outage
+//! unless another claim takes it over, and the keeper renews the lease all
+//! along, so a store that comes back after longer than a lease gets the
+//! response rather than a second execution. A release is retried while
+//! the lease is confirmed; given up, it lets the lease lapse, which allows
+//! the same request to run again just as a release does.
 
 mod drain;
 pub(crate) mod keeper;
@@ -24,8 +30,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use self::drain::Drained;
-pub(crate) use self::drain::{Running, RunningGuard};
+pub(crate) use self::drain::{Refused, Running, RunningGuard};
 use self::lease::Lease;
+use crate::clock::later;
 use crate::fingerprint::Fingerprint;
 use crate::observe::{Outcome, store_call, store_call_since};
 use crate::record::{RecordState, StoredResponse};
@@ -51,9 +58,16 @@ pub(crate) enum Claimed {
     Other(Claim),
     /// A drain has begun: nothing was claimed.
     Draining,
+    /// As many executions run as the bound allows: nothing was claimed.
+    Overloaded,
+    /// The lease keeper has stopped, so nothing would renew a lease:
+    /// nothing was claimed.
+    KeeperStopped,
 }
 
-/// Claims `key`, counting the lease from the moment the claim is sent.
+/// Claims `key`, counting the lease from the moment the claim is sent. The
+/// claim is made only if the execution may run: not while draining, past
+/// the bound on running executions, or with the lease keeper stopped.
 pub(crate) async fn claim(
     store: &Arc<dyn Store>,
     key: &StorageKey,
@@ -62,10 +76,38 @@ pub(crate) async fn claim(
     timeout: Duration,
     running: &Arc<Running>,
 ) -> Result<Claimed, StoreError> {
-    let Some(entered) = running.enter() else { return Ok(Claimed::Draining) };
+    let entered = match running.enter() {
+        Ok(entered) => entered,
+        Err(Refused::Draining) => return Ok(Claimed::Draining),
+        Err(Refused::Full) => return Ok(Claimed::Overloaded),
+    };
+    if !keeper::is_running() {
+        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::error!(
+                "the idempotency lease keeper thread has stopped (a panic on it, such as in a tracing layer): \
+                 idempotent requests are refused with 503 until the process restarts"
+            );
+        }
+        return Ok(Claimed::KeeperStopped);
+    }
+    let token = FencingToken::generate();
     let sent = Instant::now();
-    let call = store.claim(key, fingerprint, terms.lease, terms.ttl);
-    match store_call_since(sent, store.kind(), "claim", timeout, call).await? {
+    let call = store.claim_as(key, fingerprint, token, terms.lease, terms.ttl);
+    let claimed = match store_call_since(sent, store.kind(), "claim", timeout, call).await {
+        Ok(claimed) => claimed,
+        Err(error) => {
+            // The claim may have landed and its answer been lost: what it
+            // took is released with its token, so that the key does not
+            // answer 409 for a whole lease (a store that refused it for
+            // good took nothing).
+            if !matches!(error, StoreError::Full { .. }) {
+                release_unanswered(store, key, token, terms, sent);
+            }
+            return Err(error);
+        }
+    };
+    match claimed {
         Claim::Acquired { token, attempt } => {
             // A claim answered after its lease would have ended (a stalled
             // worker, a slow store) is held by nobody safely: the lease is
@@ -74,6 +116,7 @@ pub(crate) async fn claim(
             let execution = Execution {
                 lease,
                 attempt,
+                claimed: sent,
                 length: terms.lease,
                 ttl: terms.ttl,
                 timeout: terms.timeout,
@@ -85,12 +128,55 @@ pub(crate) async fn claim(
     }
 }
 
+/// Lost claims whose release is under way (see [`release_unanswered`]).
+static UNANSWERED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Most lost claims released at once: beyond, a lost claim is left to
+/// lapse with its lease (409 until then), as a store outage makes many.
+const MAX_UNANSWERED: usize = 1024;
+
+/// Releases, in the background, what a claim whose answer was lost took,
+/// if it landed: tried until the claim's lease would have run out, since
+/// the claim may land after a first try (a store that was frozen, another
+/// connection). Its token was never handed to a handler, so whatever holds
+/// it is safe to release.
+fn release_unanswered(store: &Arc<dyn Store>, key: &StorageKey, token: FencingToken, terms: &Terms, sent: Instant) {
+    use std::sync::atomic::Ordering;
+    if UNANSWERED.fetch_add(1, Ordering::AcqRel) >= MAX_UNANSWERED {
+        UNANSWERED.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
+    let (store, key, lease, timeout) = (Arc::clone(store), key.clone(), terms.lease, terms.timeout);
+    keeper::spawn(async move {
+        let end = later(sent, lease);
+        let mut pause = FIRST_PAUSE;
+        loop {
+            // Not through `store_call`: a store that is down fails each
+            // try, and each is not worth a log line.
+            let released = tokio::time::timeout(timeout, store.release(&key, token)).await;
+            if matches!(released, Ok(Ok(Fence::Held))) {
+                tracing::info!(key = %key.hash_tag(), "released a claim whose answer was lost; the request may run again");
+                break;
+            }
+            let now = Instant::now();
+            if now >= end {
+                break;
+            }
+            tokio::time::sleep(pause.min(end - now)).await;
+            pause = (pause * 2).min(lease / 4).max(FIRST_PAUSE);
+        }
+        UNANSWERED.fetch_sub(1, Ordering::AcqRel);
+    });
+}
+
 /// A claim this process won: its lease is kept until it completes or
 /// releases, or is dropped.
 pub(crate) struct Execution {
     lease: Lease,
     /// Which execution of the key this is.
     attempt: Attempt,
+    /// When its claim was sent: the record lives `ttl` from about then.
+    claimed: Instant,
     /// The lease's length.
     length: Duration,
     ttl: Duration,
@@ -128,9 +214,15 @@ impl Execution {
         self.attempt
     }
 
-    /// Whether this process still owns the key.
+    /// Whether this process owns the key with a confirmed lease.
     pub(crate) fn is_held(&self) -> bool {
         self.lease.is_held()
+    }
+
+    /// Whether the store said the record no longer holds this execution's
+    /// token.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lease.is_lost()
     }
 
     /// One attempt at storing `response`. `None` when it failed and may be
@@ -147,41 +239,42 @@ impl Execution {
     }
 
     /// Stores `response` after a first attempt ended as `first`, retrying
-    /// failed calls for as long as the lease is held. If the store refuses
-    /// the record for good (too large, a limit), `processed` is stored
-    /// instead, so that a retry never runs again.
+    /// failed calls at least once a second until one lands, the store shows
+    /// the record no longer holds this execution's token, or the record's
+    /// TTL has passed (see the module's docs). If the store refuses the
+    /// record for good (too large, a limit), `processed` is stored instead,
+    /// so that a retry never runs again.
     pub(crate) async fn complete(self, first: Tried, response: &StoredResponse, processed: &StoredResponse) -> Outcome {
         let (mut record, mut failed_before) = match first {
             Tried::Done(outcome) => return outcome,
-            Tried::Refused => (processed, false),
+            // The caller may have tried `processed` already, and that try
+            // may have been applied with its answer lost: a later refusal
+            // by the fence is then settled by what the record holds.
+            Tried::Refused => (processed, true),
             Tried::Failed => (response, true),
         };
         if matches!(first, Tried::Refused) {
             tracing::error!("the store refused the response for good; keeping a \"processed\" record instead");
         }
+        let ends = later(self.claimed, self.ttl);
         let mut pause = FIRST_PAUSE;
         loop {
-            let until_deadline = self.lease.deadline().saturating_duration_since(Instant::now());
+            // The keeper found the record held by another token (a
+            // takeover), or gone: nothing of this execution can be stored.
             // An attempt that failed may yet have been applied (its answer
-            // lost, or, with replica acknowledgements, not yet acknowledged),
-            // after which renewals find the key completed and report the
-            // lease lost. So after a failed attempt a lost lease does not end
-            // the retries before its last deadline: the store's fence judges
-            // each one, and a store that recognises its own completion
-            // repeated (Redis) answers it held once it is safe.
-            if until_deadline.is_zero() || (!self.is_held() && !failed_before) {
-                // One last attempt after a failed one, for the same reason.
-                if failed_before {
-                    match self.try_complete(record).await {
-                        Tried::Done(Outcome::LeaseLost) => return self.settle_unknown(record).await,
-                        Tried::Done(outcome) => return outcome,
-                        Tried::Refused | Tried::Failed => {}
-                    }
-                }
-                tracing::error!("the response could not be stored before the lease ran out");
+            // lost, or, with replica acknowledgements, not yet
+            // acknowledged), after which renewals find the key completed and
+            // report the lease lost: then the store's fence judges one more
+            // attempt, and the record tells.
+            if self.lease.is_lost() && !failed_before {
+                return self.report(Outcome::LeaseLost);
+            }
+            let now = Instant::now();
+            if now >= ends {
+                tracing::error!("the response could not be stored before the record's TTL ran out");
                 return Outcome::LeaseLost;
             }
-            tokio::time::sleep(pause.min(until_deadline)).await;
+            tokio::time::sleep(pause.min(ends - now)).await;
             pause = (pause * 2).min(self.lease_tenth());
             match self.try_complete(record).await {
                 // A refusal after an attempt that failed in transit: that

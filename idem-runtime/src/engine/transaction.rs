@@ -175,7 +175,7 @@ impl Execution {
     }
 
     async fn commit_here(&self, store: &PostgresStore, mut tx: PgTransaction, response: &StoredResponse) -> Committed {
-        if !self.is_held() {
+        if !self.confirmed_within(self.timeout).await {
             tracing::warn!("the lease was lost before the transaction could commit; rolling back");
             rolled_back_here(tx, self.timeout).await;
             return Committed::LeaseLost;
@@ -231,6 +231,23 @@ impl Execution {
         metrics::histogram!(STORE_LATENCY_METRIC, "op" => op, "store" => "postgres")
             .record(started.elapsed().as_secs_f64());
         result.map_err(|_| None)?.map_err(Some)
+    }
+}
+
+impl Execution {
+    /// Whether the lease is confirmed, waiting up to `wait` for the keeper
+    /// to confirm a lapsed one again (it renews a lapsed lease at least
+    /// once a second). The transactional mode never commits on a lease
+    /// that is not confirmed.
+    async fn confirmed_within(&self, wait: Duration) -> bool {
+        let until = std::time::Instant::now() + wait;
+        while !self.is_held() {
+            if self.is_lost() || std::time::Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
     }
 }
 

@@ -126,6 +126,14 @@ pub enum InboxError<E, T = ()> {
     /// A drain has begun ([`Inbox::drain`]): nothing ran.
     #[error("the inbox is draining; the message was not processed")]
     Draining,
+    /// As many deliveries are being processed as [`Inbox::max_running`]
+    /// allows: nothing ran. Do not acknowledge; a later delivery runs it.
+    #[error("too many messages are being processed; the message was not processed")]
+    Overloaded,
+    /// The process-wide lease keeper has stopped (a panic on its thread):
+    /// nothing ran, as no lease could be kept. Do not acknowledge.
+    #[error("the idempotency lease keeper has stopped; the message was not processed")]
+    KeeperStopped,
 }
 
 /// What the work of one delivery knows about it.
@@ -184,6 +192,14 @@ impl Inbox {
     /// Longest wait for one store call.
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.terms.timeout = timeout;
+        self
+    }
+
+    /// Most deliveries processed at once by this inbox and its clones
+    /// (default 2048): past it a delivery is refused before its claim
+    /// ([`InboxError::Overloaded`]).
+    pub fn max_running(mut self, deliveries: usize) -> Self {
+        self.running = Arc::new(engine::Running::with_limit(deliveries));
         self
     }
 
@@ -252,6 +268,8 @@ impl Inbox {
             Claimed::Other(Claim::Replay(_)) => return Err(Ok(Delivery::Duplicate)),
             Claimed::Other(_) => return Err(Err(InboxError::Conflict)),
             Claimed::Draining => return Err(Err(InboxError::Draining)),
+            Claimed::Overloaded => return Err(Err(InboxError::Overloaded)),
+            Claimed::KeeperStopped => return Err(Err(InboxError::KeeperStopped)),
         };
         if !execution.is_held() {
             keeper::spawn(async move {
@@ -277,6 +295,7 @@ fn message_fingerprint(key: &StorageKey) -> Fingerprint {
         path: key.as_str(),
         query: "",
         headers: &[],
+        host: "",
         content_type: None,
         body: b"",
     })

@@ -396,15 +396,15 @@ impl Store for PostgresStore {
         KIND
     }
 
-    async fn claim(
+    async fn claim_as(
         &self,
         key: &StorageKey,
         fingerprint: &Fingerprint,
+        token: FencingToken,
         lease: Duration,
         ttl: Duration,
     ) -> Result<Claim, StoreError> {
         self.open_renewals_ahead();
-        let token = FencingToken::generate();
         let token_bytes = token.to_bytes();
         let call = |statement| {
             self.kept.fetch_one(

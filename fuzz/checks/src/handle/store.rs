@@ -32,14 +32,15 @@ impl Store for FreshStore {
         "memory"
     }
 
-    async fn claim(
+    async fn claim_as(
         &self,
         key: &StorageKey,
         fingerprint: &Fingerprint,
+        token: FencingToken,
         lease: Duration,
         ttl: Duration,
     ) -> Result<Claim, StoreError> {
-        self.current().claim(key, fingerprint, lease, ttl).await
+        self.current().claim_as(key, fingerprint, token, lease, ttl).await
     }
 
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {

@@ -38,6 +38,7 @@ pub fn fingerprint(body: &str) -> Fingerprint {
         path: "/conformance",
         query: "",
         headers: &[],
+        host: "",
         content_type: None,
         body: body.as_bytes(),
     })

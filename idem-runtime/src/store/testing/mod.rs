@@ -36,10 +36,11 @@ pub use self::cases::{
     large_binary_bodies_round_trip, purge_keeps_live_records, record_lives_at_least_as_long_as_its_lease, response,
 };
 pub use self::leases::{
-    expired_lease_can_be_taken_over, expired_owner_without_successor_is_refused, forged_token_is_refused,
+    a_lapsed_owner_completes_or_releases_without_renewing, a_lapsed_owner_without_successor_renews_and_completes,
+    a_record_past_its_ttl_is_gone_for_its_token, expired_lease_can_be_taken_over, forged_token_is_refused,
     renew_extends_a_record_past_its_ttl, renew_keeps_the_lease_alive, renew_many_answers_each_lease,
     renew_many_tells_a_stale_token_from_the_live_one, stale_owner_can_neither_complete_nor_release,
-    stale_owner_cannot_renew,
+    the_same_claim_sent_again_is_its_own,
 };
 pub use self::race::{
     CLAIMERS, concurrent_claims_after_completion_all_replay, different_requests_racing_for_one_key_one_wins,
@@ -96,12 +97,14 @@ macro_rules! __store_conformance_tests {
             in_flight_key_refuses_another_fingerprint,
             expired_lease_can_be_taken_over,
             stale_owner_can_neither_complete_nor_release,
-            expired_owner_without_successor_is_refused,
+            a_lapsed_owner_without_successor_renews_and_completes,
+            a_lapsed_owner_completes_or_releases_without_renewing,
+            a_record_past_its_ttl_is_gone_for_its_token,
+            the_same_claim_sent_again_is_its_own,
             lapsed_lease_keeps_its_fingerprint,
             record_outlives_a_lapsed_lease_until_its_ttl,
             renew_keeps_the_lease_alive,
             renew_extends_a_record_past_its_ttl,
-            stale_owner_cannot_renew,
             renew_many_answers_each_lease,
             renew_many_tells_a_stale_token_from_the_live_one,
             an_expired_record_is_never_replayed,

@@ -181,6 +181,7 @@ impl MemoryStore {
         &self,
         key: &StorageKey,
         fingerprint: &Fingerprint,
+        token: FencingToken,
         lease: Duration,
         ttl: Duration,
         swept: bool,
@@ -198,6 +199,11 @@ impl MemoryStore {
             }
             let attempt = match &entry.state {
                 State::Completed { response } => return Some(Ok(Claim::Replay(response.clone()))),
+                // This very claim, made again (its token is new to every
+                // other claim): still its own.
+                &State::InFlight { token: held, lease_until, attempt } if held == token && lease_until > now => {
+                    return Some(Ok(Claim::Acquired { token, attempt }));
+                }
                 &State::InFlight { lease_until, .. } if lease_until > now => {
                     return Some(Ok(Claim::InFlight { retry_after: lease_until - now }));
                 }
@@ -215,10 +221,9 @@ impl MemoryStore {
                 self.free_all_expired();
                 return None;
             }
-            let token = FencingToken::generate();
             let earlier = expires_at < entry.expires_at;
             entry.expires_at = expires_at;
-            entry.state = State::InFlight { token, lease_until };
+            entry.state = State::InFlight { token, lease_until, attempt };
             if earlier {
                 shard.index(*key.digest(), expires_at);
             }
@@ -247,8 +252,7 @@ impl MemoryStore {
             }
             shard.remove(key.digest(), &self.totals);
         }
-        let token = FencingToken::generate();
-        let state = State::InFlight { token, lease_until };
+        let state = State::InFlight { token, lease_until, attempt: Attempt::First };
         let entry = shard::Entry { fingerprint: *fingerprint, expires_at, state };
         shard.records.insert(*key.digest(), entry);
         shard.index(*key.digest(), expires_at);
@@ -266,16 +270,17 @@ impl Store for MemoryStore {
         "memory"
     }
 
-    async fn claim(
+    async fn claim_as(
         &self,
         key: &StorageKey,
         fingerprint: &Fingerprint,
+        token: FencingToken,
         lease: Duration,
         ttl: Duration,
     ) -> Result<Claim, StoreError> {
         let mut swept = false;
         loop {
-            if let Some(claim) = self.try_claim(key, fingerprint, lease, ttl, swept) {
+            if let Some(claim) = self.try_claim(key, fingerprint, token, lease, ttl, swept) {
                 return claim;
             }
             swept = true;
@@ -288,7 +293,9 @@ impl Store for MemoryStore {
         match shard.records.get_mut(key.digest()) {
             Some(entry) if entry.owned_by(token, now) => {
                 let lease_until = later(now, lease);
-                entry.state = State::InFlight { token, lease_until };
+                if let State::InFlight { lease_until: until, .. } = &mut entry.state {
+                    *until = lease_until;
+                }
                 // Only ever later: the record's index entry comes up first,
                 // and moves it then (see `Shard::free_expired`).
                 entry.expires_at = entry.expires_at.max(lease_until);
@@ -387,7 +394,7 @@ impl Store for MemoryStore {
         };
         let ttl_left = entry.expires_at - now;
         let state = match &entry.state {
-            State::InFlight { token, lease_until } => RecordState::InFlight {
+            State::InFlight { token, lease_until, .. } => RecordState::InFlight {
                 token: *token,
                 lease_left: lease_until.saturating_duration_since(now),
                 ttl_left,

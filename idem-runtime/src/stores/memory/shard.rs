@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::deadlines::Deadlines;
 use crate::fingerprint::Fingerprint;
 use crate::record::StoredResponse;
-use crate::store::FencingToken;
+use crate::store::{Attempt, FencingToken};
 
 /// What a record costs besides its key and state, an estimate on the
 /// generous side: its map slot (with the map's slack) and key, two entries
@@ -158,8 +158,15 @@ pub(super) struct Entry {
 
 #[derive(Debug)]
 pub(super) enum State {
-    InFlight { token: FencingToken, lease_until: Instant },
-    Completed { response: StoredResponse },
+    InFlight {
+        token: FencingToken,
+        lease_until: Instant,
+        /// Which execution of the key the claim started.
+        attempt: Attempt,
+    },
+    Completed {
+        response: StoredResponse,
+    },
     Released,
 }
 
@@ -181,8 +188,10 @@ impl Entry {
         }
     }
 
+    /// Whether this is a live in-flight record held by `token`, its lease
+    /// running or not: the token owns it until another claim takes it over.
     pub(super) fn owned_by(&self, token: FencingToken, now: Instant) -> bool {
-        matches!(self.state, State::InFlight { token: t, lease_until } if t == token && lease_until > now)
+        self.expires_at > now && matches!(self.state, State::InFlight { token: t, .. } if t == token)
     }
 }
 

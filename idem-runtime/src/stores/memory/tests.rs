@@ -13,7 +13,15 @@ pub(super) fn key(n: usize) -> StorageKey {
 
 /// The fingerprint of a request whose body is `body`.
 pub(super) fn fingerprint_of(body: &[u8]) -> Fingerprint {
-    Fingerprint::of(&RequestParts { method: "POST", path: "/", query: "", headers: &[], content_type: None, body })
+    Fingerprint::of(&RequestParts {
+        method: "POST",
+        path: "/",
+        query: "",
+        headers: &[],
+        host: "",
+        content_type: None,
+        body,
+    })
 }
 
 fn fingerprint() -> Fingerprint {

@@ -1,5 +1,6 @@
 SELECT
-    false AS acquired,
+    -- This very claim, sent again: its token is new to every other claim.
+    coalesce(token = $3, false) AS acquired,
     attempt,
     fingerprint = $2 AS same_request,
     state,

@@ -1,9 +1,10 @@
 -- Complete, fenced. $1 key, $2 token, $3 ttl, $4 status, $5 header names,
--- $6 header values, $7 body. One row affected = stored.
+-- $6 header values, $7 body. One row affected = stored. Ownership is the
+-- token, its lease running or not (nobody took the key over).
 --
 -- Also run inside the transaction of a transactional handler, where now()
--- is the time of BEGIN: the lease is checked against the statement's own
--- start instead. Once this UPDATE holds the row, a concurrent claim waits
+-- is the time of BEGIN: the record's life is checked against the
+-- statement's own start instead. Once this UPDATE holds the row, a concurrent claim waits
 -- for the COMMIT and then finds the row completed.
 UPDATE {table}
 SET state = 'completed',
@@ -14,4 +15,4 @@ SET state = 'completed',
     header_names = $5,
     header_values = $6,
     body = $7
-WHERE key = $1 AND state = 'in_flight' AND token = $2 AND lease_until > statement_timestamp()
+WHERE key = $1 AND state = 'in_flight' AND token = $2 AND expires_at > statement_timestamp()

@@ -1,8 +1,8 @@
--- Release, fenced: the record becomes a tombstone that keeps its
+-- Release, fenced by the token (its lease running or not): the record becomes a tombstone that keeps its
 -- fingerprint until expires_at. $1 key, $2 token. One row affected =
 -- released.
 UPDATE {table}
 SET state = 'released',
     token = NULL,
     lease_until = NULL
-WHERE key = $1 AND state = 'in_flight' AND token = $2 AND lease_until > now()
+WHERE key = $1 AND state = 'in_flight' AND token = $2 AND expires_at > now()

@@ -2,7 +2,9 @@
 //!
 //! The lease keeper renews every lease of a process at once, from a thread
 //! and a Tokio runtime of its own. A batch is one fenced `UPDATE ... FROM
-//! unnest(...)` statement on a small pool that only carries renewals, made
+//! unnest(...)` statement that skips the rows other transactions hold
+//! locked (answered [`Fence::Unknown`], tried again by the keeper), on a
+//! small pool that only carries renewals, made
 //! on the keeper's runtime (so its connections live there), so that renewals
 //! never wait for a connection the application's queries hold, nor on an
 //! application thread that is busy.
@@ -34,7 +36,7 @@
 //! again. Keep the store timeout, and so the lease, well above the time a
 //! connection takes to open.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -53,11 +55,11 @@ use crate::store::{Fence, Renewal, StoreError};
 /// second covers a batch still running when the next one starts.
 const RENEWAL_CONNECTIONS: u32 = 2;
 
-/// Longest wait of a renewal batch for a row lock (`lock_timeout` of the
-/// renewal connections). A record's row is locked by a transactional
-/// completion until its `COMMIT` (milliseconds, run on the keeper's
-/// runtime); a batch that waits longer fails as a whole and is tried again
-/// shortly, instead of holding up every lease of the process behind one row.
+/// Longest wait of a renewal batch for a lock (`lock_timeout` of the
+/// renewal connections). The batch skips rows locked by other transactions
+/// (`renew_many.sql`), so it waits for none of them; this bounds any other
+/// lock it might meet (a table lock taken by hand), so that the batch fails
+/// and is tried again rather than hold up every lease of the process.
 const LOCK_TIMEOUT: &str = "250ms";
 
 /// The renewals' own pool, made ahead (see the module's docs).
@@ -175,21 +177,26 @@ impl PostgresStore {
                 query.fetch_all(&mut *connection).await
             })
             .await?;
-        let mut held = HashSet::with_capacity(rows.len());
+        let mut answers = HashMap::with_capacity(rows.len());
         for row in &rows {
             let key: String = row.try_get("key").map_err(|e| self.corrupt(e.to_string()))?;
             let token: Vec<u8> = row.try_get("token").map_err(|e| self.corrupt(e.to_string()))?;
-            held.insert((key, token));
+            let fence = match row.try_get::<&str, _>("fence").map_err(|e| self.corrupt(e.to_string()))? {
+                "held" => Fence::Held,
+                "lost" => Fence::Lost,
+                "unknown" => Fence::Unknown,
+                other => return Err(self.corrupt(format!("a renewal answered {other:?}"))),
+            };
+            answers.insert((key, token), fence);
         }
-        Ok(renewals
+        renewals
             .iter()
             .map(|r| {
-                if held.contains(&(r.key.as_str().to_owned(), r.token.to_bytes().to_vec())) {
-                    Fence::Held
-                } else {
-                    Fence::Lost
-                }
+                answers
+                    .get(&(r.key.as_str().to_owned(), r.token.to_bytes().to_vec()))
+                    .copied()
+                    .ok_or_else(|| self.corrupt("a renewal of the batch got no answer".to_owned()))
             })
-            .collect())
+            .collect()
     }
 }

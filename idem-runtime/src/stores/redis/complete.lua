@@ -1,5 +1,6 @@
 #!lua flags=allow-oom
--- Stores the response of an in-flight record, if the token still owns it.
+-- Stores the response of an in-flight record, if it holds the token, its
+-- lease running or not (ownership is the token: nobody took the key over).
 -- KEYS[1]  the record (layout.rs, claim.lua)
 -- ARGV[1]  fencing token (16 bytes)
 -- ARGV[2]  encoded response (StoredResponse::to_bytes)
@@ -19,12 +20,6 @@ if not record or string.sub(record, 34, 49) ~= ARGV[1] then
 end
 local state = string.sub(record, 1, 1)
 if state == 'L' then
-  -- A key without expiry (PERSIST by hand) cannot tell its lease: its
-  -- owner's token still holds it, as nobody took it over.
-  local left = redis.call('PTTL', KEYS[1])
-  if left ~= -1 and left <= tonumber(string.sub(record, 51)) then
-    return 0
-  end
   redis.call('SET', KEYS[1], 'C' .. string.sub(record, 2, 49) .. ARGV[2], 'PX', ARGV[3])
   return 1
 end

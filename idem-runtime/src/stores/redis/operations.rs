@@ -70,14 +70,14 @@ impl Store for RedisStore {
         "redis"
     }
 
-    async fn claim(
+    async fn claim_as(
         &self,
         key: &StorageKey,
         fingerprint: &Fingerprint,
+        token: FencingToken,
         lease: Duration,
         ttl: Duration,
     ) -> Result<Claim, StoreError> {
-        let token = FencingToken::generate();
         let (lease_ms, ttl_ms) = (millis(lease), millis(ttl.max(lease)));
         // One plain `SET NX GET`: it creates the record of a free key and
         // hands back any other, which answers a completed one (a replay or

@@ -1,6 +1,7 @@
 #!lua flags=allow-oom
--- Turns an in-flight record into a tombstone, if the token still owns it:
--- the token and lease go, the fingerprint stays until the record's expiry.
+-- Turns an in-flight record into a tombstone, if it holds the token (its
+-- lease running or not): the token and lease go, the fingerprint stays until
+-- the record's expiry.
 -- KEYS[1]  the record (layout.rs, claim.lua)
 -- ARGV[1]  fencing token (16 bytes)
 -- Returns 1 (held) or 0 (lost).
@@ -9,10 +10,6 @@
 -- New claims are still refused when memory is full (claim.lua has no flag).
 local record = redis.call('GET', KEYS[1])
 if not record or string.sub(record, 1, 1) ~= 'L' or string.sub(record, 34, 49) ~= ARGV[1] then
-  return 0
-end
-local left = redis.call('PTTL', KEYS[1])
-if left ~= -1 and left <= tonumber(string.sub(record, 51)) then
   return 0
 end
 redis.call('SET', KEYS[1], 'R' .. string.sub(record, 2, 33), 'KEEPTTL')

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- Extends the lease of an in-flight record, if the token still owns it.
+-- Extends the lease of an in-flight record, if it holds the token.
 -- KEYS[1]  the record (layout.rs, claim.lua)
 -- ARGV[1]  fencing token (16 bytes)
 -- ARGV[2]  new lease in milliseconds, from now
@@ -7,9 +7,10 @@
 -- allow-oom: a server at maxmemory must still keep (and end) the leases of
 -- running handlers, or a retry would run them again once memory frees up.
 -- New claims are still refused when memory is full (claim.lua has no flag).
--- A lease that ran out is lost even when nobody took over; a completed or
--- released record has no owner. A lease that would outlive the record
--- extends the record too.
+-- Ownership is the token: a lease that ran out while nobody took the key
+-- over (the store was unreachable for longer than the lease) is renewed
+-- back into life by its holder. A completed or released record has no
+-- owner. A lease that would outlive the record extends the record too.
 local record = redis.call('GET', KEYS[1])
 if not record or string.sub(record, 1, 1) ~= 'L' or string.sub(record, 34, 49) ~= ARGV[1] then
   return 0
@@ -21,8 +22,6 @@ if left == -1 then
   -- owner's token still holds it. It gets its claim's time to live again.
   left = mark + lease
   redis.call('PEXPIRE', KEYS[1], left)
-elseif left <= mark then
-  return 0
 elseif left < lease then
   left = lease
   redis.call('PEXPIRE', KEYS[1], left)
