@@ -151,7 +151,7 @@ pub use stores::MemoryStore;
 #[cfg(feature = "redis")]
 pub use stores::{InvalidKeyPrefix, OnEviction, RedisConnection, RedisStore};
 #[cfg(feature = "postgres")]
-pub use stores::{InvalidTableName, PostgresStore, SweeperHandle};
+pub use stores::{InvalidTableName, OnAsyncStandby, PostgresStore, SweeperHandle};
 
 /// The problem+json responses the runtime produces by itself (§5 of the
 /// behaviour contract): a `type` URI starting with [`TYPE_PREFIX`](problem::TYPE_PREFIX),

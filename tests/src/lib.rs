@@ -13,6 +13,8 @@ pub mod crash_checks;
 pub mod faults;
 pub mod http;
 pub mod inbox_checks;
+pub mod logs;
+pub mod long_outage;
 pub mod natural_keys;
 pub mod notifier;
 pub mod notifier_checks;

@@ -104,6 +104,39 @@ impl PostgresServer {
         panic!("{test}: PostgreSQL did not start; see {}", server.log().display());
     }
 
+    /// Starts a private streaming standby of `primary` for `test`: a base
+    /// backup taken with `pg_basebackup -R` (which writes the standby's
+    /// settings), started on a port of its own. It replicates
+    /// asynchronously unless the primary's `synchronous_standby_names`
+    /// names it.
+    pub fn start_standby(test: &str, primary: &PostgresServer) -> Self {
+        let dir = backend::scratch_dir("idem-pg-standby");
+        let mut standby =
+            Self { bin: primary.bin.clone(), run_as: primary.run_as.clone(), dir, port: 0, settings: Vec::new() };
+        if let Some(user) = &standby.run_as {
+            let status = Command::new("chown").arg(user).arg(&standby.dir).status().expect("running chown");
+            assert!(status.success(), "{test}: chown {user} {} failed", standby.dir.display());
+        }
+        let log = File::create(standby.dir.join("basebackup.log")).expect("creating basebackup.log");
+        let status = standby
+            .command("pg_basebackup")
+            .args(["-h", "127.0.0.1", "-p", &primary.port.to_string(), "-U", USER, "-D"])
+            .arg(standby.data())
+            .args(["-R", "-X", "stream", "--no-sync"])
+            .stdout(log.try_clone().expect("cloning a file handle"))
+            .stderr(log)
+            .status()
+            .expect("running pg_basebackup");
+        assert!(status.success(), "{test}: pg_basebackup failed; see {}", standby.dir.join("basebackup.log").display());
+        for _ in 0..5 {
+            standby.port = free_port();
+            if standby.pg_ctl_start() {
+                return standby;
+            }
+        }
+        panic!("{test}: the standby did not start; see {}", standby.log().display());
+    }
+
     /// `postgres://idem@127.0.0.1:<port>/<database>`.
     pub fn url(&self, database: &str) -> String {
         format!("postgres://{USER}@127.0.0.1:{}/{database}", self.port)
@@ -127,6 +160,50 @@ impl PostgresServer {
             .status()
             .expect("running pg_ctl stop");
         assert!(status.success(), "pg_ctl stop failed: {status}; see {}", self.log().display());
+    }
+
+    /// Crashes the server (`pg_ctl stop -m immediate`: every process quits
+    /// without a checkpoint, as after a power cut; the next start recovers
+    /// from the write-ahead log) and waits until it is down.
+    pub fn crash(&self) {
+        let status = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "-w", "-t", "30", "stop"])
+            .stdout(Stdio::null())
+            .status()
+            .expect("running pg_ctl stop");
+        assert!(status.success(), "pg_ctl stop -m immediate failed: {status}; see {}", self.log().display());
+    }
+
+    /// Suspends the server (SIGSTOP to the postmaster, then to every one of
+    /// its processes, the backends of open sessions included): connections
+    /// stay open but nothing answers, and no new one is accepted. What
+    /// clients send meanwhile waits in the sockets, and runs when
+    /// [`thaw`](Self::thaw)ed.
+    pub fn freeze(&self) {
+        let postmaster = self.postmaster();
+        signal("-STOP", postmaster);
+        for child in children(postmaster) {
+            signal("-STOP", child);
+        }
+    }
+
+    /// Resumes a [`freeze`](Self::freeze)d server (SIGCONT to its
+    /// processes, then to the postmaster).
+    pub fn thaw(&self) {
+        let postmaster = self.postmaster();
+        for child in children(postmaster) {
+            signal("-CONT", child);
+        }
+        signal("-CONT", postmaster);
+    }
+
+    /// The postmaster's process id, from `postmaster.pid`.
+    fn postmaster(&self) -> u32 {
+        let pid = std::fs::read_to_string(self.data().join("postmaster.pid")).expect("reading postmaster.pid");
+        pid.lines().next().and_then(|line| line.trim().parse().ok()).expect("a process id in postmaster.pid")
     }
 
     /// Starts the stopped server again, on the same port and data directory.
@@ -172,6 +249,18 @@ impl PostgresServer {
     fn log(&self) -> PathBuf {
         self.dir.join("server.log")
     }
+}
+
+/// The process ids of `parent`'s children.
+fn children(parent: u32) -> Vec<u32> {
+    let output = Command::new("pgrep").args(["-P", &parent.to_string()]).output().expect("running pgrep");
+    String::from_utf8_lossy(&output.stdout).lines().filter_map(|line| line.trim().parse().ok()).collect()
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`) to process `pid`.
+fn signal(signal: &str, pid: u32) {
+    let status = Command::new("kill").args([signal, &pid.to_string()]).status().expect("running kill");
+    assert!(status.success(), "kill {signal} {pid} failed: {status}");
 }
 
 impl Drop for PostgresServer {

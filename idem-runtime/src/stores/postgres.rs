@@ -1,10 +1,11 @@
 //! The Postgres store (feature `postgres`).
 
 mod error;
-mod isolation;
 mod kept;
 mod renewals;
+mod replication;
 mod row;
+mod session;
 mod sql;
 mod sweeper;
 
@@ -19,8 +20,9 @@ use sqlx::Connection;
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-use self::isolation::read_committed;
 use self::renewals::RenewalPool;
+pub use self::replication::OnAsyncStandby;
+use self::session::session_settings;
 use self::sql::DEFAULT_TABLE;
 pub use self::sql::InvalidTableName;
 use self::sql::{Statements, TableName, sql};
@@ -48,9 +50,9 @@ const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// | operation | statement |
 /// |---|---|
 /// | claim | `INSERT ... ON CONFLICT (key) DO UPDATE ... RETURNING ...`: takes over an expired row, or a tombstone or lapsed lease of the same request |
-/// | renew, complete | fenced `UPDATE ... WHERE key = $1 AND token = $2 AND lease_until > now()` |
+/// | renew, complete | fenced `UPDATE ... WHERE key = $1 AND token = $2 AND expires_at > now()`: the token that holds the record, its lease live or lapsed |
 /// | release | fenced `UPDATE` to a tombstone (`state = 'released'`, fingerprint kept) |
-/// | renew many | one fenced `UPDATE ... FROM unnest($1::text[], $2::bytea[], $3::bigint[]) ... RETURNING key, token` |
+/// | renew many | one fenced `UPDATE ... FROM unnest($1::text[], $2::bytea[], $3::bigint[])` over the rows it locks with `FOR UPDATE SKIP LOCKED`: a row another transaction holds locked is answered unknown, never waited for |
 /// | get | `SELECT ... WHERE key = $1 AND expires_at > now()` |
 /// | purge | `DELETE ... WHERE key IN (SELECT ... ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)` |
 ///
@@ -80,6 +82,16 @@ const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// build it lazily ([`PgPoolOptions::connect_lazy`]). The setting is a
 /// default only: the application's own transactions on that pool may still
 /// ask for another level (`BEGIN ISOLATION LEVEL SERIALIZABLE`).
+///
+/// The same startup options bound how long a session whose client went
+/// away can hold a record's row lock: the server probes a connection after
+/// 15 s of silence (`tcp_keepalives_idle`, `_interval`, `_count`: a
+/// vanished host is found within about half a minute) and ends a session
+/// idle inside a transaction for 5 minutes
+/// (`idle_in_transaction_session_timeout`; a transactional handler that
+/// keeps its transaction idle longer has it rolled back). A value of these
+/// settings the connection options carry already (the URL's `options`) is
+/// kept.
 ///
 /// # Connections kept by each worker
 ///
@@ -192,7 +204,7 @@ impl PostgresStore {
     fn build(pool: PgPool, table: TableName) -> Self {
         let options = pool.connect_options();
         let server = error::describe(&options).into();
-        pool.set_connect_options(read_committed((*options).clone()));
+        pool.set_connect_options(session_settings((*options).clone()));
         Self {
             sql: Statements::new(&table),
             kept: kept::Kept::new(pool.clone()),
@@ -238,10 +250,27 @@ impl PostgresStore {
 
     /// Connects to `url` with the given pool settings. Every connection of
     /// the pool runs at READ COMMITTED, whatever the database's default.
+    /// Checks the server's replication with [`OnAsyncStandby::Warn`] (see
+    /// [`PostgresStore::check_server`]).
     pub async fn connect_with(url: &str, options: PgPoolOptions) -> Result<Self, StoreError> {
         let connect: PgConnectOptions = url.parse().map_err(|e| error::connect_error(e, url))?;
-        let pool = options.connect_with(read_committed(connect)).await.map_err(|e| error::connect_error(e, url))?;
-        Ok(Self::new(pool))
+        let pool = options.connect_with(session_settings(connect)).await.map_err(|e| error::connect_error(e, url))?;
+        let store = Self::new(pool);
+        store.check_server(OnAsyncStandby::Warn).await?;
+        Ok(store)
+    }
+
+    /// Reads whether the server has standbys that replicate asynchronously
+    /// (`pg_stat_replication`, `synchronous_standby_names`,
+    /// `synchronous_commit`): a failover to one can lose the claims and
+    /// completions of its last moments, after which a retry runs its
+    /// handler a second time. Such a server is logged or refused with
+    /// [`StoreError::Misconfigured`], as `on_async_standby` says; a server
+    /// that does not answer the check is logged and accepted.
+    /// [`PostgresStore::connect`] calls this with [`OnAsyncStandby::Warn`];
+    /// call it with [`OnAsyncStandby::Refuse`] to refuse such a server.
+    pub async fn check_server(&self, on_async_standby: OnAsyncStandby) -> Result<(), StoreError> {
+        replication::check(&self.pool, &self.server, on_async_standby).await
     }
 
     /// Bounds every operation (connection wait included) by `timeout`,
@@ -416,8 +445,10 @@ impl Store for PostgresStore {
                     .bind(interval(ttl.max(lease))),
             )
         };
+        // Sent again on a dropped connection: the same token's claim is
+        // answered as its own.
         if !self.claim_inline.load(Ordering::Acquire) {
-            match self.timed(call(&self.sql.claim)).await? {
+            match self.timed(error::repeatable(|| call(&self.sql.claim))).await? {
                 Ok(row) => return row::claim(&row, token).map_err(|reason| self.corrupt(reason)),
                 // Refused before it ran: nothing was claimed.
                 Err(error) if error::is_undefined_function(&error) => {
@@ -432,14 +463,18 @@ impl Store for PostgresStore {
                 Err(error) => return Err(self.error(error)),
             }
         }
-        let row = self.run(call(&self.sql.claim_inline)).await?;
+        let row = self.run(error::repeatable(|| call(&self.sql.claim_inline))).await?;
         row::claim(&row, token).map_err(|reason| self.corrupt(reason))
     }
 
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
         let token_bytes = token.to_bytes();
-        let query = sqlx::query(sql(&self.sql.renew)).bind(key.as_str()).bind(&token_bytes[..]).bind(interval(lease));
-        Ok(fence(self.run(self.kept.execute(query)).await?.rows_affected()))
+        let renew = || {
+            let query =
+                sqlx::query(sql(&self.sql.renew)).bind(key.as_str()).bind(&token_bytes[..]).bind(interval(lease));
+            self.kept.execute(query)
+        };
+        Ok(fence(self.run(error::repeatable(renew)).await?.rows_affected()))
     }
 
     /// One statement for the whole batch, on the renewals' own pool (see
@@ -471,8 +506,8 @@ impl Store for PostgresStore {
     }
 
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
-        let query = sqlx::query(sql(&self.sql.get)).bind(key.as_str());
-        match self.run(self.kept.fetch_optional(query)).await? {
+        let get = || self.kept.fetch_optional(sqlx::query(sql(&self.sql.get)).bind(key.as_str()));
+        match self.run(error::repeatable(get)).await? {
             Some(row) => row::record(&row).map(Some).map_err(|reason| self.corrupt(reason)),
             None => Ok(None),
         }

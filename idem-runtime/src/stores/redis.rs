@@ -425,7 +425,10 @@ impl RedisStore {
     /// `args` writes: one command built in place (no intermediate script
     /// invocation, no copy). On `NOSCRIPT` (after a restart, a failover to a
     /// replica or a `SCRIPT FLUSH`) the script is loaded (on every primary of
-    /// a cluster) and the command sent again.
+    /// a cluster) and the command sent again. On a connection found dropped
+    /// (the server restarted), it is sent once more on the new connection
+    /// ([`RedisConnection::repeatable`]): every operation of the store is
+    /// safe to repeat (the same token, the same claim or completion).
     async fn run(
         &self,
         operation: &str,
@@ -434,23 +437,30 @@ impl RedisStore {
         args: impl FnOnce(&mut Cmd),
     ) -> Result<Value, StoreError> {
         let command = self.evalsha(script, key, args);
-        let mut connection = self.connection_here();
-        let reply = match command.query_async(&mut connection).await {
-            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                match script.prepare_invoke().load_async(&mut connection).await {
-                    Ok(_) => command.query_async(&mut connection).await,
-                    Err(error) => Err(error),
+        let reply = self
+            .connection_here()
+            .repeatable(|mut connection| {
+                let command = &command;
+                async move {
+                    match command.query_async(&mut connection).await {
+                        Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                            script.prepare_invoke().load_async(&mut connection).await?;
+                            command.query_async(&mut connection).await
+                        }
+                        reply => reply,
+                    }
                 }
-            }
-            reply => reply,
-        };
+            })
+            .await;
         reply.map_err(|e| self.endpoint.error(operation, e))
     }
 
     /// A plain command on the connection this thread's operations go
     /// through (see [`RedisStore::run`]), its error as the client gave it.
     async fn query(&self, command: &Cmd) -> redis::RedisResult<Value> {
-        command.query_async(&mut self.connection_here()).await
+        self.connection_here()
+            .repeatable(|mut connection| async move { command.query_async(&mut connection).await })
+            .await
     }
 
     /// Like [`RedisStore::run`], then, with replica acknowledgements on,
@@ -467,16 +477,19 @@ impl RedisStore {
         let Some(acks) = self.acks else { return Ok((self.run(operation, script, key, args).await?, Ok(()))) };
         let mut pipeline = redis::pipe();
         pipeline.add_command(self.evalsha(script, key, args)).add_command(acks.wait());
-        let mut connection = self.connection_here();
-        let replies: Result<Vec<Value>, _> = match pipeline.query_async(&mut connection).await {
-            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                match script.prepare_invoke().load_async(&mut connection).await {
-                    Ok(_) => pipeline.query_async(&mut connection).await,
-                    Err(error) => Err(error),
+        let pipeline = &pipeline;
+        let replies: Result<Vec<Value>, _> = self
+            .connection_here()
+            .repeatable(|mut connection| async move {
+                match pipeline.query_async(&mut connection).await {
+                    Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        script.prepare_invoke().load_async(&mut connection).await?;
+                        pipeline.query_async(&mut connection).await
+                    }
+                    replies => replies,
                 }
-            }
-            replies => replies,
-        };
+            })
+            .await;
         let mut replies = replies.map_err(|e| self.endpoint.error(operation, e))?.into_iter();
         match (replies.next(), replies.next()) {
             (Some(reply), Some(acked)) => Ok((reply, acks.check(operation, &acked))),

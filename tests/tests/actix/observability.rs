@@ -7,28 +7,14 @@
 //! system runs every task of the test on it), so other tests' counts never
 //! reach it. Tracing needs more care: see [`Quiet`].
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, Once};
+use std::sync::Once;
 
 use actix_web::test::{self, TestRequest};
 use actix_web::{App, web};
+use idem_tests::logs::Logs;
 use idem_tests::orders::{Calls, memory_idem, routes};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use serde_json::json;
-
-/// Collects formatted log lines.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// A process-wide subscriber that records nothing but keeps every callsite
 /// asking whether it is enabled.
@@ -134,7 +120,7 @@ async fn outcomes_are_counted_and_the_key_never_logged() {
     assert_eq!(gauges.get("idem_memory_store_max_bytes"), Some(&max), "{gauges:?}");
     assert_eq!(claim_latencies, 3, "one claim per request that reached the store");
 
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     assert!(text.contains("idempotent{"), "the span shows in the logs: {text}");
     for outcome in ["executed", "replayed", "mismatch", "rejected"] {
         assert!(text.contains(&format!("outcome=\"{outcome}\"")), "span outcome {outcome}: {text}");

@@ -14,13 +14,12 @@
 //! stops answering) must not hold the others' renewals either, nor batches
 //! sent at the same time, nor the first slot map when it is a seed.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idem_runtime::RedisStore;
 use idem_runtime::store::testing::{fingerprint, fresh_key};
 use idem_runtime::store::{Claim, Fence, Renewal, Store};
+use idem_tests::logs::Logs;
 use idem_tests::redis_cluster::RedisCluster;
 use idem_tests::redis_node::{info_field, served_slots, slot_of};
 
@@ -32,49 +31,6 @@ const BATCHES: usize = 5;
 /// lease keeper.
 const STORE_TIMEOUT: Duration = Duration::from_secs(2);
 const LEASE: Duration = Duration::from_secs(30);
-
-/// The store's warnings (each group of renewals that failed, and why),
-/// kept for the failure message.
-#[derive(Clone, Default)]
-struct Warnings(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Warnings {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Warnings {
-    /// Captures the test thread's warnings until the guard is dropped.
-    fn capture(&self) -> tracing::subscriber::DefaultGuard {
-        let writer = self.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .without_time()
-            .with_max_level(tracing::Level::WARN)
-            .finish();
-        tracing::subscriber::set_default(subscriber)
-    }
-
-    /// The distinct warnings, each with how often it came.
-    fn summary(&self) -> String {
-        let text = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
-        let mut seen: Vec<(String, usize)> = Vec::new();
-        for line in text.lines() {
-            match seen.iter_mut().find(|(known, _)| known == line) {
-                Some((_, count)) => *count += 1,
-                None => seen.push((line.to_owned(), 1)),
-            }
-        }
-        seen.iter().take(20).map(|(line, count)| format!("{count} x {line}\n")).collect()
-    }
-}
 
 /// `count` leases acquired on `store`.
 async fn acquire(store: &RedisStore, count: usize) -> Vec<Renewal> {
@@ -193,7 +149,7 @@ impl Batches {
     /// Fails unless the live primaries' leases were renewed in every batch
     /// but one (a loaded machine may make one late), saying what each batch
     /// got, the live nodes' `cluster_state` and the store's warnings.
-    fn check(&self, cluster: &RedisCluster, warnings: &Warnings) {
+    fn check(&self, cluster: &RedisCluster, warnings: &Logs) {
         if self.late <= 1 {
             eprintln!("{} batches after the failure, {} late", self.sent, self.late);
             return;
@@ -224,8 +180,8 @@ async fn a_dead_primary_leaves_only_its_own_renewals_unanswered() {
     let Some(mut cluster) = RedisCluster::start("a_dead_primary_leaves_only_its_own_renewals_unanswered") else {
         return;
     };
-    let warnings = Warnings::default();
-    let _capture = warnings.capture();
+    let warnings = Logs::default();
+    let _capture = warnings.capture(tracing::Level::WARN);
     let store = RedisStore::connect(&cluster.url()).await.expect("connecting to the private cluster");
     let renewals = leases(&store).await;
     let (dead, on_dead) = doomed_primary(&cluster, &store, &renewals);
@@ -242,8 +198,8 @@ async fn a_hung_primary_holds_neither_the_others_renewals_nor_other_batches() {
     else {
         return;
     };
-    let warnings = Warnings::default();
-    let _capture = warnings.capture();
+    let warnings = Logs::default();
+    let _capture = warnings.capture(tracing::Level::WARN);
     let store = RedisStore::connect(&cluster.url()).await.expect("connecting to the private cluster");
     let renewals = leases(&store).await;
     let (hung, on_hung) = doomed_primary(&cluster, &store, &renewals);
@@ -264,8 +220,8 @@ async fn seeds_without_slots_or_answers_do_not_make_the_slot_map() {
     let Some(cluster) = RedisCluster::start("seeds_without_slots_or_answers_do_not_make_the_slot_map") else {
         return;
     };
-    let warnings = Warnings::default();
-    let _capture = warnings.capture();
+    let warnings = Logs::default();
+    let _capture = warnings.capture(tracing::Level::WARN);
     let probe = cluster.primary_of("{probe}");
     let serves = |port: u16| served_slots(&format!("127.0.0.1:{port}")).is_some_and(|slots| !slots.is_empty());
     let ports = cluster.live_ports();
@@ -305,8 +261,8 @@ async fn a_manual_failover_with_replica_acks_moves_the_renewals_and_wedges_nothi
     else {
         return;
     };
-    let warnings = Warnings::default();
-    let _capture = warnings.capture();
+    let warnings = Logs::default();
+    let _capture = warnings.capture(tracing::Level::WARN);
     let store = RedisStore::connect(&cluster.url())
         .await
         .expect("connecting to the private cluster")
@@ -373,8 +329,8 @@ async fn a_hung_importing_primary_leaves_only_the_moved_renewals_unanswered() {
     else {
         return;
     };
-    let warnings = Warnings::default();
-    let _capture = warnings.capture();
+    let warnings = Logs::default();
+    let _capture = warnings.capture(tracing::Level::WARN);
     let store = RedisStore::connect(&cluster.url()).await.expect("connecting to the private cluster");
     let target = cluster.primary_of("{probe}");
     let mut renewals = acquire(&store, 60).await;

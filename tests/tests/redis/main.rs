@@ -13,6 +13,7 @@ mod conformance;
 mod dead_shard;
 mod failover;
 mod lease;
+mod long_outage;
 mod outage;
 mod outbox;
 mod repeats;

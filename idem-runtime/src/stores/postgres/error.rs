@@ -28,6 +28,36 @@ pub(super) fn describe(options: &PgConnectOptions) -> String {
     )
 }
 
+/// SQLSTATE class 57P: the server is shutting down or starting (57P01
+/// `admin_shutdown`, 57P02 `crash_shutdown`, 57P03 `cannot_connect_now`).
+const SHUTTING_DOWN: &str = "57P";
+
+/// Whether `error` says the statement's connection was dropped (the server
+/// restarted, the link broke), so that the pool gives another one to a
+/// statement sent again.
+pub(super) fn is_dropped(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| code.starts_with(SHUTTING_DOWN)),
+        _ => false,
+    }
+}
+
+/// Runs `statement()`, and once more if its connection turns out to have
+/// been dropped: a pool hands out a connection opened before a server
+/// restart until it is used, and only that use finds it dead. For
+/// statements safe to run twice (a claim with its token, a renewal, a
+/// read): one sent just before the link broke may have run.
+pub(super) async fn repeatable<T, Fut>(statement: impl Fn() -> Fut) -> Result<T, sqlx::Error>
+where
+    Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
+{
+    match statement().await {
+        Err(error) if is_dropped(&error) => statement().await,
+        result => result,
+    }
+}
+
 /// Whether the server refused a statement for calling a function it does
 /// not have.
 pub(super) fn is_undefined_function(error: &sqlx::Error) -> bool {

@@ -170,13 +170,13 @@ impl PostgresStore {
         let tokens: Vec<[u8; 16]> = renewals.iter().map(|r| r.token.to_bytes()).collect();
         let tokens: Vec<&[u8]> = tokens.iter().map(|t| t.as_slice()).collect();
         let leases: Vec<i64> = renewals.iter().map(|r| interval_micros(r.lease)).collect();
-        let query = sqlx::query(sql(&self.sql.renew_many)).bind(&keys[..]).bind(&tokens[..]).bind(&leases[..]);
-        let rows = self
-            .run(async {
-                let mut connection = self.renewal_connection().await?;
-                query.fetch_all(&mut *connection).await
-            })
-            .await?;
+        // Sent again on a dropped connection (renewals are safe to repeat).
+        let batch = || async {
+            let query = sqlx::query(sql(&self.sql.renew_many)).bind(&keys[..]).bind(&tokens[..]).bind(&leases[..]);
+            let mut connection = self.renewal_connection().await?;
+            query.fetch_all(&mut *connection).await
+        };
+        let rows = self.run(super::error::repeatable(batch)).await?;
         let mut answers = HashMap::with_capacity(rows.len());
         for row in &rows {
             let key: String = row.try_get("key").map_err(|e| self.corrupt(e.to_string()))?;

@@ -152,6 +152,28 @@ impl RedisConnection {
         Ok(Self::from(client.get_async_connection().await?))
     }
 
+    /// Runs `commands` on this connection and, if it turns out to have been
+    /// dropped (the server restarted, the link broke), once more on the
+    /// connection that replaces it. A connection learns that its server went
+    /// away only when it is used: without this, the first command on each
+    /// connection after a restart fails, however long ago the server came
+    /// back.
+    ///
+    /// Only for commands that are safe to run twice: one sent just before the
+    /// link broke may have run (`SET NX`, a fenced script, a read; not
+    /// `INCR`). On a cluster, the cluster client retries by itself, and this
+    /// adds one more try at most.
+    pub async fn repeatable<T, F, Fut>(&self, mut commands: F) -> RedisResult<T>
+    where
+        F: FnMut(RedisConnection) -> Fut,
+        Fut: std::future::Future<Output = RedisResult<T>>,
+    {
+        match commands(self.clone()).await {
+            Err(error) if error.is_connection_dropped() => commands(self.clone()).await,
+            result => result,
+        }
+    }
+
     /// Whether this is a cluster connection.
     pub fn is_cluster(&self) -> bool {
         matches!(self.inner, Inner::Cluster(_))
