@@ -29,6 +29,8 @@ pub struct FaultyStore {
     claim_delay: Option<Duration>,
     late_answers: Option<Duration>,
     renewal_panics: AtomicUsize,
+    lost_completion_answers: AtomicUsize,
+    largest_response: Option<usize>,
     claimed_at: Mutex<Option<Instant>>,
 }
 
@@ -43,6 +45,8 @@ impl Default for FaultyStore {
             claim_delay: None,
             late_answers: None,
             renewal_panics: AtomicUsize::new(0),
+            lost_completion_answers: AtomicUsize::new(0),
+            largest_response: None,
             claimed_at: Mutex::new(None),
         }
     }
@@ -114,6 +118,20 @@ impl FaultyStore {
         self.failing_completions.store(count, Ordering::SeqCst);
         self
     }
+
+    /// The first `count` completions that reach the store are applied, but
+    /// their answers are lost (a connection that broke on the way back).
+    pub fn first_completion_answers_lost(self, count: usize) -> Self {
+        self.lost_completion_answers.store(count, Ordering::SeqCst);
+        self
+    }
+
+    /// Responses whose body is over `bytes` are refused for good
+    /// ([`StoreError::Full`]), as a store that has a limit on values.
+    pub fn refuses_bodies_over(mut self, bytes: usize) -> Self {
+        self.largest_response = Some(bytes);
+        self
+    }
 }
 
 #[async_trait]
@@ -173,7 +191,15 @@ impl Store for FaultyStore {
         if failing.is_ok() || self.completion_outage.is_some_and(|until| self.since_first_claim() < until) {
             return Err(outage(std::io::ErrorKind::ConnectionReset));
         }
-        self.inner.complete(key, token, response, ttl).await
+        if self.largest_response.is_some_and(|largest| response.body.len() > largest) {
+            return Err(StoreError::Full { store: "faulty", detail: "a value over the store's limit".into() });
+        }
+        let fence = self.inner.complete(key, token, response, ttl).await;
+        let lost = self.lost_completion_answers.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if lost.is_ok() {
+            return Err(outage(std::io::ErrorKind::ConnectionReset));
+        }
+        fence
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {

@@ -7,6 +7,7 @@ pub mod backend;
 pub mod blocking;
 pub mod burst;
 pub mod chaos;
+pub mod child;
 pub mod client_checks;
 pub mod counter;
 pub mod crash_checks;
@@ -33,6 +34,7 @@ pub mod redis_events;
 pub mod redis_node;
 #[cfg(feature = "redis")]
 pub mod redis_server;
+pub mod resets;
 pub mod server;
 pub mod service;
 pub mod slow_store;

@@ -273,21 +273,10 @@ pub async fn sigterm_drains_a_payment_whose_client_left(service: &mut OrderServi
 }
 
 /// Sends a payment over a raw connection, then aborts it after `after` with
-/// a TCP reset (SO_LINGER 0): the server sees the connection fail, not just
-/// a quiet client.
+/// a TCP reset.
 fn abort_after(url: &str, key: &str, body: &str, after: Duration) {
-    use std::io::Write;
     let address = url.trim_start_matches("http://");
     let (host, path) = address.split_at(address.find('/').expect("a path"));
-    let stream = std::net::TcpStream::connect(host).expect("connecting to the service");
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\nx-user-id: dora\r\n\
-         idempotency-key: {key}\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    (&stream).write_all(request.as_bytes()).expect("sending the payment");
-    std::thread::sleep(after);
-    let socket = socket2::Socket::from(stream);
-    socket.set_linger(Some(Duration::ZERO)).expect("SO_LINGER 0");
-    drop(socket);
+    let headers = [("content-type", "application/json"), ("x-user-id", "dora"), ("idempotency-key", key)];
+    crate::resets::post_then_reset(host, path, &headers, body, after);
 }

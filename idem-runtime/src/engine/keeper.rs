@@ -214,6 +214,9 @@ fn after_failure(lease: &LeaseState) -> Duration {
     (lease.lease / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
 }
 
+/// What a batch whose renewal panicked is answered.
+const PANICKED: &str = "renew_many panicked";
+
 /// The answer to one batch of renewals.
 struct Answer {
     leases: Vec<Arc<LeaseState>>,
@@ -366,12 +369,14 @@ fn renew(due: Vec<Arc<LeaseState>>, answers: &UnboundedSender<Answer>) {
         tokio::spawn(async move {
             let sent = Instant::now();
             let call = AssertUnwindSafe(store_call(store.kind(), "renew", timeout, store.renew_many(&renewals)));
-            // A store that panics must not leave its leases waiting for an
-            // answer forever: that would stop their renewals for good.
-            let fences = call.catch_unwind().await.unwrap_or_else(|_| {
-                tracing::error!(store = store.kind(), "the store panicked while renewing leases");
-                Err(StoreError::Corrupt { store: store.kind(), message: "renew_many panicked".into() })
-            });
+            // A store that panics (or a tracing layer logging its failure)
+            // must not leave its leases waiting for an answer forever: that
+            // would stop their renewals for good. Nothing is logged here,
+            // outside the catch: `apply` says it.
+            let fences = call
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| Err(StoreError::Corrupt { store: store.kind(), message: PANICKED.into() }));
             // The keeper outlives every batch; a send can only fail at exit.
             let _ = answers.send(Answer { leases, sent, fences });
         });
@@ -388,6 +393,10 @@ fn apply(answer: Answer) {
                 answered = fences.len(),
                 "the store answered a renewal batch wrongly"
             );
+            None
+        }
+        Err(StoreError::Corrupt { message, .. }) if message == PANICKED => {
+            tracing::error!("the store panicked while renewing leases (or a tracing layer did while logging it)");
             None
         }
         Err(_) => None, // logged by store_call

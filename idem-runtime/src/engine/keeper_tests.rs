@@ -93,7 +93,8 @@ fn refusing() -> Arc<Flaky> {
     store
 }
 
-/// Claims a new key on `store` and hands its lease to the keeper.
+/// Claims a new key on `store` (its record living ten leases) and hands its
+/// lease to the keeper.
 fn hold(store: &Arc<Flaky>, lease: Duration) -> Lease {
     let key = format!("keeper-{}", FencingToken::generate().to_hex());
     let key = StorageKey::new(Scope::Route, None, "POST", "/k", &IdempotencyKey::parse(key.as_bytes()).unwrap());
@@ -102,7 +103,7 @@ fn hold(store: &Arc<Flaky>, lease: Duration) -> Lease {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let sent = Instant::now();
     let Claim::Acquired { token, .. } =
-        runtime.block_on(store.claim(&key, &Fingerprint::of(&parts), lease, lease)).unwrap()
+        runtime.block_on(store.claim(&key, &Fingerprint::of(&parts), lease, lease * 10)).unwrap()
     else {
         panic!("a new key is acquired")
     };
@@ -236,4 +237,113 @@ fn a_lease_due_after_the_keepers_next_look_does_not_wake_it() {
     for part in 0..LISTS {
         assert!(!shared.hand_over(part, &lease(Duration::from_secs(30), now)).1, "part {part}");
     }
+}
+
+#[test]
+fn a_lease_that_lapsed_while_the_store_refused_is_renewed_back_when_it_answers() {
+    // Refused for twice the lease: the lease lapses, but nobody took the key
+    // over, so its token still holds the record. Once the store answers,
+    // the keeper renews it back into life (it never gave up on it).
+    let store = refusing();
+    let lease = hold(&store, Duration::from_millis(600));
+    std::thread::sleep(Duration::from_millis(1_200));
+    assert!(!lease.is_held() && !lease.is_lost(), "lapsed, not lost");
+    store.refusing.store(false, Ordering::SeqCst);
+    let started = Instant::now();
+    while !lease.is_held() {
+        assert!(started.elapsed() < Duration::from_secs(2), "the lapsed lease was renewed back");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A wrapper store that does not forward `renew_many` (so it gets the
+/// trait's default), whose renewals of one key fail.
+struct NoBatch {
+    inner: MemoryStore,
+    failing: StorageKey,
+}
+
+#[async_trait]
+impl Store for NoBatch {
+    fn kind(&self) -> &'static str {
+        "no-batch"
+    }
+
+    async fn claim_as(
+        &self,
+        key: &StorageKey,
+        fp: &Fingerprint,
+        token: FencingToken,
+        lease: Duration,
+        ttl: Duration,
+    ) -> Result<Claim, StoreError> {
+        self.inner.claim_as(key, fp, token, lease, ttl).await
+    }
+
+    async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
+        if *key == self.failing {
+            return Err(StoreError::Unavailable {
+                store: "no-batch",
+                message: "connection reset".into(),
+                source: None,
+            });
+        }
+        self.inner.renew(key, token, lease).await
+    }
+
+    async fn complete(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<Fence, StoreError> {
+        self.inner.complete(key, token, response, ttl).await
+    }
+
+    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
+        self.inner.release(key, token).await
+    }
+
+    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+
+    async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
+        self.inner.purge_expired(batch).await
+    }
+}
+
+#[test]
+fn one_failed_renewal_of_the_default_batch_leaves_the_others_renewed() {
+    let key = |name: &str| {
+        StorageKey::new(Scope::Route, None, "POST", "/k", &IdempotencyKey::parse(name.as_bytes()).unwrap())
+    };
+    let store = NoBatch { inner: MemoryStore::new(), failing: key("failing") };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let fingerprint = Fingerprint::of(&RequestParts {
+            method: "POST",
+            path: "/k",
+            query: "",
+            headers: &[],
+            host: "",
+            content_type: None,
+            body: b"",
+        });
+        let lease = Duration::from_secs(30);
+        let mut renewals = Vec::new();
+        for name in ["held", "failing", "also-held"] {
+            let Claim::Acquired { token, .. } = store.claim(&key(name), &fingerprint, lease, lease).await.unwrap()
+            else {
+                panic!("a new key is acquired");
+            };
+            renewals.push(Renewal { key: key(name), token, lease });
+        }
+        let fences = store.renew_many(&renewals).await.expect("the batch is answered");
+        assert_eq!(fences, [Fence::Held, Fence::Unknown, Fence::Held]);
+        let failing = NoBatch { inner: MemoryStore::new(), failing: key("held") };
+        let error = failing.renew_many(&renewals[..1]).await;
+        assert!(error.is_err(), "a batch none of whose renewals was answered fails: {error:?}");
+    });
 }

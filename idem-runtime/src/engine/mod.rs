@@ -163,7 +163,7 @@ fn release_unanswered(store: &Arc<dyn Store>, key: &StorageKey, token: FencingTo
                 break;
             }
             tokio::time::sleep(pause.min(end - now)).await;
-            pause = (pause * 2).min(lease / 4).max(FIRST_PAUSE);
+            pause = (pause * 2).min(Duration::from_secs(1));
         }
         UNANSWERED.fetch_sub(1, Ordering::AcqRel);
     });

@@ -2,11 +2,14 @@
 //! concurrency, store faults and observability, in one test binary.
 
 mod client;
+mod completion_outcomes;
 mod concurrency;
 mod context;
+mod keeper_stopped;
 mod lifecycle;
 mod lints;
 mod observability;
 mod problems;
 mod requests;
+mod running_bound;
 mod store_faults;

@@ -271,3 +271,43 @@ async fn the_memory_outbox_delivers_at_least_once() {
     })
     .await;
 }
+
+fn post_to_host(uri: &str, host: &str, key: &str) -> Request {
+    TestRequest::post()
+        .uri(uri)
+        .insert_header(("host", host))
+        .insert_header(("idempotency-key", key))
+        .insert_header(("content-type", "application/json"))
+        .set_payload("{}")
+        .to_request()
+}
+
+#[actix_web::test]
+async fn two_hosts_never_receive_each_others_response() {
+    // Tenants told apart by host name, on a route-scoped key: the same key
+    // and body sent to the second host is another request (422), never a
+    // replay of the first tenant's response.
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Counter::default()));
+    let app = app(&calls, &hits).await;
+    let first = test::call_service(&app, post_to_host("/route-a", "acme.shop.example", "k")).await;
+    assert_eq!(test::read_body(first).await, "a1");
+    let other = test::call_service(&app, post_to_host("/route-a", "globex.shop.example", "k")).await;
+    assert_eq!(other.status(), StatusCode::UNPROCESSABLE_ENTITY, "another tenant's key is refused, not replayed");
+    // The host name counts without its case or port.
+    let again = test::call_service(&app, post_to_host("/route-a", "ACME.shop.example:8443", "k")).await;
+    assert_eq!(again.headers().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(test::read_body(again).await, "a1");
+    assert_eq!(hits.get(), 1);
+}
+
+#[actix_web::test]
+async fn the_host_can_be_left_out_for_a_service_reached_under_several_names() {
+    let hits = web::Data::new(Counter::default());
+    let idem = Idem::new(MemoryStore::new()).fingerprint_host(false);
+    let app = test::init_service(App::new().app_data(idem).app_data(hits.clone()).service(route_a)).await;
+    let first = test::call_service(&app, post_to_host("/route-a", "api.example", "k")).await;
+    assert_eq!(test::read_body(first).await, "a1");
+    let other = test::call_service(&app, post_to_host("/route-a", "api-eu.example", "k")).await;
+    assert_eq!(other.headers().get("idempotent-replayed").unwrap(), "true", "the same request by another name");
+    assert_eq!(hits.get(), 1);
+}

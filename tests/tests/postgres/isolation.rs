@@ -4,6 +4,10 @@
 //! insert fails with "could not serialize access"), and exactly one wins.
 //! Both ways of building the store are checked: a pool the store connects
 //! itself, and a caller's pool handed to `PostgresStore::new`.
+//!
+//! And the bounds on a session that went silent in a transaction (a
+//! vanished host, a frozen process holding a record's row lock): server-side
+//! TCP keepalives and an idle-in-transaction timeout on every connection.
 
 use std::sync::Arc;
 
@@ -95,4 +99,33 @@ async fn claims_run_at_read_committed_in_a_serializable_database() {
         .await
         .expect("dropping the database");
     admin.close().await;
+}
+
+#[tokio::test]
+async fn every_connection_bounds_how_long_a_silent_session_holds_its_locks() {
+    let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", "postgres silent sessions") else {
+        return;
+    };
+    let store = postgres_store(&url, 2).await;
+    let show = |setting: &'static str| {
+        let pool = store.pool().clone();
+        async move {
+            let value: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {setting}")))
+                .fetch_one(&pool)
+                .await
+                .expect("SHOW");
+            value
+        }
+    };
+    assert_eq!(show("idle_in_transaction_session_timeout").await, "5min");
+    assert_eq!(show("tcp_keepalives_idle").await, "15");
+    assert_eq!(show("tcp_keepalives_interval").await, "5");
+    assert_eq!(show("tcp_keepalives_count").await, "4");
+    // A value of the caller's own is kept.
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let own = format!("{url}{separator}options=-c%20idle_in_transaction_session_timeout%3D30s");
+    let theirs = PostgresStore::connect(&own).await.expect("connecting");
+    let value: String =
+        sqlx::query_scalar("SHOW idle_in_transaction_session_timeout").fetch_one(theirs.pool()).await.unwrap();
+    assert_eq!(value, "30s");
 }

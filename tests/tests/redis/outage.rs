@@ -1,14 +1,19 @@
 //! A Redis outage at the store level: while the server is down every
 //! operation fails fast with a store error (never hangs), and once it is
-//! back the same `RedisStore` works again, without a restart.
+//! back the same `RedisStore` works again, without a restart; and a claim
+//! whose answer a frozen server lost is released once it answers again.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use actix_web::{HttpResponse, post, web};
 use idem_runtime::store::testing::{fingerprint, fresh_key, response};
 use idem_runtime::store::{Claim, Fence, Store};
-use idem_runtime::{RedisStore, StoreError};
+use idem_runtime::{Idem, RedisStore, StoreError, idempotent};
+use idem_tests::counter::Counter;
+use idem_tests::http::post_with;
 use idem_tests::redis_server::RedisServer;
+use idem_tests::server::TestServer;
 
 const LEASE: Duration = Duration::from_secs(30);
 const TTL: Duration = Duration::from_secs(600);
@@ -122,4 +127,41 @@ async fn a_hung_server_times_out_and_the_connection_survives() {
     let key = fresh_key();
     assert!(matches!(store.claim(&key, &request, LEASE, TTL).await.unwrap(), Claim::Acquired { .. }));
     assert_eq!(store.claim(&key, &fingerprint("other"), LEASE, TTL).await.unwrap(), Claim::Mismatch);
+}
+
+/// Counts its runs.
+#[idempotent(scope = "route")]
+#[post("/pay")]
+async fn pay(runs: web::Data<Counter>) -> HttpResponse {
+    HttpResponse::Created().body(format!("run {}", runs.next()))
+}
+
+/// A claim whose answer is lost (the server froze while it was on its way,
+/// and ran it once it resumed) holds its key, under a token nobody was
+/// told of. The runtime releases it with that token once the server
+/// answers again: the retry runs the request, instead of answering 409
+/// until the whole lease (30 s) runs out.
+#[actix_web::test]
+async fn a_claim_whose_answer_was_lost_is_released_not_left_in_flight() {
+    let Some(server) = RedisServer::start("a_claim_whose_answer_was_lost_is_released_not_left_in_flight") else {
+        return;
+    };
+    let store = RedisStore::connect(&server.url()).await.expect("connecting the store");
+    let runs = web::Data::new(Counter::default());
+    let shared = runs.clone();
+    let idem = Idem::new(store).store_timeout(Duration::from_millis(300));
+    let app = TestServer::start(idem, move |config| {
+        config.app_data(shared.clone()).service(pay);
+    });
+    let key = idem_tests::http::fresh_key();
+    server.freeze();
+    let lost = post_with(&app.at("/pay"), &[("idempotency-key", &key)], "{}").await;
+    lost.assert_problem(503);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    server.thaw();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let retry = post_with(&app.at("/pay"), &[("idempotency-key", &key)], "{}").await;
+    assert_eq!(retry.status.as_u16(), 201, "the retry runs: the lost claim was released ({retry:?})");
+    assert_eq!(runs.get(), 1);
+    app.stop().await;
 }
