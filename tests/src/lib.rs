@@ -35,6 +35,7 @@ pub mod redis_node;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 pub mod resets;
+pub mod restart_checks;
 pub mod server;
 pub mod service;
 pub mod slow_store;

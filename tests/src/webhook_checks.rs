@@ -32,13 +32,21 @@ fn signature(secret: &[u8], t: u64, body: &str) -> String {
 }
 
 /// A `charge.refunded` event with a fresh id.
-fn refund_event() -> (String, String) {
+pub fn refund_event() -> (String, String) {
     let id = format!("evt_{}", fresh_key());
     let body = format!(r#"{{"id":"{id}","type":"charge.refunded","data":{{"charge_id":"ch_1"}}}}"#);
     (id, body)
 }
 
-async fn deliver(service: &OrderService, header: &str, body: &str) -> Reply {
+/// The `Provider-Signature` header of `body`, signed now with the
+/// service's default secret.
+pub fn signed(body: &str) -> String {
+    let t = now();
+    format!("t={t},v1={}", signature(SECRET, t, body))
+}
+
+/// Delivers `body` with the `Provider-Signature` `header`.
+pub async fn deliver(service: &OrderService, header: &str, body: &str) -> Reply {
     let headers = [("content-type", "application/json"), ("provider-signature", header)];
     post_with(&service.at("/webhooks/provider"), &headers, body.to_owned()).await
 }
@@ -107,4 +115,31 @@ pub async fn webhooks(services: &[&OrderService]) {
     let both = format!("t={t},v1={},v1={}", signature(b"whsec_old", t, &rotated), signature(SECRET, t, &rotated));
     assert_eq!(deliver(first, &both, &rotated).await.status, StatusCode::OK);
     assert_eq!(refunds(first).await, before + 3);
+}
+
+/// A refund event delivered while the backend fails inside the handler
+/// (`break_backend` makes its write fail, `repair` undoes that): the
+/// delivery is answered 503 with `Retry-After`, and, as the write was not
+/// made (or is safe to make again), nothing is kept: the redelivery after
+/// the repair records the refund, once.
+pub async fn a_refund_during_a_backend_error_counts_once(
+    service: &OrderService,
+    break_backend: impl AsyncFnOnce(),
+    repair: impl AsyncFnOnce(),
+) {
+    let before = refunds(service).await;
+    let (_, body) = refund_event();
+    let header = signed(&body);
+    break_backend().await;
+    let failed = deliver(service, &header, &body).await;
+    failed.assert_problem(503);
+    assert!(failed.retry_after.is_some(), "a 503 says when to retry: {failed:?}");
+    repair().await;
+    let redelivered = deliver(service, &header, &body).await;
+    assert_eq!(redelivered.status, StatusCode::OK, "the redelivery runs: {redelivered:?}");
+    assert_eq!(redelivered.replayed, None, "not a replay of the 503: {redelivered:?}");
+    assert_eq!(refunds(service).await, before + 1, "the refund counts once");
+    let again = deliver(service, &header, &body).await;
+    assert_eq!((again.status, again.replayed.as_deref()), (StatusCode::OK, Some("true")), "{again:?}");
+    assert_eq!(refunds(service).await, before + 1);
 }

@@ -135,11 +135,16 @@ impl Outlet {
                 Ok(())
             }
             Self::Redis(connection) => {
-                let mut connection = connection.clone();
                 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(SEND));
                 let mut invocation = SCRIPT.key(format!("{{order-notifier}}:sent:{key}"));
                 invocation.key(SENT).key(NOTIFIED).arg(&order.order_id);
-                invocation.invoke_async::<i64>(&mut connection).await.map(drop).map_err(OutletError::redis)
+                let invocation = &invocation;
+                // Safe to send again: a repeat finds the key sent.
+                connection
+                    .repeatable(|mut connection| async move { invocation.invoke_async::<i64>(&mut connection).await })
+                    .await
+                    .map(drop)
+                    .map_err(OutletError::redis)
             }
             Self::Postgres(pool) => {
                 let mut connection = pool.acquire().await.map_err(OutletError::postgres)?;
@@ -170,7 +175,10 @@ impl Outlet {
         match self {
             Self::Memory(sent) => Ok(sent.lock().len() as u64),
             Self::Redis(connection) => {
-                let count: Option<u64> = connection.clone().get(SENT).await.map_err(OutletError::redis)?;
+                let count: Option<u64> = connection
+                    .repeatable(|mut connection| async move { connection.get(SENT).await })
+                    .await
+                    .map_err(OutletError::redis)?;
                 Ok(count.unwrap_or(0))
             }
             Self::Postgres(pool) => {

@@ -26,6 +26,19 @@ pub struct Config {
     #[arg(long = "charge-delay-ms", env = "ORDER_SERVICE_CHARGE_DELAY_MS", default_value_t = 0)]
     pub charge_delay_ms: u64,
 
+    /// How long a payment's handler waits after the provider charged,
+    /// before it returns, in milliseconds: a slow step after the side
+    /// effect (a test can take the store away between the charge and the
+    /// completion).
+    #[arg(long = "post-charge-delay-ms", env = "ORDER_SERVICE_POST_CHARGE_DELAY_MS", default_value_t = 0)]
+    pub post_charge_delay_ms: u64,
+
+    /// Most executions of idempotent requests running at once in this
+    /// process; past it, 503 with `Retry-After` before anything is claimed.
+    /// Default: the runtime's (`Idem::DEFAULT_MAX_RUNNING`).
+    #[arg(long = "max-running", env = "ORDER_SERVICE_MAX_RUNNING")]
+    pub max_running: Option<usize>,
+
     /// The secret the payment provider signs its webhook deliveries with.
     /// Prefer the environment variable: the value is never printed.
     #[arg(
@@ -167,6 +180,16 @@ mod tests {
         let config = Config::try_parse_from(["order-service", "--store", "rediss-cluster://:s3cret@h:1,h:2"]).unwrap();
         assert!(!format!("{config:?}").contains("s3cret"), "{config:?}");
         assert_eq!(format!("{:?}", StoreUrl::parse("pw@h")), "?://<hidden>");
+    }
+
+    #[test]
+    fn delays_and_the_bound_come_from_flags_or_the_environment() {
+        let config = Config::try_parse_from(["order-service"]).unwrap();
+        assert_eq!((config.post_charge_delay_ms, config.max_running), (0, None));
+        let config =
+            Config::try_parse_from(["order-service", "--post-charge-delay-ms", "250", "--max-running", "8"]).unwrap();
+        assert_eq!((config.post_charge_delay_ms, config.max_running), (250, Some(8)));
+        assert!(Config::try_parse_from(["order-service", "--max-running", "many"]).is_err());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The service's own errors, as RFC 9457 problem+json.
 
 use actix_web::http::StatusCode;
+use actix_web::http::header::RETRY_AFTER;
 use actix_web::{HttpResponse, ResponseError};
 use idem_runtime::MarkRetryable;
 use serde::Serialize;
@@ -19,7 +20,8 @@ pub enum ApiError {
     /// No such order for this user (404).
     #[error("no order {0} for this user")]
     NotFound(String),
-    /// The backend failed (503).
+    /// The backend failed (503 with `Retry-After`, marked retryable: see
+    /// [`ApiError::error_response`]).
     #[error(transparent)]
     Backend(#[from] RepoError),
     /// The provider declined the card; nothing was charged (402, stored).
@@ -71,6 +73,22 @@ impl ResponseError for ApiError {
         }
     }
 
+    /// The problem. A 503 says when to retry (`Retry-After`), and is marked
+    /// [retryable](MarkRetryable), so that the runtime keeps no record of
+    /// it and the same request may run again:
+    ///
+    /// - the provider refused before charging: nothing happened;
+    /// - a backend call failed (a blip of the database, a connection lost
+    ///   in a restart or a failover, a pool timeout): running the request
+    ///   again repeats nothing, because every write of this service is
+    ///   either safe to repeat (the order and payment ids come from the
+    ///   execution's derived keys, the provider deduplicates charges by
+    ///   its derived key, a refund counts once per event id) or, on
+    ///   Postgres, in the handler's transaction, which the runtime rolls
+    ///   back for a retryable answer.
+    ///
+    /// Every other failure is stored and replayed like any answer: a 504
+    /// after the charge must never charge again.
     fn error_response(&self) -> HttpResponse {
         if let Self::Backend(error) = self {
             tracing::error!(%error, "backend call failed");
@@ -83,11 +101,18 @@ impl ResponseError for ApiError {
             title,
             kind: format!("urn:order-service:problem:{slug}"),
         };
-        let response = HttpResponse::build(status).content_type("application/problem+json").json(problem);
-        // Only an answer that certainly changed nothing may run again.
-        if matches!(self, Self::ProviderUnavailable) { response.retryable() } else { response }
+        let mut response = HttpResponse::build(status);
+        response.content_type("application/problem+json");
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.insert_header((RETRY_AFTER, RETRY_AFTER_SECONDS));
+        }
+        let response = response.json(problem);
+        if matches!(self, Self::ProviderUnavailable | Self::Backend(_)) { response.retryable() } else { response }
     }
 }
+
+/// When a client may retry a 503, in seconds.
+const RETRY_AFTER_SECONDS: u64 = 1;
 
 /// An RFC 9457 problem body. Fields in alphabetical order, the order the
 /// service has always sent them in, so the bytes stay the same.
@@ -103,6 +128,16 @@ struct Problem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[actix_web::test]
+    async fn a_backend_failure_says_when_to_retry_and_is_not_kept() {
+        let response = ApiError::Backend(RepoError::new("redis", "broken pipe")).error_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers().get(RETRY_AFTER).unwrap(), "1");
+        assert!(response.is_retryable(), "the runtime keeps no record of it: the same request runs again");
+        let declined = ApiError::Declined.error_response();
+        assert!(!declined.is_retryable() && !declined.headers().contains_key(RETRY_AFTER));
+    }
 
     #[actix_web::test]
     async fn problems_keep_their_wire_format() {

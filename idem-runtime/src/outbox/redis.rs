@@ -146,7 +146,11 @@ impl RedisOutbox {
     /// comes again, the inbox absorbs) and runs `cmd` once more.
     async fn query(&self, cmd: &Cmd) -> Result<Value, StoreError> {
         let mut connection = self.connection.clone();
-        match cmd.query_async(&mut connection).await {
+        // Sent again on a connection found dropped (a restarted server):
+        // a read or an acknowledgement repeated is harmless, and entries a
+        // lost read delivered stay pending, for the next claim of idle ones.
+        let sent = self.connection.repeatable(|mut connection| async move { cmd.query_async(&mut connection).await });
+        match sent.await {
             Err(error) if error.code() == Some("NOGROUP") => {
                 tracing::warn!(stream = %self.stream, group = %self.group, "the consumer group was gone; creating it again");
                 let created: redis::RedisResult<()> =
@@ -255,20 +259,17 @@ impl Transport for RedisOutbox {
 
     async fn ack(&self, message: &Message) -> Result<(), StoreError> {
         let Receipt::Entry(entry) = &message.receipt else { return Ok(()) };
-        let mut connection = self.connection.clone();
-        redis::pipe()
-            .atomic()
-            .xack(&self.stream, &self.group, &[entry])
-            .ignore()
-            .xdel(&self.stream, &[entry])
-            .ignore()
-            .query_async::<()>(&mut connection)
+        let mut pipeline = redis::pipe();
+        pipeline.atomic().xack(&self.stream, &self.group, &[entry]).ignore().xdel(&self.stream, &[entry]).ignore();
+        let pipeline = &pipeline;
+        self.connection
+            .repeatable(|mut connection| async move { pipeline.query_async::<()>(&mut connection).await })
             .await
             .map_err(fail)
     }
 
     async fn backlog(&self) -> Result<u64, StoreError> {
-        let mut connection = self.connection.clone();
-        connection.xlen(&self.stream).await.map_err(fail)
+        let stream = &self.stream;
+        self.connection.repeatable(|mut connection| async move { connection.xlen(stream).await }).await.map_err(fail)
     }
 }

@@ -123,3 +123,29 @@ async fn the_retrying_client_through_a_lossy_network_on_postgres() {
     let service = OrderService::start(&pg.url("postgres"), 0).await;
     idem_tests::client_checks::at_most_once_through_a_lossy_network(&service, 13).await;
 }
+
+/// The refunds table renamed away for a while: the refund's insert fails
+/// (undefined table) and nothing is written.
+#[actix_web::test]
+async fn a_refund_during_a_backend_error_on_postgres_counts_once() {
+    let Some(pg) = server("a_refund_during_a_backend_error_on_postgres_counts_once") else { return };
+    let service = OrderService::start(&pg.url("postgres"), 0).await;
+    let pool = PgPool::connect(&pg.url("postgres")).await.expect("connecting");
+    let (breaking, repairing) = (pool.clone(), pool);
+    idem_tests::webhook_checks::a_refund_during_a_backend_error_counts_once(
+        &service,
+        async move || {
+            sqlx::query("ALTER TABLE order_service_refunds RENAME TO order_service_refunds_away")
+                .execute(&breaking)
+                .await
+                .unwrap();
+        },
+        async move || {
+            sqlx::query("ALTER TABLE order_service_refunds_away RENAME TO order_service_refunds")
+                .execute(&repairing)
+                .await
+                .unwrap();
+        },
+    )
+    .await;
+}

@@ -12,6 +12,7 @@ use idem_tests::http::{fresh_key, send};
 use idem_tests::order_checks::{
     contract, failure_outcomes, kill_during_payment, sigterm_drains_a_payment_whose_client_left, stats, storms,
 };
+use idem_tests::redis_node::query;
 use idem_tests::redis_server::RedisServer;
 use idem_tests::service::OrderService;
 
@@ -152,4 +153,55 @@ async fn the_retrying_client_through_a_lossy_network_on_redis() {
     let Some(redis) = RedisServer::start("the_retrying_client_through_a_lossy_network_on_redis") else { return };
     let service = OrderService::start(&redis.url(), 0).await;
     idem_tests::client_checks::at_most_once_through_a_lossy_network(&service, 12).await;
+}
+
+/// The refunds counter, made the wrong type for a while: the refund's
+/// script fails (`WRONGTYPE`) before writing anything.
+const REFUNDS: &str = "{order-service}:refunds";
+
+#[actix_web::test]
+async fn a_refund_during_a_backend_error_on_redis_counts_once() {
+    let Some(redis) = RedisServer::start("a_refund_during_a_backend_error_on_redis_counts_once") else { return };
+    let service = OrderService::start(&redis.url(), 0).await;
+    let address = format!("127.0.0.1:{}", redis.port());
+    let saved = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    let (kept, restored) = (std::sync::Arc::clone(&saved), saved);
+    let (breaking, repairing) = (address.clone(), address);
+    idem_tests::webhook_checks::a_refund_during_a_backend_error_counts_once(
+        &service,
+        async move || {
+            let count: Option<String> = query(&breaking, redis::cmd("GET").arg(REFUNDS)).unwrap();
+            *kept.lock().unwrap() = count;
+            let _: () = query(&breaking, redis::cmd("DEL").arg(REFUNDS)).unwrap();
+            let _: () = query(&breaking, redis::cmd("HSET").arg(REFUNDS).arg("not").arg("a counter")).unwrap();
+        },
+        async move || {
+            let _: () = query(&repairing, redis::cmd("DEL").arg(REFUNDS)).unwrap();
+            if let Some(count) = restored.lock().unwrap().take() {
+                let _: () = query(&repairing, redis::cmd("SET").arg(REFUNDS).arg(count)).unwrap();
+            }
+        },
+    )
+    .await;
+}
+
+/// Redis killed and started again (from its append-only file) under a
+/// running service: the same process serves every route again within
+/// seconds, and every 503 meanwhile says when to retry.
+#[actix_web::test]
+async fn redis_restarted_under_a_running_service() {
+    let test = "redis_restarted_under_a_running_service";
+    let Some(redis) = RedisServer::start_with(test, &["--appendonly", "yes", "--appendfsync", "always"]) else {
+        return;
+    };
+    let service = OrderService::start(&redis.url(), 0).await;
+    let redis = std::sync::Arc::new(std::sync::Mutex::new(redis));
+    let (stopping, restarting) = (std::sync::Arc::clone(&redis), std::sync::Arc::clone(&redis));
+    idem_tests::restart_checks::every_route_serves_again_after_an_outage(
+        &service,
+        move || stopping.lock().unwrap().stop(),
+        move || restarting.lock().unwrap().restart(),
+    )
+    .await;
+    drop(redis);
 }

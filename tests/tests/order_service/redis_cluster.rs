@@ -46,3 +46,26 @@ async fn every_order_on_a_redis_cluster_is_notified_exactly_once() {
     two_notifiers_and_a_kill(&service, &url, &transport).await;
     each_order_notified_once(&service, &url).await;
 }
+
+/// The primary holding the service's own data (and some of its records)
+/// killed under a running service: once its replica is promoted, the same
+/// process serves every route again within seconds, and every 503
+/// meanwhile (the store's and the service's own) says when to retry.
+#[actix_web::test]
+async fn a_primary_failover_under_a_running_service() {
+    let Some(cluster) = RedisCluster::start("a_primary_failover_under_a_running_service") else { return };
+    let service = OrderService::start(&cluster.url(), 0).await;
+    let primary = cluster.primary_of("{order-service}");
+    let cluster = std::sync::Arc::new(std::sync::Mutex::new(cluster));
+    let (killing, waiting) = (std::sync::Arc::clone(&cluster), std::sync::Arc::clone(&cluster));
+    idem_tests::restart_checks::every_route_serves_again_after_an_outage(
+        &service,
+        move || killing.lock().unwrap().kill(primary),
+        move || {
+            let cluster = waiting.lock().unwrap();
+            cluster.wait_for_new_primary(primary, std::time::Duration::from_secs(20));
+        },
+    )
+    .await;
+    drop(cluster);
+}

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use actix_web::{HttpRequest, HttpResponse, post, web};
 use idem_runtime::store::{IdempotencyKey, Scope, StorageKey};
 use idem_runtime::{Idem, RedisStore, idempotent};
-use idem_tests::http::client;
+use idem_tests::http::{client, post_with};
 use idem_tests::redis_cluster::RedisCluster;
 use idem_tests::redis_node::slot_of;
 use idem_tests::server::TestServer;
@@ -285,4 +285,97 @@ async fn without_replica_acks_a_failover_loses_the_writes_its_replica_lacked() {
         sent.len()
     );
     assert!(twice > 0, "the writes of the second the replica missed were lost at failover, and ran again");
+}
+
+/// Holds its key for `x-hold-ms`, counting each run.
+#[idempotent(scope = "route", lock_ttl = "3s")]
+#[post("/pay-slowly")]
+async fn pay_slowly(request: HttpRequest, executions: web::Data<Executions>) -> HttpResponse {
+    let hold = request.headers().get("x-hold-ms").and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(0);
+    let response = charge(&request, &executions).await;
+    tokio::time::sleep(Duration::from_millis(hold)).await;
+    response
+}
+
+/// With replica acknowledgements, a replica cut off for longer than the
+/// lease, then its primary killed, runs no key twice: the payments in
+/// flight were claimed with the replica's acknowledgement, their
+/// completions fail while it is cut off (they are not acknowledged), the
+/// leases lapse; the replica is promoted with those claims in flight and
+/// lapsed, and their holders, still alive, complete them there with their
+/// tokens once the new primary has a replica of its own. The retries that
+/// come after are replays.
+#[actix_web::test]
+async fn a_replica_cut_off_past_the_lease_then_its_primary_killed_runs_no_key_twice() {
+    let test = "a_replica_cut_off_past_the_lease_then_its_primary_killed_runs_no_key_twice";
+    let Some(mut cluster) = RedisCluster::start(test) else { return };
+    let store = RedisStore::connect(&cluster.url()).await.expect("connecting to the private cluster");
+    let store = store.with_replica_acks(1, Duration::from_millis(300));
+    let primary = cluster.primary_of("{probe}");
+    let replica = *cluster.replicas_of(primary).first().expect("the primary has a replica");
+    let keys = keys_on(&store, "/pay-slowly", primary, 20);
+    let executions = web::Data::new(Executions::default());
+    let shared = executions.clone();
+    let idem = Idem::new(store).store_timeout(Duration::from_millis(900));
+    let server = TestServer::with_workers(4, idem, move |config| {
+        config.app_data(shared.clone()).service(pay_slowly);
+    });
+    let url = server.at("/pay-slowly");
+
+    // Payments in flight, claimed with the replica's acknowledgement.
+    let firsts: Vec<_> = keys
+        .iter()
+        .map(|key| {
+            let (url, key) = (url.clone(), key.clone());
+            actix_web::rt::spawn(async move {
+                post_with(&url, &[("idempotency-key", &key), ("x-hold-ms", "2000")], "{}").await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(executions.0.lock().unwrap().len(), keys.len(), "every payment is running");
+
+    // The replica is cut off for longer than the lease: the payments
+    // answer, their completions and renewals are not acknowledged.
+    cluster.freeze(replica);
+    let dropped: i64 = cluster.query(primary, redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica")).unwrap();
+    assert_eq!(dropped, 1, "the primary dropped its replica's link");
+    let mut answers = Vec::new();
+    for first in firsts {
+        answers.push(first.await.expect("a payment"));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // The primary dies; the replica, thawed, is promoted; the old primary
+    // comes back as its replica.
+    cluster.kill(primary);
+    cluster.thaw(replica);
+    let cluster = actix_web::rt::task::spawn_blocking(move || {
+        assert_eq!(cluster.wait_for_new_primary(primary, Duration::from_secs(20)), replica, "the replica is promoted");
+        cluster.restart(primary);
+        cluster.wait_until_healthy(Duration::from_secs(20));
+        cluster
+    })
+    .await
+    .expect("the failover");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    for (key, first) in keys.iter().zip(&answers) {
+        assert_eq!(first.status.as_u16(), 201, "{key}: {first:?}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let retry = loop {
+            let retry = post_with(&url, &[("idempotency-key", key)], "{}").await;
+            if retry.status.as_u16() != 503 || Instant::now() > deadline {
+                break retry;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert_eq!(retry.replayed.as_deref(), Some("true"), "{key}: the retry is a replay: {retry:?}");
+        assert_eq!(retry.body, first.body, "{key}: the replay is the first answer");
+    }
+    let executions = executions.0.lock().unwrap().clone();
+    let twice: Vec<_> = executions.iter().filter(|(_, runs)| **runs > 1).collect();
+    assert!(twice.is_empty(), "keys ran twice: {twice:?}");
+    server.stop().await;
+    drop(cluster);
 }

@@ -60,15 +60,24 @@ impl RedisLedger {
 impl Ledger for RedisLedger {
     async fn charge_once(&self, key: &str, charge: &Charge) -> Result<Charge, RepoError> {
         let json = serde_json::to_string(charge).map_err(fail)?;
-        let mut connection = self.connection.clone();
         let mut invocation = self.charge_once.key(charge_key(key));
-        let stored: String = invocation.key(CHARGES).arg(json).invoke_async(&mut connection).await.map_err(fail)?;
+        invocation.key(CHARGES).arg(json);
+        let invocation = &invocation;
+        // Safe to send again: a repeat finds the charge and returns it.
+        let stored: String = self
+            .connection
+            .repeatable(|mut connection| async move { invocation.invoke_async(&mut connection).await })
+            .await
+            .map_err(fail)?;
         serde_json::from_str(&stored).map_err(fail)
     }
 
     async fn charges(&self) -> Result<u64, RepoError> {
-        let mut connection = self.connection.clone();
-        let count: Option<u64> = connection.get(CHARGES).await.map_err(fail)?;
+        let count: Option<u64> = self
+            .connection
+            .repeatable(|mut connection| async move { connection.get(CHARGES).await })
+            .await
+            .map_err(fail)?;
         Ok(count.unwrap_or(0))
     }
 }

@@ -22,21 +22,26 @@ const ORDERS_CREATED: &str = "{order-service}:orders_created";
 const REFUNDS: &str = "{order-service}:refunds";
 
 /// Records a provider event's refund unless the event was recorded; only
-/// then counts it. Returns 1 if recorded. One round trip, atomic.
+/// then counts it. Returns 1 if recorded. One round trip, atomic, and safe
+/// to send again (a repeat finds the event recorded). The counter is
+/// written first: a command that fails (a counter of the wrong type) fails
+/// before anything was written, so that a redelivery counts the refund.
 const RECORD_REFUND: &str = r"
 -- KEYS[1]: the event; KEYS[2]: the refunds counter. ARGV[1]: the charge id.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
-    redis.call('INCR', KEYS[2])
-    return 1
+if redis.call('EXISTS', KEYS[1]) == 1 then
+    return 0
 end
-return 0
+redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
 ";
 
 /// Stores an order unless its id is taken; only then appends it to its
 /// owner's list, counts it and appends its `order.created` event to the
 /// outbox stream (the transactional outbox: the event exists if and only
 /// if the order does). Returns the order stored under the id. One round
-/// trip (`EVALSHA`), atomic.
+/// trip (`EVALSHA`), atomic, and safe to send again (a repeat finds the
+/// order and returns it).
 const INSERT_ORDER: &str = r"
 -- KEYS[1]: the order; KEYS[2]: its owner's list; KEYS[3]: the orders counter;
 -- KEYS[4]: the outbox stream. ARGV[1]: the order (JSON); ARGV[2]: its id;
@@ -79,7 +84,9 @@ fn fail(error: impl std::fmt::Display) -> RepoError {
 impl RedisRepo {
     /// Opens a connection of its own (auto-reconnecting, with the store's
     /// fail-fast timeouts) to `url`: one server, or a Redis Cluster's
-    /// `redis-cluster://` seed nodes.
+    /// `redis-cluster://` seed nodes. Every command is sent again once on a
+    /// connection found dropped (`RedisConnection::repeatable`: all are
+    /// safe to repeat), so that a restarted server costs no failed request.
     pub async fn connect(url: &str) -> Result<Self, redis::RedisError> {
         let mut connection = RedisConnection::open(url, &idem_runtime::RedisStore::default_config()).await?;
         let insert_order = Script::new(INSERT_ORDER);
@@ -98,11 +105,15 @@ impl InsertOrder for RedisRepo {
     async fn insert_order(&self, order: &Order) -> Result<Order, RepoError> {
         let json = serde_json::to_string(order).map_err(fail)?;
         let event = order.created_event();
-        let mut connection = self.connection.clone();
         let mut invocation = self.insert_order.key(order_key(&order.id));
         invocation.key(owner_key(&order.owner)).key(ORDERS_CREATED).key(STREAM).arg(json).arg(&order.id);
         invocation.arg(&event.id).arg(&event.topic).arg(&event.payload);
-        let stored: String = invocation.invoke_async(&mut connection).await.map_err(fail)?;
+        let invocation = &invocation;
+        let stored: String = self
+            .connection
+            .repeatable(|mut connection| async move { invocation.invoke_async(&mut connection).await })
+            .await
+            .map_err(fail)?;
         serde_json::from_str(&stored).map_err(fail)
     }
 }
@@ -110,39 +121,59 @@ impl InsertOrder for RedisRepo {
 #[async_trait]
 impl Repo for RedisRepo {
     async fn order(&self, id: &str) -> Result<Option<Order>, RepoError> {
-        let mut connection = self.connection.clone();
-        let json: Option<String> = connection.get(order_key(id)).await.map_err(fail)?;
+        let key = &order_key(id);
+        let json: Option<String> = self
+            .connection
+            .repeatable(|mut connection| async move { connection.get(key).await })
+            .await
+            .map_err(fail)?;
         json.map(|json| serde_json::from_str(&json).map_err(fail)).transpose()
     }
 
     async fn orders_of(&self, owner: &str) -> Result<Vec<Order>, RepoError> {
-        let mut connection = self.connection.clone();
-        let ids: Vec<String> = connection.lrange(owner_key(owner), 0, -1).await.map_err(fail)?;
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let keys: Vec<String> = ids.iter().map(|id| order_key(id)).collect();
-        let orders: Vec<Option<String>> = connection.mget(keys).await.map_err(fail)?;
+        let owner = &owner_key(owner);
+        let orders: Vec<Option<String>> = self
+            .connection
+            .repeatable(|mut connection| async move {
+                let ids: Vec<String> = connection.lrange(owner, 0, -1).await?;
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let keys: Vec<String> = ids.iter().map(|id| order_key(id)).collect();
+                connection.mget(keys).await
+            })
+            .await
+            .map_err(fail)?;
         orders.into_iter().flatten().map(|json| serde_json::from_str(&json).map_err(fail)).collect()
     }
 
     async fn orders_created(&self) -> Result<u64, RepoError> {
-        let mut connection = self.connection.clone();
-        let count: Option<u64> = connection.get(ORDERS_CREATED).await.map_err(fail)?;
+        let count: Option<u64> = self
+            .connection
+            .repeatable(|mut connection| async move { connection.get(ORDERS_CREATED).await })
+            .await
+            .map_err(fail)?;
         Ok(count.unwrap_or(0))
     }
 
     async fn record_refund(&self, event_id: &str, charge_id: &str) -> Result<bool, RepoError> {
-        let mut connection = self.connection.clone();
         let mut invocation = self.record_refund.key(event_key(event_id));
         invocation.key(REFUNDS).arg(charge_id);
-        let recorded: i64 = invocation.invoke_async(&mut connection).await.map_err(fail)?;
+        let invocation = &invocation;
+        let recorded: i64 = self
+            .connection
+            .repeatable(|mut connection| async move { invocation.invoke_async(&mut connection).await })
+            .await
+            .map_err(fail)?;
         Ok(recorded == 1)
     }
 
     async fn refunds(&self) -> Result<u64, RepoError> {
-        let mut connection = self.connection.clone();
-        let count: Option<u64> = connection.get(REFUNDS).await.map_err(fail)?;
+        let count: Option<u64> = self
+            .connection
+            .repeatable(|mut connection| async move { connection.get(REFUNDS).await })
+            .await
+            .map_err(fail)?;
         Ok(count.unwrap_or(0))
     }
 }

@@ -42,5 +42,6 @@ pub(super) async fn create_payment(
     let charge = state.provider.charge(&charge_key(&execution), &order.id, body.amount_cents).await?;
     state.faults.after_charge();
     let payment = Payment::new(payment_id(&execution), charge);
+    tokio::time::sleep(state.post_charge_delay).await;
     Ok(HttpResponse::Created().json(payment.body()))
 }

@@ -9,6 +9,7 @@ mod transactional;
 
 use std::future::{Ready, ready};
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::dev::Payload;
 use actix_web::http::header::LOCATION;
@@ -31,6 +32,8 @@ pub struct AppState {
     pub provider: Provider,
     /// Crash points armed for tests.
     pub faults: Faults,
+    /// How long a payment waits after the charge, before it returns.
+    pub post_charge_delay: Duration,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
     /// The notifications sent for created orders.

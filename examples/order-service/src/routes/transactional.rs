@@ -47,5 +47,6 @@ pub(super) async fn create_payment(
     let payment = Payment::new(payment_id(&execution), charge);
     rows::insert_payment(&mut tx, &payment).await?;
     state.faults.after_charge();
+    tokio::time::sleep(state.post_charge_delay).await;
     Ok(HttpResponse::Created().json(payment.body()))
 }
