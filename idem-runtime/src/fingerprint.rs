@@ -20,8 +20,9 @@
 //! The host name is the `Host` as received, lower-cased and without its
 //! port (`Shop.Example:8443` is `shop.example`), so that two tenants told
 //! apart by host name are two requests, and one can never be replayed the
-//! other's response. Left out (empty) when the configuration says so, it
-//! is not hashed at all: such fingerprints are those of earlier versions.
+//! other's response. It is hashed last; left out (empty) when the
+//! configuration says so, it is not hashed at all: such fingerprints are
+//! those of earlier versions.
 //!
 //! Each part is length-prefixed before hashing, so no two different
 //! requests can feed the hash the same bytes (`/a` + `b=1` vs `/ab` + `=1`).
@@ -62,57 +63,7 @@ pub struct RequestParts<'a> {
 impl Fingerprint {
     /// Computes the fingerprint of a request.
     pub fn of(parts: &RequestParts<'_>) -> Self {
-        let mut hasher = Sha256::new();
-        let mut field = |bytes: &[u8]| {
-            hasher.update((bytes.len() as u64).to_be_bytes());
-            hasher.update(bytes);
-        };
-        field(b"idem-fingerprint-v1");
-        field(parts.method.as_bytes());
-        field(parts.path.as_bytes());
-        field(parts.query.as_bytes());
-        // Only routes with fingerprint headers hash this part: the
-        // fingerprints of every other route stay what they were.
-        if !parts.headers.is_empty() {
-            field(b"headers");
-            for (name, values) in parts.headers {
-                field(name.as_bytes());
-                field(&(values.len() as u64).to_be_bytes());
-                for value in values {
-                    field(value);
-                }
-            }
-        }
-        // Only hashed when given: a configuration that leaves the host out
-        // keeps the fingerprints of earlier versions.
-        let host = host_name(parts.host);
-        if !host.is_empty() {
-            field(b"host");
-            field(host.as_bytes());
-        }
-        // The media type tells what the bytes mean, JSON or not: the same
-        // bytes as text and as a form, or the same document as
-        // `application/json` and as `application/merge-patch+json`, are two
-        // requests.
-        let media_type = media_type(parts.content_type.unwrap_or(""));
-        let mut body = |canonical: Option<&[u8]>| match canonical {
-            Some(json) => {
-                field(b"json");
-                field(media_type.as_bytes());
-                field(json);
-            }
-            None => {
-                field(b"raw");
-                field(media_type.as_bytes());
-                field(parts.body);
-            }
-        };
-        if is_json(&media_type) {
-            canonical_json::with_canonical(parts.body, body)
-        } else {
-            body(None)
-        }
-        Self(hasher.finalize().into())
+        Hashed::of(parts).fingerprint
     }
 
     /// Builds a fingerprint from its 32 raw bytes (as a store keeps them).
@@ -144,6 +95,85 @@ impl fmt::Debug for Fingerprint {
     }
 }
 
+/// A request's fingerprint, and the hash state it had before its host name
+/// was added: the fingerprint the same request had without the host (as an
+/// earlier version, or `fingerprint_host(false)`, kept it), for one more
+/// SHA-256 block only when it is asked for.
+pub(crate) struct Hashed {
+    pub(crate) fingerprint: Fingerprint,
+    without_host: Option<Sha256>,
+}
+
+impl Hashed {
+    /// Hashes `parts`.
+    pub(crate) fn of(parts: &RequestParts<'_>) -> Self {
+        let mut hasher = Sha256::new();
+        let mut field = |bytes: &[u8]| {
+            hasher.update((bytes.len() as u64).to_be_bytes());
+            hasher.update(bytes);
+        };
+        field(b"idem-fingerprint-v1");
+        field(parts.method.as_bytes());
+        field(parts.path.as_bytes());
+        field(parts.query.as_bytes());
+        // Only routes with fingerprint headers hash this part: the
+        // fingerprints of every other route stay what they were.
+        if !parts.headers.is_empty() {
+            field(b"headers");
+            for (name, values) in parts.headers {
+                field(name.as_bytes());
+                field(&(values.len() as u64).to_be_bytes());
+                for value in values {
+                    field(value);
+                }
+            }
+        }
+        // The media type tells what the bytes mean, JSON or not: the same
+        // bytes as text and as a form, or the same document as
+        // `application/json` and as `application/merge-patch+json`, are two
+        // requests.
+        let media_type = media_type(parts.content_type.unwrap_or(""));
+        let mut body = |canonical: Option<&[u8]>| match canonical {
+            Some(json) => {
+                field(b"json");
+                field(media_type.as_bytes());
+                field(json);
+            }
+            None => {
+                field(b"raw");
+                field(media_type.as_bytes());
+                field(parts.body);
+            }
+        };
+        if is_json(&media_type) {
+            canonical_json::with_canonical(parts.body, body)
+        } else {
+            body(None)
+        }
+        // The host last, and only when given: a configuration that leaves
+        // it out keeps the fingerprints of earlier versions, and the state
+        // before it is that fingerprint, kept for a record made without it.
+        let host = host_name(parts.host);
+        if host.is_empty() {
+            return Self { fingerprint: Fingerprint(hasher.finalize().into()), without_host: None };
+        }
+        let without_host = hasher.clone();
+        let mut field = |bytes: &[u8]| {
+            hasher.update((bytes.len() as u64).to_be_bytes());
+            hasher.update(bytes);
+        };
+        field(b"host");
+        field(host.as_bytes());
+        Self { fingerprint: Fingerprint(hasher.finalize().into()), without_host: Some(without_host) }
+    }
+
+    /// The fingerprint the request had without its host name, if its host
+    /// was part of [`Hashed::fingerprint`] (once).
+    pub(crate) fn take_without_host(&mut self) -> Option<Fingerprint> {
+        self.without_host.take().map(|hasher| Fingerprint(hasher.finalize().into()))
+    }
+}
+
 /// The essence of a `Content-Type` (`type/subtype`, lower case, no
 /// parameters).
 fn media_type(content_type: &str) -> Cow<'_, str> {
@@ -155,14 +185,16 @@ fn media_type(content_type: &str) -> Cow<'_, str> {
     }
 }
 
-/// The host name of a `Host` value (or authority): without its port,
-/// lower-cased. An IPv6 literal keeps its brackets.
+/// The host name of a `Host` value (or authority): without its port or a
+/// trailing dot (`shop.example.` is `shop.example`), lower-cased. An IPv6
+/// literal keeps its brackets.
 fn host_name(host: &str) -> Cow<'_, str> {
     let host = host.trim();
     let name = match host.strip_prefix('[') {
         Some(rest) => rest.find(']').map_or(host, |end| &host[..end + 2]),
         None => host.rsplit_once(':').map_or(host, |(name, _)| name),
     };
+    let name = name.strip_suffix('.').unwrap_or(name);
     if name.bytes().any(|b| b.is_ascii_uppercase()) {
         Cow::Owned(name.to_ascii_lowercase())
     } else {
@@ -194,12 +226,17 @@ mod tests {
         let shop = with("shop.example");
         assert_ne!(shop, with("other.example"), "two tenants are two requests");
         assert_ne!(shop, Fingerprint::of(&base), "a host differs from none");
-        for same in ["Shop.Example", "shop.example:8443", "SHOP.EXAMPLE:80", " shop.example "] {
+        for same in ["Shop.Example", "shop.example:8443", "SHOP.EXAMPLE:80", " shop.example ", "shop.example.:443"] {
             assert_eq!(shop, with(same), "{same}");
         }
         assert_eq!(with("[::1]:8080"), with("[::1]"));
         assert_ne!(with("[::1]"), with("[::2]"));
         assert_eq!(host_name("[::1]:8080"), "[::1]");
+        let mut hashed = Hashed::of(&RequestParts { host: "shop.example", ..base });
+        assert_eq!(hashed.fingerprint, shop);
+        assert_eq!(hashed.take_without_host(), Some(Fingerprint::of(&base)), "the fingerprint as it was without");
+        assert_eq!(hashed.take_without_host(), None, "once");
+        assert_eq!(Hashed::of(&base).take_without_host(), None, "no host, nothing else");
         assert_eq!(host_name("[::1"), "[::1", "a broken literal is kept as it is");
     }
 

@@ -16,7 +16,8 @@
 //! Ownership of a record is its token, not its lease. A lease is the
 //! holder's claim of priority: while it runs, a claim of the same request
 //! is answered [`Claim::InFlight`]; once it has run out, such a claim takes
-//! the key over with a new token (crash recovery). Until that happens the
+//! the key over with a new token (crash recovery), after a [`grace`] that
+//! the first claim to find it lapsed gives the holder. Until that happens the
 //! holder's token still owns the record, lapsed or not: it may renew the
 //! lease back into life, complete or release. So a store that was
 //! unreachable for longer than a lease never by itself causes a second
@@ -131,6 +132,16 @@ impl Attempt {
     }
 }
 
+/// The grace a claim gives the holder of a lease it finds lapsed, when no
+/// claim had found it so before: half the claim's `lease` (at least a
+/// millisecond). The holder's keeper renews a lapsed lease at least once a
+/// second, and within a third of the lease whatever its store timeout (the
+/// runtime refuses a timeout above a third of the lease), so a holder that
+/// can reach the store again renews within the grace.
+pub fn grace(lease: Duration) -> Duration {
+    (lease / 2).max(Duration::from_millis(1))
+}
+
 /// One lease for [`Store::renew_many`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Renewal {
@@ -180,9 +191,18 @@ pub trait Store: std::any::Any + Send + Sync {
     /// |---|---|---|
     /// | none, or past its TTL | acquired ([`Attempt::First`]) | acquired ([`Attempt::First`]) |
     /// | in flight, lease live | [`Claim::InFlight`] | [`Claim::Mismatch`] |
-    /// | in flight, lease ran out | acquired ([`Attempt::Takeover`]) | [`Claim::Mismatch`] |
+    /// | in flight, lease ran out, no claim found it so yet | [`Claim::InFlight`]: the holder gets a [`grace`] (below) | [`Claim::Mismatch`] |
+    /// | in flight, lease ran out after a grace | acquired ([`Attempt::Takeover`]) | [`Claim::Mismatch`] |
     /// | released (tombstone) | acquired ([`Attempt::AfterRelease`]) | [`Claim::Mismatch`] |
     /// | completed | [`Claim::Replay`] | [`Claim::Mismatch`] |
+    ///
+    /// A lapsed lease is taken over in two steps. The first claim to find
+    /// it lapsed extends it by a [`grace`] and answers in flight: its
+    /// holder may be alive and only have been cut off from the store (an
+    /// outage longer than the lease), and renews or completes with its
+    /// token within the grace (a renewal ends the grace). Only a claim
+    /// after the grace takes the key over. So the first retry after a store
+    /// comes back never runs a handler whose holder is still there.
     async fn claim(
         &self,
         key: &StorageKey,
@@ -198,8 +218,9 @@ pub trait Store: std::any::Any + Send + Sync {
     /// alone. A caller whose claim failed in transit (a timeout, a lost
     /// connection) may so still release what the claim took, if it landed,
     /// instead of leaving the key in flight for a whole lease. The same
-    /// claim sent again (same token) while its lease runs is answered as
-    /// acquired again, not in flight.
+    /// claim sent again (same token) while the record holds it is answered
+    /// as acquired again, as the attempt it was, whatever is left of its
+    /// lease.
     async fn claim_as(
         &self,
         key: &StorageKey,

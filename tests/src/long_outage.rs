@@ -2,12 +2,18 @@
 //! crashed and restarted from its data), while a payment runs and after it
 //! answered: the promise of §1 of the behaviour contract that time must not
 //! break. Ownership is the fencing token, not the lease: when the store
-//! answers again, the holder renews and completes with its token, and the
+//! answers again, the holder renews and completes with its token, and a
 //! retry is a replay (or a 409 while the payment still runs), never a
-//! second execution. Shared by the Redis and Postgres suites, each with its
-//! own server and ways of taking it away.
+//! second execution. A client retries the key every 100 ms all along (its
+//! claims wait in the sockets of a frozen server, and reach it the moment
+//! it resumes, or the moment a restarted one listens), so the first claims
+//! after the store's return race the holder's renewal: the first claim to
+//! find the lease lapsed gives the holder a grace instead of taking over.
+//! Shared by the Redis and Postgres suites, each with its own server and
+//! ways of taking it away.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use actix_web::{HttpRequest, HttpResponse, post, web};
@@ -61,6 +67,61 @@ fn serve(store: Arc<dyn Store>) -> (TestServer, web::Data<Counter>) {
     (server, charges)
 }
 
+/// A client that retries one key every 100 ms until stopped, keeping
+/// every answer.
+struct Retrier {
+    stop: Arc<AtomicBool>,
+    task: actix_web::rt::task::JoinHandle<Vec<Reply>>,
+}
+
+impl Retrier {
+    fn start(url: String, key: String) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let task = actix_web::rt::spawn(async move {
+            let mut replies = Vec::new();
+            while !stopped.load(Ordering::SeqCst) {
+                let client = crate::http::client(Duration::from_secs(5));
+                let sent = client.post(&url).insert_header(("idempotency-key", key.as_str())).send_body("{}");
+                if let Ok(mut response) = sent.await {
+                    let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+                    let (replayed, retry_after) = (header("idempotent-replayed"), header("retry-after"));
+                    let body = response.body().await.unwrap_or_default();
+                    replies.push(Reply {
+                        status: response.status(),
+                        content_type: None,
+                        replayed,
+                        retry_after,
+                        location: None,
+                        body,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            replies
+        });
+        Self { stop, task }
+    }
+
+    /// Stops it; every answer it got is a 503 or a 409, or the replay of
+    /// `first`.
+    async fn stop_and_check(self, first: &Reply) -> usize {
+        self.stop.store(true, Ordering::SeqCst);
+        let replies = self.task.await.expect("the retrying client");
+        for reply in &replies {
+            match reply.status.as_u16() {
+                409 | 503 => {}
+                201 => {
+                    assert_eq!(reply.replayed.as_deref(), Some("true"), "a retry ran the payment again: {reply:?}");
+                    assert_eq!(reply.body, first.body, "a retry got another answer: {reply:?}");
+                }
+                _ => panic!("a retry got {reply:?}"),
+            }
+        }
+        replies.len()
+    }
+}
+
 async fn pay_with(server: &TestServer, key: &str, hold: Duration) -> Reply {
     let hold = hold.as_millis().to_string();
     post_with(&server.at("/pay"), &[("idempotency-key", key), ("x-hold-ms", &hold)], "{}").await
@@ -83,11 +144,14 @@ pub async fn a_payment_answered_during_a_long_outage_is_replayed(store: Arc<dyn 
     tokio::time::sleep(INTO_THE_PAYMENT).await;
     let away = Instant::now();
     outage.begin();
+    let retrier = Retrier::start(url, key.clone());
     let first = first.await.expect("the first request");
     assert_eq!(first.status.as_u16(), 201, "the payment answered during the outage: {first:?}");
     tokio::time::sleep(OUTAGE.saturating_sub(away.elapsed())).await;
     outage.end();
     tokio::time::sleep(SETTLE).await;
+    let retries = retrier.stop_and_check(&first).await;
+    assert!(retries > 20, "the client retried all along ({retries} answers)");
     let retry = pay_with(&server, &key, Duration::ZERO).await;
     assert_eq!(retry.status.as_u16(), 201, "{retry:?}");
     assert_eq!(retry.replayed.as_deref(), Some("true"), "the retry is the replay: {retry:?}");
@@ -113,6 +177,7 @@ pub async fn a_payment_running_through_a_long_outage_keeps_its_key(store: Arc<dy
     };
     tokio::time::sleep(INTO_THE_PAYMENT).await;
     outage.begin();
+    let retrier = Retrier::start(url.clone(), key.clone());
     tokio::time::sleep(OUTAGE).await;
     outage.end();
     tokio::time::sleep(SETTLE).await;
@@ -121,6 +186,8 @@ pub async fn a_payment_running_through_a_long_outage_keeps_its_key(store: Arc<dy
     assert!(during.retry_after.is_some(), "{during:?}");
     let first = first.await.expect("the first request");
     assert_eq!(first.status.as_u16(), 201, "{first:?}");
+    let retries = retrier.stop_and_check(&first).await;
+    assert!(retries > 20, "the client retried all along ({retries} answers)");
     let retry = pay_with(&server, &key, Duration::ZERO).await;
     assert_eq!(retry.replayed.as_deref(), Some("true"), "{retry:?}");
     assert_eq!(retry.body, first.body);
@@ -152,6 +219,26 @@ pub async fn a_message_processed_during_a_long_outage_is_not_processed_again(
     };
     tokio::time::sleep(INTO_THE_PAYMENT).await;
     outage.begin();
+    // Redeliveries every 100 ms all along: none may run the work again.
+    let stop = Arc::new(AtomicBool::new(false));
+    let redeliveries = {
+        let (inbox, runs, id, stop) = (inbox.clone(), Arc::clone(&runs), id.clone(), Arc::clone(&stop));
+        actix_web::rt::spawn(async move {
+            let mut answered = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let work = |_| async {
+                    runs.next();
+                    Ok::<_, std::io::Error>(())
+                };
+                let redelivered = tokio::time::timeout(Duration::from_secs(5), inbox.process(&id, work)).await;
+                if matches!(redelivered, Ok(Ok(_))) {
+                    answered += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            answered
+        })
+    };
     tokio::time::sleep(OUTAGE).await;
     outage.end();
     match delivery.await.expect("the first delivery") {
@@ -159,6 +246,9 @@ pub async fn a_message_processed_during_a_long_outage_is_not_processed_again(
         other => panic!("the first delivery is recorded once the store is back: {other:?}"),
     }
     tokio::time::sleep(SETTLE).await;
+    stop.store(true, Ordering::SeqCst);
+    let answered = redeliveries.await.expect("the redeliveries");
+    assert!(answered > 0, "redeliveries were answered once the store was back");
     let again: Result<Delivery<()>, InboxError<std::io::Error>> = inbox.process(&id, |_| async { Ok(()) }).await;
     assert!(matches!(again, Ok(Delivery::Duplicate)), "the redelivery is a duplicate: {again:?}");
     assert_eq!(runs.get(), 1, "processed once");

@@ -72,8 +72,8 @@ fn check_redis_record(data: &[u8]) {
             assert_eq!(fingerprint.as_bytes(), &data[1..33]);
             assert_eq!(response, &data[49..], "the response is the rest, from Lua's offset 50");
         }
-        Ok(RedisRecord::InFlight { fingerprint, token, attempt, mark }) => {
-            assert_eq!(data[0], b'L');
+        Ok(RedisRecord::InFlight { fingerprint, token, attempt, mark, graced }) => {
+            assert_eq!(data[0], if graced { b'G' } else { b'L' });
             assert_eq!(fingerprint.as_bytes(), &data[1..33]);
             assert_eq!(token.to_bytes(), data[33..49]);
             let digit = match attempt {
@@ -95,6 +95,6 @@ fn check_redis_record(data: &[u8]) {
     let (fingerprint, token) = (Fingerprint::from_bytes(fingerprint), FencingToken::from_bytes(token));
     let lease = lease.min(ttl);
     let value = redis_claimed(&fingerprint, token, lease, ttl);
-    let expected = RedisRecord::InFlight { fingerprint, token, attempt: Attempt::First, mark: ttl - lease };
+    let expected = RedisRecord::InFlight { fingerprint, token, attempt: Attempt::First, mark: ttl - lease, graced: false };
     assert_eq!(read_redis_record(&value), Ok(expected), "a claim's value reads back as that claim");
 }

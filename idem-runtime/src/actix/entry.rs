@@ -22,7 +22,7 @@ use super::problem::{self, ProblemKind};
 use super::route::route_of;
 use crate::clock::later;
 use crate::engine::{self, Terms};
-use crate::fingerprint::{Fingerprint, RequestParts};
+use crate::fingerprint::{Hashed, RequestParts};
 use crate::observe::{Outcome, count};
 use crate::scope::{Scope, StorageKey};
 use crate::store::{Claim, StoreError};
@@ -139,7 +139,7 @@ where
         .iter()
         .map(|&name| (name, req.headers().get_all(name).map(|value| value.as_bytes()).collect()))
         .collect();
-    let fingerprint = Fingerprint::of(&RequestParts {
+    let mut hashed = Hashed::of(&RequestParts {
         method: req.method().as_str(),
         path: req.path(),
         query: req.query_string(),
@@ -159,6 +159,7 @@ where
             return error.into().error_response();
         }
     };
+    let mut fingerprint = hashed.fingerprint;
     // 6 to 9. Claim, then execute, replay or refuse.
     let storage_key = StorageKey::new(options.scope, subject.as_deref(), req.method().as_str(), &route, &key);
     let deadline = match options.in_flight {
@@ -219,6 +220,15 @@ where
                 return replay(stored);
             }
             Claim::Mismatch => {
+                // A record kept without the host in its fingerprint (by an
+                // earlier version, or under `fingerprint_host(false)`) is
+                // this same request's if that fingerprint matches: claimed
+                // again with it, its execution keeps its derived keys. A
+                // record of another host never matches it.
+                if let Some(without_host) = hashed.take_without_host() {
+                    fingerprint = without_host;
+                    continue;
+                }
                 count(&route, Outcome::Mismatch);
                 let detail = "this idempotency key was already used for a different request \
                               (method, host, path, query or body differ); use a new key for a new request";
@@ -248,13 +258,15 @@ where
     }
 }
 
-/// The host a request was sent to, as received: its `Host` header, or the
-/// URI's authority (HTTP/2 sends `:authority`, which actix keeps in the
-/// URI). Empty when there is neither.
+/// The host a request was sent to, as received: the request target's
+/// authority when it has one (an absolute-form target, whose authority
+/// RFC 9112 §3.2.2 says wins over `Host`; HTTP/2's `:authority`, which
+/// actix keeps in the URI), else its `Host` header. Empty when there is
+/// neither.
 fn host_of(req: &HttpRequest) -> &str {
-    match req.headers().get(HOST) {
-        Some(host) => host.to_str().unwrap_or(""),
-        None => req.uri().authority().map_or("", |authority| authority.host()),
+    match req.uri().authority() {
+        Some(authority) => authority.host(),
+        None => req.headers().get(HOST).and_then(|host| host.to_str().ok()).unwrap_or(""),
     }
 }
 

@@ -173,7 +173,13 @@ pub(crate) fn spawn_joined<T: Send + 'static>(
     if !keeper.shared.stopped.load(Ordering::Acquire) {
         return keeper.runtime.spawn(work);
     }
-    tracing::error!("the idempotency lease keeper has stopped; running its work on the caller's runtime instead");
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        tracing::error!(
+            "the idempotency lease keeper has stopped; its work (completions retried in the background) runs on \
+             the callers' runtimes instead, where a worker that stops cancels it"
+        );
+    }
     match tokio::runtime::Handle::try_current() {
         Ok(caller) => caller.spawn(work),
         // Nowhere to run it: the keeper's own (shut down) runtime hands

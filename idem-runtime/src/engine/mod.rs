@@ -135,6 +135,9 @@ static UNANSWERED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsi
 /// lapse with its lease (409 until then), as a store outage makes many.
 const MAX_UNANSWERED: usize = 1024;
 
+/// Most tries at releasing one lost claim.
+const MAX_UNANSWERED_TRIES: usize = 12;
+
 /// Releases, in the background, what a claim whose answer was lost took,
 /// if it landed: tried until the claim's lease would have run out, since
 /// the claim may land after a first try (a store that was frozen, another
@@ -149,16 +152,23 @@ fn release_unanswered(store: &Arc<dyn Store>, key: &StorageKey, token: FencingTo
     let (store, key, lease, timeout) = (Arc::clone(store), key.clone(), terms.lease, terms.timeout);
     keeper::spawn(async move {
         let end = later(sent, lease);
+        // Past this, a store that answers "not held" will not see the claim
+        // land later on the same path.
+        let landed_by = later(sent, timeout.saturating_mul(2));
         let mut pause = FIRST_PAUSE;
-        loop {
+        for _ in 0..MAX_UNANSWERED_TRIES {
             // Not through `store_call`: a store that is down fails each
             // try, and each is not worth a log line.
             let released = tokio::time::timeout(timeout, store.release(&key, token)).await;
-            if matches!(released, Ok(Ok(Fence::Held))) {
-                tracing::info!(key = %key.hash_tag(), "released a claim whose answer was lost; the request may run again");
-                break;
-            }
             let now = Instant::now();
+            match released {
+                Ok(Ok(Fence::Held)) => {
+                    tracing::info!(key = %key.hash_tag(), "released a claim whose answer was lost; the request may run again");
+                    break;
+                }
+                Ok(Ok(_)) if now >= landed_by => break,
+                _ => {}
+            }
             if now >= end {
                 break;
             }
@@ -259,15 +269,12 @@ impl Execution {
         let ends = later(self.claimed, self.ttl);
         let mut pause = FIRST_PAUSE;
         loop {
-            // The keeper found the record held by another token (a
-            // takeover), or gone: nothing of this execution can be stored.
-            // An attempt that failed may yet have been applied (its answer
-            // lost, or, with replica acknowledgements, not yet
-            // acknowledged), after which renewals find the key completed and
-            // report the lease lost: then the store's fence judges one more
-            // attempt, and the record tells.
-            if self.lease.is_lost() && !failed_before {
-                return self.report(Outcome::LeaseLost);
+            // The keeper found the record no longer holding this
+            // execution's token: taken over, or completed by an attempt that
+            // failed in transit (its answer lost, or, with replica
+            // acknowledgements, not yet acknowledged). The record tells.
+            if self.lease.is_lost() {
+                return self.settle_unknown(record).await;
             }
             let now = Instant::now();
             if now >= ends {

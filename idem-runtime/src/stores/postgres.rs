@@ -22,7 +22,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use self::renewals::RenewalPool;
 pub use self::replication::OnAsyncStandby;
-use self::session::session_settings;
+use self::session::{Pool, session_settings};
 use self::sql::DEFAULT_TABLE;
 pub use self::sql::InvalidTableName;
 use self::sql::{Statements, TableName, sql};
@@ -86,12 +86,13 @@ const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// The same startup options bound how long a session whose client went
 /// away can hold a record's row lock: the server probes a connection after
 /// 15 s of silence (`tcp_keepalives_idle`, `_interval`, `_count`: a
-/// vanished host is found within about half a minute) and ends a session
-/// idle inside a transaction for 5 minutes
-/// (`idle_in_transaction_session_timeout`; a transactional handler that
-/// keeps its transaction idle longer has it rolled back). A value of these
-/// settings the connection options carry already (the URL's `options`) is
-/// kept.
+/// vanished host is found within about half a minute), and, on the pools
+/// [`PostgresStore::connect`] and [`PostgresStore::connect_with`] open (not
+/// on one handed to [`PostgresStore::new`]), ends a session idle inside a
+/// transaction for 5 minutes (`idle_in_transaction_session_timeout`; a
+/// transactional handler that keeps its transaction idle longer has it
+/// rolled back). A value of these settings the connection options carry
+/// already (the URL's `options`) is kept.
 ///
 /// # Connections kept by each worker
 ///
@@ -204,7 +205,7 @@ impl PostgresStore {
     fn build(pool: PgPool, table: TableName) -> Self {
         let options = pool.connect_options();
         let server = error::describe(&options).into();
-        pool.set_connect_options(session_settings((*options).clone()));
+        pool.set_connect_options(session_settings((*options).clone(), Pool::Given));
         Self {
             sql: Statements::new(&table),
             kept: kept::Kept::new(pool.clone()),
@@ -254,7 +255,7 @@ impl PostgresStore {
     /// [`PostgresStore::check_server`]).
     pub async fn connect_with(url: &str, options: PgPoolOptions) -> Result<Self, StoreError> {
         let connect: PgConnectOptions = url.parse().map_err(|e| error::connect_error(e, url))?;
-        let pool = options.connect_with(session_settings(connect)).await.map_err(|e| error::connect_error(e, url))?;
+        let pool = options.connect_with(session_settings(connect, Pool::Own)).await.map_err(|e| error::connect_error(e, url))?;
         let store = Self::new(pool);
         store.check_server(OnAsyncStandby::Warn).await?;
         Ok(store)

@@ -311,3 +311,30 @@ async fn the_host_can_be_left_out_for_a_service_reached_under_several_names() {
     assert_eq!(other.headers().get("idempotent-replayed").unwrap(), "true", "the same request by another name");
     assert_eq!(hits.get(), 1);
 }
+
+#[actix_web::test]
+async fn a_record_kept_without_the_host_still_answers_its_request() {
+    // Records kept by an earlier version (or with the host left out) have
+    // no host in their fingerprint: a retry through a process that hashes
+    // the host gets their replay, not 422; another request still gets 422.
+    let hits = web::Data::new(Counter::default());
+    let store: std::sync::Arc<dyn idem_runtime::store::Store> = std::sync::Arc::new(MemoryStore::new());
+    let before = Idem::from_arc(std::sync::Arc::clone(&store)).fingerprint_host(false);
+    let old = test::init_service(App::new().app_data(before).app_data(hits.clone()).service(route_a)).await;
+    let first = test::call_service(&old, post_to_host("/route-a", "shop.example", "k")).await;
+    assert_eq!(test::read_body(first).await, "a1");
+    let after = Idem::from_arc(store);
+    let new = test::init_service(App::new().app_data(after).app_data(hits.clone()).service(route_a)).await;
+    let retry = test::call_service(&new, post_to_host("/route-a", "shop.example", "k")).await;
+    assert_eq!(retry.headers().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(test::read_body(retry).await, "a1");
+    let other = TestRequest::post()
+        .uri("/route-a")
+        .insert_header(("host", "shop.example"))
+        .insert_header(("idempotency-key", "k"))
+        .insert_header(("content-type", "application/json"))
+        .set_payload(r#"{"other":true}"#)
+        .to_request();
+    assert_eq!(test::call_service(&new, other).await.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(hits.get(), 1);
+}

@@ -73,6 +73,27 @@ pub(crate) async fn acquire(
     }
 }
 
+/// Takes over `key`, whose lease lapsed, for a request with `fp`: the first
+/// claim gives the holder its grace (half a [`SHORT`] lease, so the case is
+/// quick), and the first claim after it acquires the key with `lease` and
+/// `ttl`.
+pub(crate) async fn take_over(
+    store: &dyn Store,
+    key: &StorageKey,
+    fp: &Fingerprint,
+    lease: Duration,
+    ttl: Duration,
+) -> FencingToken {
+    match store.claim(key, fp, SHORT, ttl).await.expect("claim") {
+        Claim::InFlight { retry_after } => {
+            assert!(retry_after <= crate::store::grace(SHORT), "the grace: {retry_after:?}");
+            tokio::time::sleep(retry_after + SHORT / 4).await;
+        }
+        other => panic!("the first claim after a lapse gives the holder a grace, got {other:?}"),
+    }
+    acquire(store, key, fp, lease, ttl).await
+}
+
 /// Whether `left` is what a store should report right after asking for `asked`.
 pub(crate) fn close_to(left: Duration, asked: Duration) -> bool {
     left <= asked && left > asked.saturating_sub(SLACK)

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::cases::{LONG, PAST_SHORT, SHORT, TTL, acquire, close_to, fingerprint, fresh_key, response};
+use super::cases::{LONG, PAST_SHORT, SHORT, TTL, acquire, close_to, fingerprint, fresh_key, response, take_over};
 use crate::store::{Claim, Fence, FencingToken, RecordState, Renewal, StorageKey, Store};
 
 /// The lease and TTL left on `key`'s in-flight record, whose owner must be `token`.
@@ -18,13 +18,14 @@ async fn in_flight(store: &dyn Store, key: &StorageKey, token: FencingToken) -> 
 }
 
 /// Once a lease runs out, the same request takes over with a new token and
-/// a new lease; the record lives the new claim's TTL.
+/// a new lease, after the grace the first claim to find it lapsed gives its
+/// holder; the record lives the new claim's TTL.
 pub async fn expired_lease_can_be_taken_over(store: Arc<dyn Store>) {
     let key = fresh_key();
     let first = acquire(&*store, &key, &fingerprint("a"), SHORT, TTL).await;
     assert!(matches!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::InFlight { .. }));
     tokio::time::sleep(PAST_SHORT).await;
-    let second = acquire(&*store, &key, &fingerprint("a"), LONG, 2 * TTL).await;
+    let second = take_over(&*store, &key, &fingerprint("a"), LONG, 2 * TTL).await;
     assert_ne!(first, second);
     let (lease_left, ttl_left) = in_flight(&*store, &key, second).await;
     assert!(close_to(lease_left, LONG), "{lease_left:?}");
@@ -37,7 +38,7 @@ pub async fn stale_owner_can_neither_complete_nor_release(store: Arc<dyn Store>)
     let key = fresh_key();
     let stale = acquire(&*store, &key, &fingerprint("a"), SHORT, TTL).await;
     tokio::time::sleep(PAST_SHORT).await;
-    let owner = acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
+    let owner = take_over(&*store, &key, &fingerprint("a"), LONG, TTL).await;
     assert_eq!(store.complete(&key, stale, &response(b"stale"), LONG).await.unwrap(), Fence::Lost);
     assert_eq!(store.release(&key, stale).await.unwrap(), Fence::Lost);
     assert_eq!(store.renew(&key, stale, LONG).await.unwrap(), Fence::Lost);
@@ -63,6 +64,36 @@ pub async fn a_lapsed_owner_without_successor_renews_and_completes(store: Arc<dy
     assert!(matches!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::InFlight { .. }));
     assert_eq!(store.complete(&key, token, &response(b"late"), TTL).await.unwrap(), Fence::Held);
     assert_eq!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::Replay(response(b"late")));
+}
+
+/// The first claim to find a lease lapsed does not take the key over: it
+/// gives the holder a grace of half its own lease (the holder may only have
+/// been cut off from the store), answering in flight, and so does every
+/// claim within the grace. A renewal by the holder ends the grace; without
+/// one, the first claim after the grace takes the key over.
+pub async fn a_lapsed_lease_gives_its_holder_a_grace_before_a_takeover(store: Arc<dyn Store>) {
+    let key = fresh_key();
+    let fp = fingerprint("a");
+    let holder = acquire(&*store, &key, &fp, SHORT, TTL).await;
+    tokio::time::sleep(PAST_SHORT).await;
+    let grace = crate::store::grace(SHORT);
+    match store.claim(&key, &fp, SHORT, TTL).await.unwrap() {
+        Claim::InFlight { retry_after } => assert!(close_to(retry_after, grace), "{retry_after:?}"),
+        other => panic!("the first claim after the lapse gives a grace, got {other:?}"),
+    }
+    assert!(matches!(store.claim(&key, &fp, SHORT, TTL).await.unwrap(), Claim::InFlight { .. }), "within the grace");
+    in_flight(&*store, &key, holder).await;
+    // The holder comes back within the grace: the key stays its own, and the
+    // grace it had is spent: a later lapse gives a grace again.
+    assert_eq!(store.renew(&key, holder, SHORT).await.unwrap(), Fence::Held);
+    tokio::time::sleep(PAST_SHORT).await;
+    assert!(matches!(store.claim(&key, &fp, SHORT, TTL).await.unwrap(), Claim::InFlight { .. }), "a new grace");
+    tokio::time::sleep(grace + SHORT / 4).await;
+    // No renewal this time: the first claim after the grace takes over.
+    let taker = acquire(&*store, &key, &fp, LONG, TTL).await;
+    assert_ne!(taker, holder);
+    assert_eq!(store.renew(&key, holder, SHORT).await.unwrap(), Fence::Lost);
+    in_flight(&*store, &key, taker).await;
 }
 
 /// A lapsed lease nobody took over is completed, or released, by its token
@@ -99,10 +130,15 @@ pub async fn a_record_past_its_ttl_is_gone_for_its_token(store: Arc<dyn Store>) 
 pub async fn the_same_claim_sent_again_is_its_own(store: Arc<dyn Store>) {
     let key = fresh_key();
     let token = FencingToken::generate();
-    let first = store.claim_as(&key, &fingerprint("a"), token, LONG, TTL).await.unwrap();
+    let first = store.claim_as(&key, &fingerprint("a"), token, SHORT, TTL).await.unwrap();
     assert_eq!(first, Claim::Acquired { token, attempt: crate::store::Attempt::First });
-    assert_eq!(store.claim_as(&key, &fingerprint("a"), token, LONG, TTL).await.unwrap(), first);
-    assert!(matches!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::InFlight { .. }));
+    assert_eq!(store.claim_as(&key, &fingerprint("a"), token, SHORT, TTL).await.unwrap(), first);
+    assert!(matches!(store.claim(&key, &fingerprint("a"), SHORT, TTL).await.unwrap(), Claim::InFlight { .. }));
+    in_flight(&*store, &key, token).await;
+    // Sent again after its lease ran out: still its own, never a takeover
+    // nor a grace of its own holder.
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(store.claim_as(&key, &fingerprint("a"), token, SHORT, TTL).await.unwrap(), first);
     in_flight(&*store, &key, token).await;
 }
 
@@ -211,7 +247,7 @@ pub async fn renew_many_tells_a_stale_token_from_the_live_one(store: Arc<dyn Sto
     let key = fresh_key();
     let stale = acquire(&*store, &key, &fingerprint("a"), SHORT, TTL).await;
     tokio::time::sleep(PAST_SHORT).await;
-    let live = acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
+    let live = take_over(&*store, &key, &fingerprint("a"), LONG, TTL).await;
     let renewals = [
         Renewal { key: key.clone(), token: stale, lease: LONG },
         Renewal { key: key.clone(), token: live, lease: LONG },

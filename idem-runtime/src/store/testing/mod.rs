@@ -36,7 +36,8 @@ pub use self::cases::{
     large_binary_bodies_round_trip, purge_keeps_live_records, record_lives_at_least_as_long_as_its_lease, response,
 };
 pub use self::leases::{
-    a_lapsed_owner_completes_or_releases_without_renewing, a_lapsed_owner_without_successor_renews_and_completes,
+    a_lapsed_lease_gives_its_holder_a_grace_before_a_takeover, a_lapsed_owner_completes_or_releases_without_renewing,
+    a_lapsed_owner_without_successor_renews_and_completes,
     a_record_past_its_ttl_is_gone_for_its_token, expired_lease_can_be_taken_over, forged_token_is_refused,
     renew_extends_a_record_past_its_ttl, renew_keeps_the_lease_alive, renew_many_answers_each_lease,
     renew_many_tells_a_stale_token_from_the_live_one, stale_owner_can_neither_complete_nor_release,
@@ -98,6 +99,7 @@ macro_rules! __store_conformance_tests {
             expired_lease_can_be_taken_over,
             stale_owner_can_neither_complete_nor_release,
             a_lapsed_owner_without_successor_renews_and_completes,
+            a_lapsed_lease_gives_its_holder_a_grace_before_a_takeover,
             a_lapsed_owner_completes_or_releases_without_renewing,
             a_record_past_its_ttl_is_gone_for_its_token,
             the_same_claim_sent_again_is_its_own,

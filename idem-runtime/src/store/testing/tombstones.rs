@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::cases::{LONG, PAST_SHORT, SHORT, TTL, acquire, close_to, fingerprint, fresh_key, response};
+use super::cases::{LONG, PAST_SHORT, SHORT, TTL, acquire, close_to, fingerprint, fresh_key, response, take_over};
 use crate::store::{Attempt, Claim, Fence, RecordState, Store};
 
 /// A record TTL that outlasts a [`SHORT`] lease by enough to look at the
@@ -56,7 +56,7 @@ pub async fn lapsed_lease_keeps_its_fingerprint(store: Arc<dyn Store>) {
     for _ in 0..2 {
         assert_eq!(store.claim(&key, &fingerprint("b"), LONG, TTL).await.unwrap(), Claim::Mismatch);
     }
-    let owner = acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
+    let owner = take_over(&*store, &key, &fingerprint("a"), LONG, TTL).await;
     assert_ne!(owner, crashed);
     assert_eq!(store.claim(&key, &fingerprint("b"), LONG, TTL).await.unwrap(), Claim::Mismatch);
     assert!(matches!(store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap(), Claim::InFlight { .. }));
@@ -97,8 +97,12 @@ pub async fn a_won_claim_tells_which_attempt_it_is(store: Arc<dyn Store>) {
     let again = store.claim(&key, &fingerprint("a"), SHORT, TTL).await.unwrap();
     assert_eq!(attempt(again), Attempt::AfterRelease);
     tokio::time::sleep(PAST_SHORT).await;
-    let taken = store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap();
-    assert_eq!(attempt(taken), Attempt::Takeover);
+    take_over(&*store, &key, &fingerprint("a"), LONG, TTL).await;
+    let Some(RecordState::InFlight { token, .. }) = store.get(&key).await.unwrap().map(|r| r.state) else {
+        panic!("the key is in flight again")
+    };
+    let again = store.claim_as(&key, &fingerprint("a"), token, LONG, TTL).await.unwrap();
+    assert_eq!(attempt(again), Attempt::Takeover);
 
     // A record past its TTL is no record: whatever it was, the next claim is a first.
     let key = fresh_key();

@@ -10,7 +10,7 @@ use crate::clock::later;
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, RecordState, StoredResponse};
 use crate::scope::StorageKey;
-use crate::store::{Attempt, Claim, Fence, FencingToken, Store, StoreError};
+use crate::store::{Attempt, Claim, Fence, FencingToken, Store, StoreError, grace};
 
 mod deadlines;
 mod shard;
@@ -197,15 +197,25 @@ impl MemoryStore {
             if entry.fingerprint != *fingerprint {
                 return Some(Ok(Claim::Mismatch));
             }
-            let attempt = match &entry.state {
+            let attempt = match &mut entry.state {
                 State::Completed { response } => return Some(Ok(Claim::Replay(response.clone()))),
                 // This very claim, made again (its token is new to every
-                // other claim): still its own.
-                &State::InFlight { token: held, lease_until, attempt } if held == token && lease_until > now => {
+                // other claim): still its own, whatever is left of its lease.
+                &mut State::InFlight { token: held, attempt, .. } if held == token => {
                     return Some(Ok(Claim::Acquired { token, attempt }));
                 }
-                &State::InFlight { lease_until, .. } if lease_until > now => {
+                &mut State::InFlight { lease_until, .. } if lease_until > now => {
                     return Some(Ok(Claim::InFlight { retry_after: lease_until - now }));
+                }
+                // A lapsed lease no claim had found so: its holder gets a
+                // grace to renew or complete (it may only have been cut off
+                // from the store); the first claim after it takes over.
+                State::InFlight { lease_until, graced: graced @ false, .. } => {
+                    let grace = grace(lease);
+                    *lease_until = later(now, grace);
+                    *graced = true;
+                    entry.expires_at = entry.expires_at.max(*lease_until);
+                    return Some(Ok(Claim::InFlight { retry_after: grace }));
                 }
                 // A tombstone or a lapsed lease of this same request: take it over.
                 State::Released => Attempt::AfterRelease,
@@ -223,7 +233,7 @@ impl MemoryStore {
             }
             let earlier = expires_at < entry.expires_at;
             entry.expires_at = expires_at;
-            entry.state = State::InFlight { token, lease_until, attempt };
+            entry.state = State::InFlight { token, lease_until, attempt, graced: false };
             if earlier {
                 shard.index(*key.digest(), expires_at);
             }
@@ -252,7 +262,7 @@ impl MemoryStore {
             }
             shard.remove(key.digest(), &self.totals);
         }
-        let state = State::InFlight { token, lease_until, attempt: Attempt::First };
+        let state = State::InFlight { token, lease_until, attempt: Attempt::First, graced: false };
         let entry = shard::Entry { fingerprint: *fingerprint, expires_at, state };
         shard.records.insert(*key.digest(), entry);
         shard.index(*key.digest(), expires_at);
@@ -293,8 +303,10 @@ impl Store for MemoryStore {
         match shard.records.get_mut(key.digest()) {
             Some(entry) if entry.owned_by(token, now) => {
                 let lease_until = later(now, lease);
-                if let State::InFlight { lease_until: until, .. } = &mut entry.state {
+                if let State::InFlight { lease_until: until, graced, .. } = &mut entry.state {
                     *until = lease_until;
+                    // The holder is alive: a grace a claim gave ends.
+                    *graced = false;
                 }
                 // Only ever later: the record's index entry comes up first,
                 // and moves it then (see `Shard::free_expired`).

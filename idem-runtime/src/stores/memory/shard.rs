@@ -163,6 +163,9 @@ pub(super) enum State {
         lease_until: Instant,
         /// Which execution of the key the claim started.
         attempt: Attempt,
+        /// A claim found the lease lapsed and gave the holder a grace: the
+        /// next claim after it takes over.
+        graced: bool,
     },
     Completed {
         response: StoredResponse,

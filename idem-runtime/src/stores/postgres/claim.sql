@@ -23,15 +23,22 @@
 -- locks the row and sees its latest committed version (even one committed
 -- after this statement began, at READ COMMITTED): the row is replaced by
 -- our claim when it is past its TTL, or when it is a tombstone or a lapsed
--- lease of the same request; any other row (one that changed since the
--- snapshot) is rewritten with its own values (a no-op, HOT update). Either
--- way RETURNING yields exactly one row, and the token tells whether we own
--- it: exactly one of concurrent claimers wins.
+-- lease of the same request whose holder had its grace; a lapsed lease no
+-- claim had found so gets the grace instead (its lease extended by half the
+-- claim's lease, `graced` set: the holder may only have been cut off from
+-- the database); any other row (one that changed since the snapshot, or
+-- this claim's own, sent again) is rewritten with its own values (a no-op,
+-- HOT update). Either way RETURNING yields exactly one row, and the token
+-- tells whether we own it: exactly one of concurrent claimers wins.
 --
 -- The take-over condition is sql.rs's TAKE_OVER:
 --   cur.expires_at <= now()
 --   OR (cur.fingerprint = excluded.fingerprint
---       AND (cur.state = 'released' OR (cur.state = 'in_flight' AND cur.lease_until <= now())))
+--       AND (cur.state = 'released'
+--            OR (cur.state = 'in_flight' AND cur.lease_until <= now() AND cur.graced
+--                AND cur.token <> excluded.token)))
+-- and the grace's is GRACE: the same lapsed lease of the same request, not
+-- yet graced.
 WITH seen AS (
     {answer}
 ), claimed AS (

@@ -5,8 +5,13 @@ ON CONFLICT (key) DO UPDATE SET
     fingerprint   = CASE WHEN {take} THEN excluded.fingerprint ELSE cur.fingerprint END,
     state         = CASE WHEN {take} THEN excluded.state ELSE cur.state END,
     token         = CASE WHEN {take} THEN excluded.token ELSE cur.token END,
-    lease_until   = CASE WHEN {take} THEN excluded.lease_until ELSE cur.lease_until END,
-    expires_at    = CASE WHEN {take} THEN excluded.expires_at ELSE cur.expires_at END,
+    lease_until   = CASE WHEN {take} THEN excluded.lease_until
+                         WHEN {grace} THEN now() + greatest($4 / 2, interval '1 millisecond')
+                         ELSE cur.lease_until END,
+    expires_at    = CASE WHEN {take} THEN excluded.expires_at
+                         WHEN {grace} THEN greatest(cur.expires_at, now() + greatest($4 / 2, interval '1 millisecond'))
+                         ELSE cur.expires_at END,
+    graced        = CASE WHEN {take} THEN NULL WHEN {grace} THEN true ELSE cur.graced END,
     status        = CASE WHEN {take} THEN NULL ELSE cur.status END,
     header_names  = CASE WHEN {take} THEN NULL ELSE cur.header_names END,
     header_values = CASE WHEN {take} THEN NULL ELSE cur.header_values END,

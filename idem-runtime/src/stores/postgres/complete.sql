@@ -10,6 +10,7 @@ UPDATE {table}
 SET state = 'completed',
     token = NULL,
     lease_until = NULL,
+    graced = NULL,
     expires_at = statement_timestamp() + $3,
     status = $4,
     header_names = $5,

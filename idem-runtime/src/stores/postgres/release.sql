@@ -4,5 +4,6 @@
 UPDATE {table}
 SET state = 'released',
     token = NULL,
-    lease_until = NULL
+    lease_until = NULL,
+    graced = NULL
 WHERE key = $1 AND state = 'in_flight' AND token = $2 AND expires_at > now()

@@ -4,5 +4,6 @@
 -- extends the record too; a record past its TTL is gone.
 UPDATE {table}
 SET lease_until = greatest(lease_until, now() + $3),
-    expires_at = greatest(expires_at, now() + $3)
+    expires_at = greatest(expires_at, now() + $3),
+    graced = NULL
 WHERE key = $1 AND state = 'in_flight' AND token = $2 AND expires_at > now()

@@ -18,7 +18,8 @@ WITH renewal AS (
 ), renewed AS (
     UPDATE {table} AS cur
     SET lease_until = greatest(cur.lease_until, now() + renewal.lease_us * interval '1 microsecond'),
-        expires_at = greatest(cur.expires_at, now() + renewal.lease_us * interval '1 microsecond')
+        expires_at = greatest(cur.expires_at, now() + renewal.lease_us * interval '1 microsecond'),
+        graced = NULL
     FROM renewal
     WHERE cur.key IN (SELECT key FROM mine)
         AND cur.key = renewal.key

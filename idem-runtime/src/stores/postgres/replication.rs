@@ -56,9 +56,13 @@ impl Replication {
 /// Reads the server's replication.
 async fn read(pool: &PgPool) -> Result<Replication, sqlx::Error> {
     // Rows of pg_stat_replication are visible to every role (their details
-    // need pg_read_all_stats): the count is enough.
+    // need pg_read_all_stats): the count is enough. A sender of a logical
+    // replication slot feeds a change stream (a CDC tool), not a standby a
+    // failover could promote.
     let row = sqlx::query(
-        "SELECT (SELECT count(*) FROM pg_stat_replication) AS standbys, \
+        "SELECT (SELECT count(*) FROM pg_stat_replication AS r \
+                 WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots AS s \
+                                   WHERE s.active_pid = r.pid AND s.slot_type = 'logical')) AS standbys, \
                 current_setting('synchronous_standby_names') AS names, \
                 current_setting('synchronous_commit') AS commit",
     )

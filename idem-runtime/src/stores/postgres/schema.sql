@@ -25,6 +25,10 @@ CREATE TABLE IF NOT EXISTS {table} (
     -- Which execution the last won claim started: 'first', 'after_release'
     -- or 'takeover' (the execution context's attempt).
     attempt       text,
+    -- A claim found the lease lapsed and gave its holder a grace (the lease
+    -- extended by half a claim's lease): the next claim after the grace
+    -- takes over. A renewal ends the grace (NULL again).
+    graced        boolean,
     CHECK ((state = 'in_flight') = (token IS NOT NULL)),
     CHECK ((state = 'in_flight') = (lease_until IS NOT NULL)),
     CHECK (lease_until <= expires_at),
@@ -34,13 +38,17 @@ CREATE TABLE IF NOT EXISTS {table} (
 -- fillfactor leaves room on each page so that renewals and claims of live
 -- keys are HOT updates.
 
--- A table made before the attempt column gains it (checked first, so that a
--- table that has it takes no lock).
+-- A table made before the attempt or graced column gains it (checked
+-- first, so that a table that has them takes no lock).
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_attribute
                    WHERE attrelid = '{table}'::regclass AND attname = 'attempt' AND NOT attisdropped) THEN
         ALTER TABLE {table} ADD COLUMN attempt text;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = '{table}'::regclass AND attname = 'graced' AND NOT attisdropped) THEN
+        ALTER TABLE {table} ADD COLUMN graced boolean;
     END IF;
 END
 $$;

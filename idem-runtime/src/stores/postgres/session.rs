@@ -23,9 +23,11 @@
 //! a minute), and ends a session left idle inside a transaction for
 //! [`IDLE_IN_TRANSACTION`] (`idle_in_transaction_session_timeout`): a
 //! transactional handler that keeps its transaction idle longer than that
-//! (a very slow call to another system) has it rolled back. A setting the
-//! connection options already carry (from the URL's `options`, say) is
-//! kept as given.
+//! (a very slow call to another system) has it rolled back. The timeout is
+//! set on pools the store opens itself only: a pool handed to the store is
+//! the application's too, and its own transactions are its own business.
+//! A setting the connection options already carry (from the URL's
+//! `options`, say) is kept as given.
 
 use sqlx::postgres::PgConnectOptions;
 
@@ -37,13 +39,22 @@ pub(super) const KEEPALIVE_IDLE: &str = "15";
 
 /// The bounds on silent sessions, as `PgConnectOptions::options` takes
 /// them: a probe every 5 s after [`KEEPALIVE_IDLE`], four unanswered end the
-/// connection.
+/// connection; and, on the store's own pools, [`IDLE_IN_TRANSACTION`].
 const BOUNDS: [(&str, &str); 4] = [
     ("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION),
     ("tcp_keepalives_idle", KEEPALIVE_IDLE),
     ("tcp_keepalives_interval", "5"),
     ("tcp_keepalives_count", "4"),
 ];
+
+/// Whose pool the settings are for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pool {
+    /// One the store opens itself: every bound.
+    Own,
+    /// One the application handed to the store: the keepalives only.
+    Given,
+}
 
 /// The connection setting, as `PgConnectOptions::options` takes it.
 const SETTING: (&str, &str) = ("default_transaction_isolation", "read committed");
@@ -53,15 +64,18 @@ const SETTING: (&str, &str) = ("default_transaction_isolation", "read committed"
 const WRITTEN: &str = r"-c default_transaction_isolation=read\ committed";
 
 /// `options` with the store's settings for every connection opened from
-/// them: the [`BOUNDS`] the options do not set already, and READ COMMITTED
-/// as the default isolation level. Options that already end with it are
-/// returned as they are, so applying it twice adds nothing.
-pub(super) fn session_settings(options: PgConnectOptions) -> PgConnectOptions {
+/// them: the [`BOUNDS`] (for `pool`) the options do not set already, and
+/// READ COMMITTED as the default isolation level. Options that already end
+/// with it are returned as they are, so applying it twice adds nothing.
+pub(super) fn session_settings(options: PgConnectOptions, pool: Pool) -> PgConnectOptions {
     if options.get_options().is_some_and(|written| written.ends_with(WRITTEN)) {
         return options;
     }
     let given = options.get_options().unwrap_or("").to_owned();
-    let bounds = BOUNDS.into_iter().filter(|(name, _)| !given.contains(&format!("-c {name}=")));
+    let bounds = BOUNDS
+        .into_iter()
+        .filter(|(name, _)| pool == Pool::Own || *name != "idle_in_transaction_session_timeout")
+        .filter(|(name, _)| !given.contains(&format!("-c {name}=")));
     // Startup options apply in order: ours, last, overrides any earlier
     // `default_transaction_isolation` of the URL.
     options.options(bounds).options([SETTING])
@@ -77,13 +91,16 @@ mod tests {
     #[test]
     fn adds_the_settings_once_and_the_isolation_after_the_callers_own() {
         let options: PgConnectOptions = "postgres://idem@db/app".parse().unwrap();
-        let once = session_settings(options);
+        let once = session_settings(options.clone(), Pool::Own);
         let expected = format!("{BOUNDS_WRITTEN} {WRITTEN}");
         assert_eq!(once.get_options(), Some(expected.as_str()));
-        assert_eq!(session_settings(once).get_options(), Some(expected.as_str()));
+        assert_eq!(session_settings(once, Pool::Own).get_options(), Some(expected.as_str()));
+        let given = session_settings(options, Pool::Given);
+        let written = given.get_options().unwrap();
+        assert!(!written.contains("idle_in_transaction") && written.contains("tcp_keepalives_idle=15"), "{written}");
         let theirs: PgConnectOptions =
             "postgres://idem@db/app?options=-c%20default_transaction_isolation%3Dserializable".parse().unwrap();
-        let written = session_settings(theirs).get_options().unwrap().to_owned();
+        let written = session_settings(theirs, Pool::Own).get_options().unwrap().to_owned();
         assert!(written.starts_with("-c default_transaction_isolation=serializable"), "{written}");
         assert!(written.ends_with(WRITTEN), "{written}");
     }
@@ -92,7 +109,7 @@ mod tests {
     fn a_bound_the_caller_set_is_kept() {
         let theirs: PgConnectOptions =
             "postgres://idem@db/app?options=-c%20idle_in_transaction_session_timeout%3D30s".parse().unwrap();
-        let written = session_settings(theirs).get_options().unwrap().to_owned();
+        let written = session_settings(theirs, Pool::Own).get_options().unwrap().to_owned();
         assert!(
             written.starts_with("-c idle_in_transaction_session_timeout=30s -c tcp_keepalives_idle=15"),
             "{written}"

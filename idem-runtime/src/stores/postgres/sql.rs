@@ -97,10 +97,20 @@ impl fmt::Debug for TableName {
 }
 
 /// When a claim replaces the row it conflicts with (`cur`): the row is past
-/// its TTL, or it is a tombstone or a lapsed lease of the same request
-/// (`excluded` is the claim). Fills `{take}` in `claim.sql`.
+/// its TTL, or it is a tombstone of the same request, or a lapsed lease of
+/// the same request whose holder had its grace (`excluded` is the claim; a
+/// claim sent again with its own token never replaces its row). Fills
+/// `{take}` in `claim.sql`.
 const TAKE_OVER: &str = "(cur.expires_at <= now() OR (cur.fingerprint = excluded.fingerprint \
-    AND (cur.state = 'released' OR (cur.state = 'in_flight' AND cur.lease_until <= now()))))";
+    AND (cur.state = 'released' OR (cur.state = 'in_flight' AND cur.lease_until <= now() \
+    AND coalesce(cur.graced, false) AND cur.token <> excluded.token))))";
+
+/// When a claim gives the holder of the row it conflicts with a grace: a
+/// lapsed lease of the same request that no claim had found so (see
+/// `Store::claim`). Fills `{grace}` in `claim.sql`.
+const GRACE: &str = "(cur.expires_at > now() AND cur.fingerprint = excluded.fingerprint \
+    AND cur.state = 'in_flight' AND cur.lease_until <= now() AND NOT coalesce(cur.graced, false) \
+    AND cur.token <> excluded.token)";
 
 /// The statements of one store, with its table name filled in.
 #[derive(Clone)]
@@ -122,7 +132,10 @@ impl Statements {
     pub(super) fn new(table: &TableName) -> Self {
         let (quoted, index, function) = (table.quoted(), table.index(), table.claim_function());
         let fill = |sql: &str| -> String {
-            sql.replace("{table}", &quoted).replace("{index}", &index).replace("{take}", TAKE_OVER)
+            sql.replace("{table}", &quoted)
+                .replace("{index}", &index)
+                .replace("{take}", TAKE_OVER)
+                .replace("{grace}", GRACE)
         };
         let render = |sql: &str| -> Arc<str> { fill(sql).into() };
         // The claim's two parts, in the function and in the one statement.
@@ -220,7 +233,9 @@ mod tests {
             &statements.purge,
         ] {
             assert!(sql.contains("\"app\".\"records\""), "{sql}");
-            for placeholder in ["{table}", "{index}", "{take}", "{answer}", "{upsert}", "{guard}", "{claim_function}"] {
+            for placeholder in
+                ["{table}", "{index}", "{take}", "{grace}", "{answer}", "{upsert}", "{guard}", "{claim_function}"]
+            {
                 assert!(!sql.contains(placeholder), "{sql}");
             }
         }

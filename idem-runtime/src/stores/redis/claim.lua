@@ -14,14 +14,16 @@
 -- itself, a bulk string, for a replay, {3, lease ms left} in flight, {4}
 -- mismatch.
 --
--- Byte 1 is the state (L in flight, C completed, R released), bytes 2 to 33
--- the fingerprint; in flight, 34 to 49 the owner's token, 50 its attempt
--- and from 51 the lease mark: the lease holds while the key's PTTL is above
--- it. Completed, 34 to 49 the completing token and from 50 the response.
--- The record's end is the key's expiry, so a record past its TTL is a
--- missing key and its key is simply free. A record whose lease ran out, or
--- that was released, keeps its fingerprint: the same request takes it
--- over, another one is refused.
+-- Byte 1 is the state (L in flight, G in flight with its lapse seen, C
+-- completed, R released), bytes 2 to 33 the fingerprint; in flight, 34 to 49
+-- the owner's token, 50 its attempt and from 51 the lease mark: the lease
+-- holds while the key's PTTL is above it. Completed, 34 to 49 the
+-- completing token and from 50 the response. The record's end is the key's
+-- expiry, so a record past its TTL is a missing key and its key is simply
+-- free. A record whose lease ran out, or that was released, keeps its
+-- fingerprint: the same request takes it over, another one is refused. A
+-- lapsed lease is taken over in two steps: the first claim to find it
+-- lapsed gives its holder a grace (G), the first after the grace takes it.
 local record = redis.pcall('GET', KEYS[1])
 local attempt = 0
 if type(record) == 'table' and record.err then
@@ -65,7 +67,8 @@ if record then
     return string.sub(record, 50)
   end
   local mark = 0
-  if state == 'L' then
+  local in_flight = state == 'L' or state == 'G'
+  if in_flight then
     mark = tonumber(string.sub(record, 51))
   elseif state ~= 'R' then
     return redis.error_reply('ERR not an idempotency record')
@@ -76,7 +79,7 @@ if record then
     -- fingerprint forever: give it its own claim's time to live (the mark
     -- plus a lease: its lease then runs a whole lease from now), or a
     -- tombstone this claim's.
-    if state == 'L' then
+    if in_flight then
       left = mark + tonumber(ARGV[3])
     else
       left = tonumber(ARGV[4])
@@ -86,16 +89,30 @@ if record then
   if fp ~= ARGV[1] then
     return {4}
   end
-  if state == 'L' then
+  if in_flight then
+    if string.sub(record, 34, 49) == ARGV[2] then
+      -- This very claim, sent again (the client retried it after a lost
+      -- answer): its token is new to every claim, so the key is this
+      -- one's, as the attempt it was, whatever is left of its lease.
+      return tonumber(string.sub(record, 50, 50))
+    end
     local lease_left = left - mark
     if lease_left > 0 then
-      if string.sub(record, 34, 49) == ARGV[2] then
-        -- This very claim, sent again (the client retried it after a lost
-        -- answer): its token is new to every claim, so the key is this
-        -- one's, as the attempt it was.
-        return tonumber(string.sub(record, 50, 50))
-      end
       return {3, lease_left}
+    end
+    if state == 'L' then
+      -- The lease ran out, and no claim had found it so: its holder may
+      -- be alive and only cut off from this server (an outage longer than
+      -- the lease). It gets a grace of half a lease to renew or complete
+      -- with its token (which takes the key back to `L`); only a claim
+      -- after the grace takes the key over.
+      local grace = math.max(math.floor(tonumber(ARGV[3]) / 2), 1)
+      if left < grace then
+        left = grace
+        redis.call('PEXPIRE', KEYS[1], left)
+      end
+      redis.call('SET', KEYS[1], 'G' .. string.sub(record, 2, 50) .. string.format('%d', left - grace), 'KEEPTTL')
+      return {3, grace}
     end
     attempt = 2
   else

@@ -19,7 +19,7 @@ if not record or string.sub(record, 34, 49) ~= ARGV[1] then
   return 0
 end
 local state = string.sub(record, 1, 1)
-if state == 'L' then
+if state == 'L' or state == 'G' then
   redis.call('SET', KEYS[1], 'C' .. string.sub(record, 2, 49) .. ARGV[2], 'PX', ARGV[3])
   return 1
 end

@@ -3,7 +3,7 @@
 //!
 //! | state | bytes |
 //! |---|---|
-//! | in flight | `L`, fingerprint (32), owner's token (16), attempt (one digit), lease mark (decimal) |
+//! | in flight | `L` (`G` once a claim found its lease lapsed), fingerprint (32), owner's token (16), attempt (one digit), lease mark (decimal) |
 //! | completed | `C`, fingerprint (32), the completing token (16), [`StoredResponse::to_bytes`] |
 //! | released | `R`, fingerprint (32) |
 //!
@@ -12,6 +12,11 @@
 //! the lease holds while the key's `PTTL` is above the *lease mark*. A claim
 //! writes the record with the TTL as its expiry and the TTL minus the lease
 //! as its mark; a renewal moves the mark to the `PTTL` minus the lease.
+//!
+//! `G` is a lease a claim found lapsed: the claim gave the holder a grace
+//! (a new mark half a lease below the `PTTL`) instead of taking the key
+//! over, in case the holder was only cut off from the server; a renewal
+//! turns it back into `L`, and a claim after the grace takes the key over.
 //!
 //! [`StoredResponse::to_bytes`]: crate::record::StoredResponse::to_bytes
 
@@ -31,7 +36,7 @@ const RESPONSE: usize = 49;
 /// A record read back.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Stored<'a> {
-    /// `L`: a lease, held while the key's `PTTL` is above `mark`.
+    /// `L` or `G`: a lease, held while the key's `PTTL` is above `mark`.
     InFlight {
         /// The claiming request's fingerprint.
         fingerprint: Fingerprint,
@@ -41,6 +46,8 @@ pub enum Stored<'a> {
         attempt: Attempt,
         /// The lease mark, in milliseconds of `PTTL`.
         mark: u64,
+        /// `G`: a claim found the lease lapsed and gave a grace.
+        graced: bool,
     },
     /// `C`: a completed record.
     Completed {
@@ -81,7 +88,7 @@ pub fn read(value: &[u8]) -> Result<Stored<'_>, String> {
             Ok(Stored::Completed { fingerprint: fingerprint(value)?, response: &value[RESPONSE..] })
         }
         Some(b'R') if value.len() == FINGERPRINT.end => Ok(Stored::Released { fingerprint: fingerprint(value)? }),
-        Some(b'L') if value.len() > ATTEMPT + 1 => {
+        Some(&state @ (b'L' | b'G')) if value.len() > ATTEMPT + 1 => {
             let token = <[u8; 16]>::try_from(&value[TOKEN]).map_err(|_| "a short token".to_owned())?;
             let attempt = match value[ATTEMPT] {
                 b'0' => Attempt::First,
@@ -100,6 +107,7 @@ pub fn read(value: &[u8]) -> Result<Stored<'_>, String> {
                 token: FencingToken::from_bytes(token),
                 attempt,
                 mark,
+                graced: state == b'G',
             })
         }
         _ => Err(format!("a value of {} bytes that is no idempotency record", value.len())),
@@ -123,7 +131,11 @@ mod tests {
         let value = claimed(&fp, token, 30_000, 86_400_000);
         assert_eq!(&value[ATTEMPT + 1..], b"86370000");
         let read = read(&value).unwrap();
-        assert_eq!(read, Stored::InFlight { fingerprint: fp, token, attempt: Attempt::First, mark: 86_370_000 });
+        let expected = Stored::InFlight { fingerprint: fp, token, attempt: Attempt::First, mark: 86_370_000, graced: false };
+        assert_eq!(read, expected);
+        let mut graced = value.clone();
+        graced[0] = b'G';
+        assert!(matches!(super::read(&graced).unwrap(), Stored::InFlight { graced: true, .. }));
         assert_eq!(lease_left(86_370_000, 86_399_000), Duration::from_millis(29_000));
         assert_eq!(lease_left(86_370_000, 86_000_000), Duration::ZERO);
         assert_eq!(lease_left(86_370_000, -1), Duration::ZERO);

@@ -9,7 +9,8 @@
 -- running handlers, or a retry would run them again once memory frees up.
 -- New claims are still refused when memory is full (claim.lua has no flag).
 local record = redis.call('GET', KEYS[1])
-if not record or string.sub(record, 1, 1) ~= 'L' or string.sub(record, 34, 49) ~= ARGV[1] then
+local state = record and string.sub(record, 1, 1)
+if not record or (state ~= 'L' and state ~= 'G') or string.sub(record, 34, 49) ~= ARGV[1] then
   return 0
 end
 redis.call('SET', KEYS[1], 'R' .. string.sub(record, 2, 33), 'KEEPTTL')

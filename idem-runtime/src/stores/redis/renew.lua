@@ -12,7 +12,8 @@
 -- back into life by its holder. A completed or released record has no
 -- owner. A lease that would outlive the record extends the record too.
 local record = redis.call('GET', KEYS[1])
-if not record or string.sub(record, 1, 1) ~= 'L' or string.sub(record, 34, 49) ~= ARGV[1] then
+local state = record and string.sub(record, 1, 1)
+if not record or (state ~= 'L' and state ~= 'G') or string.sub(record, 34, 49) ~= ARGV[1] then
   return 0
 end
 local mark, lease = tonumber(string.sub(record, 51)), tonumber(ARGV[2])
@@ -26,5 +27,6 @@ elseif left < lease then
   left = lease
   redis.call('PEXPIRE', KEYS[1], left)
 end
-redis.call('SET', KEYS[1], string.sub(record, 1, 50) .. string.format('%d', left - lease), 'KEEPTTL')
+-- Back to `L`: a grace a claim gave (G) ends, the holder being alive.
+redis.call('SET', KEYS[1], 'L' .. string.sub(record, 2, 50) .. string.format('%d', left - lease), 'KEEPTTL')
 return 1
