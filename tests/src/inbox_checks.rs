@@ -78,8 +78,9 @@ pub async fn assert_inbox(store: Arc<dyn Store>) {
 }
 
 /// A delivery whose lease lapsed (renewals failing) while its work ran:
-/// another delivery takes the message over and completes it; the first
-/// learns that its completion was refused. One completion, never two.
+/// another delivery, after the grace the first one to find it lapsed gave,
+/// takes the message over and completes it; the first learns that its
+/// completion was refused. One completion, never two.
 pub async fn assert_lease_loss_completes_once(store: Arc<dyn Store>) {
     let inbox = Inbox::from_arc(store, "lease-loss")
         .lease(Duration::from_millis(600))
@@ -99,6 +100,10 @@ pub async fn assert_lease_loss_completes_once(store: Arc<dyn Store>) {
         })
     };
     tokio::time::sleep(Duration::from_millis(900)).await;
+    // The first delivery to find the lease lapsed gives it its grace.
+    let graced = inbox.process(&id, |_| async { Ok::<_, std::io::Error>("graced") }).await;
+    assert!(matches!(graced, Ok(Delivery::InProgress { .. })), "{graced:?}");
+    tokio::time::sleep(idem_runtime::store::grace(Duration::from_millis(600)) + Duration::from_millis(50)).await;
     let taken = inbox
         .process(&id, |context| {
             let runs = Arc::clone(&runs);

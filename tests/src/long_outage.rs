@@ -84,7 +84,8 @@ impl Retrier {
                 let client = crate::http::client(Duration::from_secs(5));
                 let sent = client.post(&url).insert_header(("idempotency-key", key.as_str())).send_body("{}");
                 if let Ok(mut response) = sent.await {
-                    let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+                    let header =
+                        |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
                     let (replayed, retry_after) = (header("idempotent-replayed"), header("retry-after"));
                     let body = response.body().await.unwrap_or_default();
                     replies.push(Reply {

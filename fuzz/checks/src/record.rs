@@ -95,6 +95,7 @@ fn check_redis_record(data: &[u8]) {
     let (fingerprint, token) = (Fingerprint::from_bytes(fingerprint), FencingToken::from_bytes(token));
     let lease = lease.min(ttl);
     let value = redis_claimed(&fingerprint, token, lease, ttl);
-    let expected = RedisRecord::InFlight { fingerprint, token, attempt: Attempt::First, mark: ttl - lease, graced: false };
+    let expected =
+        RedisRecord::InFlight { fingerprint, token, attempt: Attempt::First, mark: ttl - lease, graced: false };
     assert_eq!(read_redis_record(&value), Ok(expected), "a claim's value reads back as that claim");
 }

@@ -117,15 +117,15 @@ impl Running {
     /// Counts a new execution, unless draining has begun or as many run as
     /// the bound allows.
     pub(crate) fn enter(self: &Arc<Self>) -> Result<Entered<'_>, Refused> {
-        // Count first, then look: a drain that starts in between sees the
-        // count and waits for it (both sides use SeqCst).
-        let before = self.count.fetch_add(1, Ordering::SeqCst);
+        // Count first (never past the bound, not even for a moment), then
+        // look: a drain that starts in between sees the count and waits for
+        // it (both sides use SeqCst).
+        if self.count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < self.max).then_some(n + 1)).is_err() {
+            return Err(if self.draining.load(Ordering::SeqCst) { Refused::Draining } else { Refused::Full });
+        }
         let entered = Entered { running: self };
         if self.draining.load(Ordering::SeqCst) {
             return Err(Refused::Draining); // the drop takes the count back
-        }
-        if before >= self.max {
-            return Err(Refused::Full);
         }
         Ok(entered)
     }

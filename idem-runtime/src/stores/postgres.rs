@@ -255,7 +255,10 @@ impl PostgresStore {
     /// [`PostgresStore::check_server`]).
     pub async fn connect_with(url: &str, options: PgPoolOptions) -> Result<Self, StoreError> {
         let connect: PgConnectOptions = url.parse().map_err(|e| error::connect_error(e, url))?;
-        let pool = options.connect_with(session_settings(connect, Pool::Own)).await.map_err(|e| error::connect_error(e, url))?;
+        let pool = options
+            .connect_with(session_settings(connect, Pool::Own))
+            .await
+            .map_err(|e| error::connect_error(e, url))?;
         let store = Self::new(pool);
         store.check_server(OnAsyncStandby::Warn).await?;
         Ok(store)

@@ -37,8 +37,8 @@ impl Provider {
 }
 
 /// Charges through the provider with a derived key. The first execution
-/// then stalls past its 3 s lease (a crash, a pause: the keeper cannot
-/// renew it); a later one answers at once. `?retry` marks a first
+/// then stalls past its 3 s lease and the grace a retry gives it (a crash,
+/// a pause: the keeper cannot renew it); a later one answers at once. `?retry` marks a first
 /// execution's answer retryable instead.
 #[idempotent(scope = "route", lock_ttl = "3s", ttl = "1h")]
 #[post("/charge")]
@@ -61,7 +61,7 @@ async fn charge(
             return HttpResponse::ServiceUnavailable().json(body).retryable();
         }
         if query.contains_key("stall") {
-            tokio::time::sleep(Duration::from_millis(4_000)).await;
+            tokio::time::sleep(Duration::from_millis(6_000)).await;
         }
     }
     HttpResponse::Created().json(body)
@@ -93,7 +93,11 @@ async fn a_takeover_after_a_lost_lease_charges_once_through_the_derived_key() {
     .await;
     let first = test::call_service(&app, post_charge("k", "stall"));
     let takeover = async {
+        // The first retry after the lapse gives the silent holder its grace.
         tokio::time::sleep(Duration::from_millis(3_400)).await;
+        let graced = test::call_service(&app, post_charge("k", "stall")).await;
+        assert_eq!(graced.status(), StatusCode::CONFLICT);
+        tokio::time::sleep(idem_runtime::store::grace(Duration::from_secs(3)) + Duration::from_millis(100)).await;
         json_of(test::call_service(&app, post_charge("k", "stall")).await).await
     };
     let (first, (status, takeover)) = tokio::join!(first, takeover);

@@ -22,15 +22,15 @@ async fn store(test: &str) -> Option<Arc<PostgresStore>> {
     Some(Arc::new(postgres_store(&url, CLAIMERS as u32 + 6).await))
 }
 
-/// `CLAIMERS` tasks claim `key` at once with fingerprint `body`.
-async fn race(store: &Arc<PostgresStore>, key: &StorageKey, body: &'static str) -> Vec<Claim> {
+/// `CLAIMERS` tasks claim `key` at once with fingerprint `body` and `lease`.
+async fn race(store: &Arc<PostgresStore>, key: &StorageKey, body: &'static str, lease: Duration) -> Vec<Claim> {
     let barrier = Arc::new(Barrier::new(CLAIMERS));
     let tasks: Vec<_> = (0..CLAIMERS)
         .map(|_| {
             let (store, key, barrier) = (Arc::clone(store), key.clone(), Arc::clone(&barrier));
             tokio::spawn(async move {
                 barrier.wait().await;
-                store.claim(&key, &fingerprint(body), LONG, LONG).await.expect("claim")
+                store.claim(&key, &fingerprint(body), lease, LONG).await.expect("claim")
             })
         })
         .collect();
@@ -60,7 +60,13 @@ async fn many_claimers_take_over_a_lapsed_lease_once() {
             panic!("first claim not acquired");
         };
         tokio::time::sleep(PAST_SHORT).await;
-        assert_one_winner(&race(&store, &key, "race").await);
+        // The first of many claimers to find it lapsed gives its holder a
+        // grace: none of them takes it (and the grace is given once).
+        let graced = race(&store, &key, "race", SHORT).await;
+        assert!(graced.iter().all(|c| matches!(c, Claim::InFlight { .. })), "{graced:?}");
+        // After the grace (half the racing claims' lease), one takes it over.
+        tokio::time::sleep(PAST_SHORT).await;
+        assert_one_winner(&race(&store, &key, "race", LONG).await);
         assert_eq!(store.complete(&key, stale, &response(b"stale"), LONG).await.unwrap(), Fence::Lost);
     }
 }
@@ -78,7 +84,7 @@ async fn many_claimers_take_over_an_expired_record_of_another_request_once() {
         assert_eq!(store.complete(&key, token, &response(b"old"), SHORT).await.unwrap(), Fence::Held);
         tokio::time::sleep(PAST_SHORT).await;
         // Expired, so free whatever the fingerprint: no mismatch, one owner.
-        assert_one_winner(&race(&store, &key, "new").await);
+        assert_one_winner(&race(&store, &key, "new", LONG).await);
     }
 }
 

@@ -121,8 +121,12 @@ async fn a_lease_lost_delivery_rolls_its_writes_back() {
                 .await
         })
     };
-    // Past the 2 s lease, which nothing could renew.
+    // Past the 2 s lease, which nothing could renew: the first redelivery
+    // to find it lapsed gives it its grace, the next after it takes over.
     tokio::time::sleep(Duration::from_millis(2_600)).await;
+    let graced = inbox.process_in_tx(&id, async |_, _| Ok::<_, sqlx::Error>("graced")).await;
+    assert!(matches!(graced, Ok(Delivery::InProgress { .. })), "{graced:?}");
+    tokio::time::sleep(idem_runtime::store::grace(Duration::from_secs(2)) + Duration::from_millis(100)).await;
     let second = inbox
         .process_in_tx(&id, async |context, tx| {
             insert(tx, "takeover", context.attempt()).await?;

@@ -264,8 +264,12 @@ async fn a_lease_lost_while_the_handler_runs_rolls_its_writes_back() {
     let key = fresh_key();
     let first = app.call(post_rows(&key, "stall"));
     let rest = async {
-        // Past the 2 s lease, which nothing could renew.
+        // Past the 2 s lease, which nothing could renew: the first retry to
+        // find it lapsed gives it its grace, the next after it takes over.
         tokio::time::sleep(Duration::from_millis(2_600)).await;
+        let graced = text(test::call_service(&app, post_rows(&key, "stall")).await).await;
+        assert_eq!(graced.0, StatusCode::CONFLICT, "{graced:?}");
+        tokio::time::sleep(idem_runtime::store::grace(Duration::from_secs(2)) + Duration::from_millis(100)).await;
         let second = text(test::call_service(&app, post_rows(&key, "stall")).await).await;
         gate.0.add_permits(1);
         second

@@ -1,6 +1,7 @@
-//! A lease that runs out while its owner is paused (no renewals): a new
-//! claimer takes over, the old owner is fenced off, and the new owner's
-//! response is the one replayed. Renewals sent from a lease keeper's own
+//! A lease that runs out while its owner is paused (no renewals): the
+//! first claim to find it lapsed gives the owner a grace, the next after it
+//! takes over, the old owner is fenced off, and the new owner's response
+//! is the one replayed. Renewals sent from a lease keeper's own
 //! runtime keep working while the application's runtime is stalled.
 
 use std::time::{Duration, Instant};
@@ -39,8 +40,14 @@ async fn paused_owner_loses_its_lease_to_a_new_claimer() {
     }
 
     // The owner stalls (a GC pause, a stuck call) and renews nothing; the
-    // lease runs out on the Redis server's clock.
+    // lease runs out on the Redis server's clock. The first claim to find it
+    // so gives the owner a grace; the first after the grace takes over.
     tokio::time::sleep(LEASE + Duration::from_millis(400)).await;
+    match store.claim(&key, &request, LEASE, TTL).await.unwrap() {
+        Claim::InFlight { retry_after } => assert!(retry_after <= LEASE / 2, "the grace: {retry_after:?}"),
+        other => panic!("expected the grace, got {other:?}"),
+    }
+    tokio::time::sleep(LEASE / 2 + Duration::from_millis(100)).await;
     let successor = acquired(store.claim(&key, &request, Duration::from_secs(30), TTL).await.unwrap());
     assert_ne!(paused, successor);
 
@@ -86,6 +93,8 @@ async fn an_in_flight_record_stripped_of_its_expiry_cannot_hold_its_key_forever(
         other => panic!("expected in flight, got {other:?}"),
     }
     tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
+    assert!(matches!(store.claim(&key, &request, LEASE, TTL).await.unwrap(), Claim::InFlight { .. }), "the grace");
+    tokio::time::sleep(LEASE / 2 + Duration::from_millis(100)).await;
     acquired(store.claim(&key, &request, LEASE, TTL).await.unwrap());
 
     // Stripped again, and claimed with a longer TTL (the route's changed):

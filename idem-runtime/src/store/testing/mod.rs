@@ -37,11 +37,10 @@ pub use self::cases::{
 };
 pub use self::leases::{
     a_lapsed_lease_gives_its_holder_a_grace_before_a_takeover, a_lapsed_owner_completes_or_releases_without_renewing,
-    a_lapsed_owner_without_successor_renews_and_completes,
-    a_record_past_its_ttl_is_gone_for_its_token, expired_lease_can_be_taken_over, forged_token_is_refused,
-    renew_extends_a_record_past_its_ttl, renew_keeps_the_lease_alive, renew_many_answers_each_lease,
-    renew_many_tells_a_stale_token_from_the_live_one, stale_owner_can_neither_complete_nor_release,
-    the_same_claim_sent_again_is_its_own,
+    a_lapsed_owner_without_successor_renews_and_completes, a_record_past_its_ttl_is_gone_for_its_token,
+    expired_lease_can_be_taken_over, forged_token_is_refused, renew_extends_a_record_past_its_ttl,
+    renew_keeps_the_lease_alive, renew_many_answers_each_lease, renew_many_tells_a_stale_token_from_the_live_one,
+    stale_owner_can_neither_complete_nor_release, the_same_claim_sent_again_is_its_own,
 };
 pub use self::race::{
     CLAIMERS, concurrent_claims_after_completion_all_replay, different_requests_racing_for_one_key_one_wins,

@@ -131,7 +131,8 @@ mod tests {
         let value = claimed(&fp, token, 30_000, 86_400_000);
         assert_eq!(&value[ATTEMPT + 1..], b"86370000");
         let read = read(&value).unwrap();
-        let expected = Stored::InFlight { fingerprint: fp, token, attempt: Attempt::First, mark: 86_370_000, graced: false };
+        let expected =
+            Stored::InFlight { fingerprint: fp, token, attempt: Attempt::First, mark: 86_370_000, graced: false };
         assert_eq!(read, expected);
         let mut graced = value.clone();
         graced[0] = b'G';
