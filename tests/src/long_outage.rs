@@ -4,11 +4,12 @@
 //! break. Ownership is the fencing token, not the lease: when the store
 //! answers again, the holder renews and completes with its token, and a
 //! retry is a replay (or a 409 while the payment still runs), never a
-//! second execution. A client retries the key every 100 ms all along (its
-//! claims wait in the sockets of a frozen server, and reach it the moment
-//! it resumes, or the moment a restarted one listens), so the first claims
-//! after the store's return race the holder's renewal: the first claim to
-//! find the lease lapsed gives the holder a grace instead of taking over.
+//! second execution. A client retries the key all along, 20 ms after each
+//! answer (its claims wait in the sockets of a frozen server, on the idle
+//! connections of warmed pools, and run the moment it resumes; and they
+//! reach a restarted one the moment it listens), so the first claims after
+//! the store's return race the holder's renewal: the first claim to find
+//! the lease lapsed gives the holder a grace instead of taking over.
 //! Shared by the Redis and Postgres suites, each with its own server and
 //! ways of taking it away.
 
@@ -57,18 +58,39 @@ async fn pay(request: HttpRequest, charges: web::Data<Counter>) -> HttpResponse 
     HttpResponse::Created().body(format!("charge {charge}"))
 }
 
-fn serve(store: Arc<dyn Store>) -> (TestServer, web::Data<Counter>) {
+/// Serves the payment route on `store`, after a few payments that leave the
+/// store's pools with idle connections (a retry during a freeze then sends
+/// its claim at once, to wait in the frozen server's socket). Returns the
+/// server and the charges counter, those warm-up payments taken out.
+async fn serve(store: Arc<dyn Store>) -> (TestServer, Charges) {
     let charges = web::Data::new(Counter::default());
     let shared = charges.clone();
     let idem = Idem::from_arc(store).store_timeout(STORE_TIMEOUT);
     let server = TestServer::start(idem, move |config| {
         config.app_data(shared.clone()).service(pay);
     });
-    (server, charges)
+    for _ in 0..4 {
+        let warm = post_with(&server.at("/pay"), &[("idempotency-key", &fresh_key())], "{}").await;
+        assert_eq!(warm.status.as_u16(), 201, "{warm:?}");
+    }
+    let before = charges.get();
+    (server, Charges { counter: charges, before })
 }
 
-/// A client that retries one key every 100 ms until stopped, keeping
-/// every answer.
+/// The charges of the scenario.
+struct Charges {
+    counter: web::Data<Counter>,
+    before: usize,
+}
+
+impl Charges {
+    fn get(&self) -> usize {
+        self.counter.get() - self.before
+    }
+}
+
+/// A client that retries one key until stopped, 20 ms after each answer,
+/// keeping every answer.
 struct Retrier {
     stop: Arc<AtomicBool>,
     task: actix_web::rt::task::JoinHandle<Vec<Reply>>,
@@ -97,7 +119,7 @@ impl Retrier {
                         body,
                     });
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
             replies
         });
@@ -133,7 +155,7 @@ async fn pay_with(server: &TestServer, key: &str, hold: Duration) -> Reply {
 /// is back, the holder's completion lands with its token, and the retry
 /// is the replay of that 201: one charge.
 pub async fn a_payment_answered_during_a_long_outage_is_replayed(store: Arc<dyn Store>, outage: &mut dyn Outage) {
-    let (server, charges) = serve(store);
+    let (server, charges) = serve(store).await;
     let key = fresh_key();
     let url = server.at("/pay");
     let first = {
@@ -166,7 +188,7 @@ pub async fn a_payment_answered_during_a_long_outage_is_replayed(store: Arc<dyn 
 /// token: a retry then finds the payment in flight (409), and after it
 /// answered, its replay: one charge.
 pub async fn a_payment_running_through_a_long_outage_keeps_its_key(store: Arc<dyn Store>, outage: &mut dyn Outage) {
-    let (server, charges) = serve(store);
+    let (server, charges) = serve(store).await;
     let key = fresh_key();
     let url = server.at("/pay");
     let hold = OUTAGE + INTO_THE_PAYMENT + SETTLE + Duration::from_secs(2);
