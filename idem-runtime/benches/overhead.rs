@@ -94,7 +94,7 @@ fn pieces(c: &mut Criterion) {
                     path: "/orders",
                     query: "",
                     headers: &[],
-                    host: "",
+                    host: None,
                     content_type,
                     body: &body,
                 })

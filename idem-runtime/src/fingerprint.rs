@@ -20,9 +20,10 @@
 //! The host name is the `Host` as received, lower-cased and without its
 //! port (`Shop.Example:8443` is `shop.example`), so that two tenants told
 //! apart by host name are two requests, and one can never be replayed the
-//! other's response. It is hashed last; left out (empty) when the
-//! configuration says so, it is not hashed at all: such fingerprints are
-//! those of earlier versions.
+//! other's response. It is hashed last; left out when the configuration
+//! says so, it is not hashed at all: such fingerprints are those of
+//! earlier versions. A request that names no host (HTTP/1.0 without
+//! `Host`) hashes an empty host name: a host of its own.
 //!
 //! Each part is length-prefixed before hashing, so no two different
 //! requests can feed the hash the same bytes (`/a` + `b=1` vs `/ab` + `=1`).
@@ -51,9 +52,9 @@ pub struct RequestParts<'a> {
     /// (none when absent, which differs from one empty value).
     pub headers: &'a [(&'a str, Vec<&'a [u8]>)],
     /// The host the request was sent to, as received (the `Host` header,
-    /// or the URI's authority), port and case as they come; empty to leave
-    /// the host out of the fingerprint.
-    pub host: &'a str,
+    /// or the URI's authority), port and case as they come (empty when the
+    /// request names none); `None` leaves the host out of the fingerprint.
+    pub host: Option<&'a str>,
     /// The `Content-Type` header, if any.
     pub content_type: Option<&'a str>,
     /// The request body.
@@ -150,13 +151,15 @@ impl Hashed {
         } else {
             body(None)
         }
-        // The host last, and only when given: a configuration that leaves
-        // it out keeps the fingerprints of earlier versions, and the state
-        // before it is that fingerprint, kept for a record made without it.
-        let host = host_name(parts.host);
-        if host.is_empty() {
+        // The host last, and only when asked for: a configuration that
+        // leaves it out keeps the fingerprints of earlier versions, and the
+        // state before it is that fingerprint, kept for a record made
+        // without it. A request that names no host hashes an empty one:
+        // one host of its own, never the fingerprint without a host.
+        let Some(host) = parts.host else {
             return Self { fingerprint: Fingerprint(hasher.finalize().into()), without_host: None };
-        }
+        };
+        let host = host_name(host);
         let without_host = hasher.clone();
         let mut field = |bytes: &[u8]| {
             hasher.update((bytes.len() as u64).to_be_bytes());
@@ -216,13 +219,13 @@ mod tests {
     use super::*;
 
     fn parts<'a>(path: &'a str, query: &'a str, ct: Option<&'a str>, body: &'a [u8]) -> RequestParts<'a> {
-        RequestParts { method: "POST", path, query, headers: &[], host: "", content_type: ct, body }
+        RequestParts { method: "POST", path, query, headers: &[], host: None, content_type: ct, body }
     }
 
     #[test]
     fn the_host_name_counts_without_its_port_or_case() {
         let base = parts("/orders", "", None, b"x");
-        let with = |host| Fingerprint::of(&RequestParts { host, ..base });
+        let with = |host| Fingerprint::of(&RequestParts { host: Some(host), ..base });
         let shop = with("shop.example");
         assert_ne!(shop, with("other.example"), "two tenants are two requests");
         assert_ne!(shop, Fingerprint::of(&base), "a host differs from none");
@@ -232,11 +235,15 @@ mod tests {
         assert_eq!(with("[::1]:8080"), with("[::1]"));
         assert_ne!(with("[::1]"), with("[::2]"));
         assert_eq!(host_name("[::1]:8080"), "[::1]");
-        let mut hashed = Hashed::of(&RequestParts { host: "shop.example", ..base });
+        let mut hashed = Hashed::of(&RequestParts { host: Some("shop.example"), ..base });
         assert_eq!(hashed.fingerprint, shop);
         assert_eq!(hashed.take_without_host(), Some(Fingerprint::of(&base)), "the fingerprint as it was without");
         assert_eq!(hashed.take_without_host(), None, "once");
         assert_eq!(Hashed::of(&base).take_without_host(), None, "no host, nothing else");
+        // A request that names no host is a host of its own: never the
+        // fingerprint without a host, which a record of an earlier version has.
+        assert_ne!(with(""), Fingerprint::of(&base));
+        assert_ne!(with(""), shop);
         assert_eq!(host_name("[::1"), "[::1", "a broken literal is kept as it is");
     }
 

@@ -223,7 +223,7 @@ mod tests {
                 path: "/p",
                 query: "",
                 headers: &[],
-                host: "",
+                host: None,
                 content_type: None,
                 body,
             })

@@ -48,7 +48,7 @@
 //!     path: "/orders",
 //!     query: "",
 //!     headers: &[],
-//!     host: "shop.example",
+//!     host: Some("shop.example"),
 //!     content_type: Some("application/json"),
 //!     body: br#"{"amount_cents": 500}"#,
 //! });
@@ -133,13 +133,15 @@ impl Attempt {
 }
 
 /// The grace a claim gives the holder of a lease it finds lapsed, when no
-/// claim had found it so before: half the claim's `lease` (at least a
-/// millisecond). The holder's keeper renews a lapsed lease at least once a
-/// second, and within a third of the lease whatever its store timeout (the
-/// runtime refuses a timeout above a third of the lease), so a holder that
-/// can reach the store again renews within the grace.
+/// claim had found it so before: half the claim's `lease`, at least a
+/// second. The holder's keeper tries a lapsed lease again a tenth of its
+/// lease after a failed try (at most a second later), each try bounded by
+/// the store timeout, which the runtime keeps within a third of the lease:
+/// a holder that can reach the store again renews within the grace. (A
+/// route whose `lock_ttl` changed between the holder's deploy and the
+/// claimer's gives the grace of the claimer's.)
 pub fn grace(lease: Duration) -> Duration {
-    (lease / 2).max(Duration::from_millis(1))
+    (lease / 2).max(Duration::from_secs(1))
 }
 
 /// One lease for [`Store::renew_many`].

@@ -135,7 +135,7 @@ impl Request {
             path: &self.path,
             query: &self.query,
             headers: &[("x-account-id", account)],
-            host: "",
+            host: None,
             content_type: Some(&self.content_type),
             body,
         })

@@ -93,7 +93,8 @@ pub async fn assert_lease_loss_completes_once(store: Arc<dyn Store>) {
             inbox
                 .process(&id, |_| async move {
                     runs.next();
-                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    // Past the lease and the grace a redelivery gives it.
+                    tokio::time::sleep(Duration::from_millis(3000)).await;
                     Ok::<_, std::io::Error>("slow")
                 })
                 .await

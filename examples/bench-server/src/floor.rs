@@ -95,7 +95,7 @@ pub async fn floor(req: HttpRequest, body: web::Bytes) -> HttpResponse {
         path: req.path(),
         query: req.query_string(),
         headers: &[],
-        host: req.headers().get(HOST).and_then(|v| v.to_str().ok()).unwrap_or(""),
+        host: Some(req.headers().get(HOST).and_then(|v| v.to_str().ok()).unwrap_or("")),
         content_type: req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
         body: &body,
     });

@@ -144,7 +144,7 @@ where
         path: req.path(),
         query: req.query_string(),
         headers: &headers,
-        host: if config.fingerprint_host { host_of(&req) } else { "" },
+        host: config.fingerprint_host.then(|| host_of(&req)),
         content_type: req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
         body: &body,
     });
@@ -258,15 +258,16 @@ where
     }
 }
 
-/// The host a request was sent to, as received: the request target's
-/// authority when it has one (an absolute-form target, whose authority
-/// RFC 9112 §3.2.2 says wins over `Host`; HTTP/2's `:authority`, which
-/// actix keeps in the URI), else its `Host` header. Empty when there is
-/// neither.
+/// The host a request was sent to, as received: its `Host` header, else
+/// the request target's authority (HTTP/2's `:authority`, which actix
+/// keeps in the URI). The same order as actix's `ConnectionInfo::host`
+/// where no forwarding header is given, so that the host the fingerprint
+/// counts is the host the application sees. Empty when there is neither:
+/// a request without a host is one host of its own, never another's.
 fn host_of(req: &HttpRequest) -> &str {
-    match req.uri().authority() {
-        Some(authority) => authority.host(),
-        None => req.headers().get(HOST).and_then(|host| host.to_str().ok()).unwrap_or(""),
+    match req.headers().get(HOST) {
+        Some(host) => host.to_str().unwrap_or(""),
+        None => req.uri().authority().map_or("", |authority| authority.host()),
     }
 }
 

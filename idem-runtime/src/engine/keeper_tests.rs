@@ -99,7 +99,7 @@ fn hold(store: &Arc<Flaky>, lease: Duration) -> Lease {
     let key = format!("keeper-{}", FencingToken::generate().to_hex());
     let key = StorageKey::new(Scope::Route, None, "POST", "/k", &IdempotencyKey::parse(key.as_bytes()).unwrap());
     let parts =
-        RequestParts { method: "POST", path: "/k", query: "", headers: &[], host: "", content_type: None, body: b"" };
+        RequestParts { method: "POST", path: "/k", query: "", headers: &[], host: None, content_type: None, body: b"" };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let sent = Instant::now();
     let Claim::Acquired { token, .. } =
@@ -327,7 +327,7 @@ fn one_failed_renewal_of_the_default_batch_leaves_the_others_renewed() {
             path: "/k",
             query: "",
             headers: &[],
-            host: "",
+            host: None,
             content_type: None,
             body: b"",
         });

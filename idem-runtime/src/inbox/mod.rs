@@ -295,7 +295,7 @@ fn message_fingerprint(key: &StorageKey) -> Fingerprint {
         path: key.as_str(),
         query: "",
         headers: &[],
-        host: "",
+        host: None,
         content_type: None,
         body: b"",
     })

@@ -169,6 +169,9 @@ pub struct PostgresStore {
     /// The database has no claim function (its schema predates it, and
     /// `migrate()` has not run since): claims use the one-statement form.
     claim_inline: Arc<AtomicBool>,
+    /// The table has every column this version writes: checked at claims
+    /// until it holds (`migrate()` sets it).
+    columns_checked: Arc<AtomicBool>,
 }
 
 impl PostgresStore {
@@ -215,6 +218,7 @@ impl PostgresStore {
             server,
             timeout: Some(Self::DEFAULT_OPERATION_TIMEOUT),
             claim_inline: Arc::default(),
+            columns_checked: Arc::default(),
         }
     }
 
@@ -298,9 +302,15 @@ impl PostgresStore {
         self.table.to_string()
     }
 
-    /// Creates the table and its index if they do not exist, and the claim
-    /// function (made anew). Safe to run at every start, from many processes at once (they take turns on an
-    /// advisory lock).
+    /// Creates the table and its index if they do not exist, adds the
+    /// columns of this version to a table an earlier one made, and makes
+    /// the claim function anew. Safe to run at every start, from many
+    /// processes at once (they take turns on an advisory lock). Run it
+    /// before a new version serves traffic: until it has run, that
+    /// version's claims on a table an earlier one made are refused
+    /// ([`StoreError::Misconfigured`], 503). A migration that waits more
+    /// than 5 s for a lock on the table (a long transaction on it) fails:
+    /// run it again.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let result = async {
             let mut tx = self.pool.begin().await?;
@@ -308,6 +318,10 @@ impl PostgresStore {
                 .bind(format!("idem-runtime migrate {}", self.table))
                 .execute(&mut *tx)
                 .await?;
+            // Adding a column waits for every transaction on the table,
+            // and every claim would queue behind that wait: a migration
+            // that cannot get its lock soon fails instead (run it again).
+            sqlx::query("SET LOCAL lock_timeout = '5s'").execute(&mut *tx).await?;
             sqlx::raw_sql(sql(&self.sql.schema)).execute(&mut *tx).await?;
             tx.commit().await
         }
@@ -317,7 +331,31 @@ impl PostgresStore {
         // The claim function exists now: a store that fell back to the
         // one-statement claim (it ran before the migration) calls it again.
         self.claim_inline.store(false, Ordering::Release);
+        self.columns_checked.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Refuses claims on a table an earlier version made and `migrate()`
+    /// has not brought up to date: its renewals, completions and releases
+    /// would fail on the columns it lacks, and handlers would run with
+    /// nothing able to keep their key. Checked until it holds.
+    async fn check_columns(&self) -> Result<(), StoreError> {
+        let check = self.kept.fetch_optional(sqlx::query(sql(&self.sql.columns)));
+        match self.timed(check).await? {
+            Ok(_) => {
+                self.columns_checked.store(true, Ordering::Release);
+                Ok(())
+            }
+            Err(error) if error::is_undefined_column(&error) => Err(StoreError::Misconfigured {
+                store: KIND,
+                message: format!(
+                    "table {} on {} was made by an earlier version and lacks columns this one writes: run \
+                     PostgresStore::migrate() (claims are refused until then)",
+                    self.table, self.server
+                ),
+            }),
+            Err(error) => Err(self.error(error)),
+        }
     }
 
     /// Starts a task on the current Tokio runtime that deletes expired rows
@@ -438,6 +476,9 @@ impl Store for PostgresStore {
         ttl: Duration,
     ) -> Result<Claim, StoreError> {
         self.open_renewals_ahead();
+        if !self.columns_checked.load(Ordering::Acquire) {
+            self.check_columns().await?;
+        }
         let token_bytes = token.to_bytes();
         let call = |statement| {
             self.kept.fetch_one(

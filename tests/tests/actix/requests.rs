@@ -338,3 +338,31 @@ async fn a_record_kept_without_the_host_still_answers_its_request() {
     assert_eq!(test::call_service(&new, other).await.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(hits.get(), 1);
 }
+
+#[actix_web::test]
+async fn a_request_without_a_host_and_the_target_authority_never_pick_another_tenant() {
+    let (calls, hits) = (web::Data::new(Calls::default()), web::Data::new(Counter::default()));
+    let app = app(&calls, &hits).await;
+    let first = test::call_service(&app, post_to_host("/route-a", "acme.shop.example", "k")).await;
+    assert_eq!(test::read_body(first).await, "a1");
+    // A request that names no host (HTTP/1.0 without `Host`) is a host of
+    // its own: neither acme's replay nor a record any host could reach.
+    let hostless = TestRequest::post()
+        .uri("/route-a")
+        .insert_header(("idempotency-key", "k"))
+        .insert_header(("content-type", "application/json"))
+        .set_payload("{}")
+        .to_request();
+    assert_eq!(test::call_service(&app, hostless).await.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    // An absolute-form target naming acme with `Host: globex`: the host is
+    // the one the application sees (`Host`), never the target's.
+    let smuggled = TestRequest::post()
+        .uri("http://acme.shop.example/route-a")
+        .insert_header(("host", "globex.shop.example"))
+        .insert_header(("idempotency-key", "k"))
+        .insert_header(("content-type", "application/json"))
+        .set_payload("{}")
+        .to_request();
+    assert_eq!(test::call_service(&app, smuggled).await.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(hits.get(), 1);
+}

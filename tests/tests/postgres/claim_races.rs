@@ -64,8 +64,8 @@ async fn many_claimers_take_over_a_lapsed_lease_once() {
         // grace: none of them takes it (and the grace is given once).
         let graced = race(&store, &key, "race", SHORT).await;
         assert!(graced.iter().all(|c| matches!(c, Claim::InFlight { .. })), "{graced:?}");
-        // After the grace (half the racing claims' lease), one takes it over.
-        tokio::time::sleep(PAST_SHORT).await;
+        // After the grace (the racing claims' lease's), one takes it over.
+        tokio::time::sleep(idem_runtime::store::grace(SHORT) + Duration::from_millis(200)).await;
         assert_one_winner(&race(&store, &key, "race", LONG).await);
         assert_eq!(store.complete(&key, stale, &response(b"stale"), LONG).await.unwrap(), Fence::Lost);
     }

@@ -100,3 +100,63 @@ async fn a_locked_row_delays_only_its_own_renewal() {
     }
     server.stop().await;
 }
+
+/// The locked row's own key retried all through the lock: the claims wait
+/// for the row (the holder's renewals skip it, so its lease lapses in the
+/// table meanwhile) and run when the lock goes, the first of them with a
+/// start time seconds old. It must give the holder a whole grace from when
+/// it got the row, not from when it began: the holder renews within it, and
+/// the payment runs once.
+#[actix_web::test]
+async fn retries_of_a_locked_rows_own_key_give_its_holder_a_grace_not_a_takeover() {
+    let test = "retries_of_a_locked_rows_own_key_give_its_holder_a_grace_not_a_takeover";
+    let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", test) else { return };
+    let store = postgres_store(&url, 40).await;
+    let executions = web::Data::new(Executions::default());
+    let shared = executions.clone();
+    let idem = Idem::new(store).store_timeout(Duration::from_millis(500));
+    let server = TestServer::start(idem, move |config| {
+        config.app_data(shared.clone()).service(run);
+    });
+    let key = fresh_key();
+    let hold = (LOCKED + Duration::from_secs(4)).as_millis().to_string();
+    let first = {
+        let (url, key) = (server.at("/locked-row"), key.clone());
+        actix_web::rt::spawn(
+            async move { post_with(&url, &[("idempotency-key", &key), ("x-hold-ms", &hold)], "{}").await },
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let parsed = IdempotencyKey::parse(key.as_bytes()).unwrap();
+    let row = StorageKey::new(Scope::Route, None, "POST", "/locked-row", &parsed);
+    let mut side = sqlx::PgConnection::connect(&url).await.unwrap();
+    let mut tx = side.begin().await.unwrap();
+    let found: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM (SELECT 1 FROM idem_records WHERE key = $1 FOR UPDATE) AS r")
+            .bind(row.as_str())
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+    assert_eq!(found, 1);
+    let until = Instant::now() + LOCKED;
+    while Instant::now() < until {
+        let retry = post_with(&server.at("/locked-row"), &[("idempotency-key", &key)], "{}").await;
+        assert!(matches!(retry.status.as_u16(), 409 | 503), "{retry:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tx.rollback().await.unwrap();
+    // Right after the lock, and on until the payment answers.
+    let first = loop {
+        if first.is_finished() {
+            break first.await.unwrap();
+        }
+        let retry = post_with(&server.at("/locked-row"), &[("idempotency-key", &key)], "{}").await;
+        assert!(matches!(retry.status.as_u16(), 409 | 503), "never run again while it runs: {retry:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(first.status.as_u16(), 201, "{first:?}");
+    let replay = post_with(&server.at("/locked-row"), &[("idempotency-key", &key)], "{}").await;
+    assert_eq!(replay.replayed.as_deref(), Some("true"), "{replay:?}");
+    assert_eq!(executions.0.lock().unwrap().get(&key), Some(&1), "ran once");
+    server.stop().await;
+}

@@ -21,3 +21,4 @@ mod slow_store;
 mod statements;
 mod sweeper;
 mod transactional;
+mod upgrade;

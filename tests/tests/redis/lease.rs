@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use idem_runtime::store::testing::{fingerprint, fresh_key, response};
-use idem_runtime::store::{Claim, Fence, RecordState, Renewal, Store};
+use idem_runtime::store::{Claim, Fence, RecordState, Renewal, Store, grace};
 use idem_tests::backend::redis_store;
 
 const LEASE: Duration = Duration::from_millis(400);
@@ -44,10 +44,10 @@ async fn paused_owner_loses_its_lease_to_a_new_claimer() {
     // so gives the owner a grace; the first after the grace takes over.
     tokio::time::sleep(LEASE + Duration::from_millis(400)).await;
     match store.claim(&key, &request, LEASE, TTL).await.unwrap() {
-        Claim::InFlight { retry_after } => assert!(retry_after <= LEASE / 2, "the grace: {retry_after:?}"),
+        Claim::InFlight { retry_after } => assert!(retry_after <= grace(LEASE), "the grace: {retry_after:?}"),
         other => panic!("expected the grace, got {other:?}"),
     }
-    tokio::time::sleep(LEASE / 2 + Duration::from_millis(100)).await;
+    tokio::time::sleep(grace(LEASE) + Duration::from_millis(100)).await;
     let successor = acquired(store.claim(&key, &request, Duration::from_secs(30), TTL).await.unwrap());
     assert_ne!(paused, successor);
 
@@ -94,7 +94,7 @@ async fn an_in_flight_record_stripped_of_its_expiry_cannot_hold_its_key_forever(
     }
     tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
     assert!(matches!(store.claim(&key, &request, LEASE, TTL).await.unwrap(), Claim::InFlight { .. }), "the grace");
-    tokio::time::sleep(LEASE / 2 + Duration::from_millis(100)).await;
+    tokio::time::sleep(grace(LEASE) + Duration::from_millis(100)).await;
     acquired(store.claim(&key, &request, LEASE, TTL).await.unwrap());
 
     // Stripped again, and claimed with a longer TTL (the route's changed):

@@ -38,7 +38,7 @@ pub fn fingerprint(body: &str) -> Fingerprint {
         path: "/conformance",
         query: "",
         headers: &[],
-        host: "",
+        host: None,
         content_type: None,
         body: body.as_bytes(),
     })

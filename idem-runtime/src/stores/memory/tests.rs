@@ -18,7 +18,7 @@ pub(super) fn fingerprint_of(body: &[u8]) -> Fingerprint {
         path: "/",
         query: "",
         headers: &[],
-        host: "",
+        host: None,
         content_type: None,
         body,
     })

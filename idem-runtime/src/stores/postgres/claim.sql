@@ -2,7 +2,7 @@
 -- $5 record TTL (at least the lease).
 --
 -- The store calls the claim function that `migrate()` creates
--- (claim_function.sql), as `SELECT * FROM <table>_claim($1, $2, $3, $4, $5)`.
+-- (claim_function.sql), as `SELECT * FROM <table>_claim_v2($1, $2, $3, $4, $5)`.
 -- This statement does the same in one SQL statement, for a database whose
 -- schema predates the function (the store falls back to it, and says so).
 -- Both are made of the same two parts:
@@ -13,6 +13,13 @@
 -- time: a live record keeps its fingerprint and a completed one its
 -- response until it expires. A replay, a 409 and a 422 are reads: nothing
 -- is inserted, no row is locked and no WAL is written.
+--
+-- A grace is counted from `clock_timestamp()`, when the row was taken, not
+-- from `now()`, when the statement began: a claim that waited for the row's
+-- lock (another transaction held it, and the holder's renewals skipped it)
+-- must give the holder a whole grace from then. Every other time is `now()`,
+-- which is earlier, so a late claim judges a lease as more alive, never
+-- less.
 --
 -- The upsert (claim_upsert.sql), when there is no such row (no row, an
 -- expired one, a tombstone or a lapsed lease of the same request): the

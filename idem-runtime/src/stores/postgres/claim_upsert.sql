@@ -6,10 +6,11 @@ ON CONFLICT (key) DO UPDATE SET
     state         = CASE WHEN {take} THEN excluded.state ELSE cur.state END,
     token         = CASE WHEN {take} THEN excluded.token ELSE cur.token END,
     lease_until   = CASE WHEN {take} THEN excluded.lease_until
-                         WHEN {grace} THEN now() + greatest($4 / 2, interval '1 millisecond')
+                         WHEN {grace} THEN clock_timestamp() + greatest($4 / 2, interval '1 second')
                          ELSE cur.lease_until END,
     expires_at    = CASE WHEN {take} THEN excluded.expires_at
-                         WHEN {grace} THEN greatest(cur.expires_at, now() + greatest($4 / 2, interval '1 millisecond'))
+                         WHEN {grace} THEN greatest(cur.expires_at,
+                                                    clock_timestamp() + greatest($4 / 2, interval '1 second'))
                          ELSE cur.expires_at END,
     graced        = CASE WHEN {take} THEN NULL WHEN {grace} THEN true ELSE cur.graced END,
     status        = CASE WHEN {take} THEN NULL ELSE cur.status END,
@@ -25,7 +26,7 @@ RETURNING
     cur.attempt,
     cur.fingerprint = $2 AS same_request,
     cur.state,
-    (extract(epoch FROM greatest(cur.lease_until - now(), interval '0')) * 1000000)::bigint AS lease_left_us,
+    (extract(epoch FROM greatest(cur.lease_until - clock_timestamp(), interval '0')) * 1000000)::bigint AS lease_left_us,
     CASE WHEN cur.fingerprint = $2 THEN cur.status END AS status,
     CASE WHEN cur.fingerprint = $2 THEN cur.header_names END AS header_names,
     CASE WHEN cur.fingerprint = $2 THEN cur.header_values END AS header_values,

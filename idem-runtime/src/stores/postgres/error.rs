@@ -28,6 +28,15 @@ pub(super) fn describe(options: &PgConnectOptions) -> String {
     )
 }
 
+/// Undefined column: a table made by an earlier version.
+const UNDEFINED_COLUMN: &str = "42703";
+
+/// Whether the server refused a statement for naming a column the table
+/// does not have.
+pub(super) fn is_undefined_column(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some(UNDEFINED_COLUMN))
+}
+
 /// SQLSTATE class 57P: the server is shutting down or starting (57P01
 /// `admin_shutdown`, 57P02 `crash_shutdown`, 57P03 `cannot_connect_now`).
 const SHUTTING_DOWN: &str = "57P";

@@ -67,11 +67,15 @@ impl TableName {
         }
     }
 
-    /// The quoted, qualified name of the claim function (`<table>_claim`).
+    /// The quoted, qualified name of the claim function
+    /// (`<table>_claim_v2`). The version is in the name: a process of an
+    /// earlier version that migrates the table again replaces its own
+    /// function (`<table>_claim`, which takes a lapsed lease over at once),
+    /// never this one, whose claims give a lapsed lease's holder a grace.
     fn claim_function(&self) -> String {
         match &self.schema {
-            Some(schema) => format!("\"{schema}\".\"{}_claim\"", self.table),
-            None => format!("\"{}_claim\"", self.table),
+            Some(schema) => format!("\"{schema}\".\"{}_claim_v2\"", self.table),
+            None => format!("\"{}_claim_v2\"", self.table),
         }
     }
 
@@ -126,6 +130,9 @@ pub(super) struct Statements {
     pub(super) release: Arc<str>,
     pub(super) get: Arc<str>,
     pub(super) purge: Arc<str>,
+    /// Reads no row, and fails if the table lacks a column this version
+    /// writes (a table `migrate()` has not brought up to date).
+    pub(super) columns: Arc<str>,
 }
 
 impl Statements {
@@ -158,6 +165,7 @@ impl Statements {
             release: render(include_str!("release.sql")),
             get: render(include_str!("get.sql")),
             purge: render(include_str!("purge.sql")),
+            columns: format!("SELECT attempt, graced FROM {quoted} LIMIT 0").into(),
         }
     }
 }
@@ -216,9 +224,9 @@ mod tests {
     #[test]
     fn every_statement_names_the_table() {
         let statements = Statements::new(&TableName::parse("app.records").unwrap());
-        assert!(statements.claim.contains("\"app\".\"records_claim\"("), "{}", statements.claim);
+        assert!(statements.claim.contains("\"app\".\"records_claim_v2\"("), "{}", statements.claim);
         assert!(
-            statements.schema.contains("CREATE OR REPLACE FUNCTION \"app\".\"records_claim\"("),
+            statements.schema.contains("CREATE OR REPLACE FUNCTION \"app\".\"records_claim_v2\"("),
             "{}",
             statements.schema
         );
@@ -231,6 +239,7 @@ mod tests {
             &statements.release,
             &statements.get,
             &statements.purge,
+            &statements.columns,
         ] {
             assert!(sql.contains("\"app\".\"records\""), "{sql}");
             for placeholder in

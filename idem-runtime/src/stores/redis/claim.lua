@@ -103,10 +103,10 @@ if record then
     if state == 'L' then
       -- The lease ran out, and no claim had found it so: its holder may
       -- be alive and only cut off from this server (an outage longer than
-      -- the lease). It gets a grace of half a lease to renew or complete
-      -- with its token (which takes the key back to `L`); only a claim
-      -- after the grace takes the key over.
-      local grace = math.max(math.floor(tonumber(ARGV[3]) / 2), 1)
+      -- the lease). It gets a grace of half a lease (at least a second, as
+      -- store.rs's `grace`) to renew or complete with its token (which takes
+      -- the key back to `L`); only a claim after the grace takes it over.
+      local grace = math.max(math.floor(tonumber(ARGV[3]) / 2), 1000)
       if left < grace then
         left = grace
         redis.call('PEXPIRE', KEYS[1], left)

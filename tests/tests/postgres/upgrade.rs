@@ -1,0 +1,35 @@
+//! A table an earlier version made, before `migrate()` has brought it up to
+//! date: this version's renewals, completions and releases write a column
+//! it lacks, so its claims are refused (503, nothing runs) rather than let
+//! a handler run that nothing could keep; once migrated, it works.
+
+use std::time::Duration;
+
+use idem_runtime::store::testing::{fingerprint, fresh_key};
+use idem_runtime::store::{Claim, Store};
+use idem_runtime::{PostgresStore, StoreError};
+
+#[tokio::test]
+async fn claims_on_a_table_migrate_has_not_brought_up_to_date_are_refused() {
+    let test = "claims_on_a_table_migrate_has_not_brought_up_to_date_are_refused";
+    let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", test) else { return };
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    sqlx::query("DROP TABLE IF EXISTS idem_upgrade CASCADE").execute(&pool).await.unwrap();
+    PostgresStore::with_table(pool.clone(), "idem_upgrade").unwrap().migrate().await.unwrap();
+    // What an earlier version's table looks like.
+    sqlx::query("ALTER TABLE idem_upgrade DROP COLUMN graced").execute(&pool).await.unwrap();
+
+    let store = PostgresStore::with_table(pool.clone(), "idem_upgrade").unwrap();
+    let (key, lease, ttl) = (fresh_key(), Duration::from_secs(30), Duration::from_secs(60));
+    match store.claim(&key, &fingerprint("a"), lease, ttl).await {
+        Err(StoreError::Misconfigured { message, .. }) => {
+            assert!(message.contains("idem_upgrade") && message.contains("migrate()"), "{message}");
+        }
+        other => panic!("a claim on a table not migrated is refused: {other:?}"),
+    }
+    assert_eq!(store.get(&key).await.unwrap(), None, "nothing was claimed");
+    store.migrate().await.unwrap();
+    assert!(matches!(store.claim(&key, &fingerprint("a"), lease, ttl).await.unwrap(), Claim::Acquired { .. }));
+    sqlx::query("DROP TABLE idem_upgrade CASCADE").execute(&pool).await.unwrap();
+    sqlx::query("DROP FUNCTION idem_upgrade_claim_v2").execute(&pool).await.unwrap();
+}
