@@ -36,35 +36,30 @@ const EXECUTIONS: usize = 20;
 /// How long the side session holds the row: more than twice the lease.
 const LOCKED: Duration = Duration::from_secs(5);
 
-#[actix_web::test]
-async fn a_locked_row_delays_only_its_own_renewal() {
-    let test = "a_locked_row_delays_only_its_own_renewal";
-    let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", test) else { return };
-    let store = postgres_store(&url, 40).await;
+/// The route on `url`'s store, and its executions.
+async fn serve(url: &str) -> (TestServer, web::Data<Executions>) {
+    let store = postgres_store(url, 40).await;
     let executions = web::Data::new(Executions::default());
     let shared = executions.clone();
     let idem = Idem::new(store).store_timeout(Duration::from_millis(500));
     let server = TestServer::start(idem, move |config| {
         config.app_data(shared.clone()).service(run);
     });
-    let keys: Vec<String> = (0..EXECUTIONS).map(|_| fresh_key()).collect();
-    let hold = (LOCKED + Duration::from_secs(4)).as_millis().to_string();
-    let firsts: Vec<_> = keys
-        .iter()
-        .map(|key| {
-            let (url, key, hold) = (server.at("/locked-row"), key.clone(), hold.clone());
-            actix_web::rt::spawn(async move {
-                post_with(&url, &[("idempotency-key", &key), ("x-hold-ms", &hold)], "{}").await
-            })
-        })
-        .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    (server, executions)
+}
 
-    // Another session locks the first execution's row and holds it.
-    let locked = &keys[0];
-    let parsed = IdempotencyKey::parse(locked.as_bytes()).unwrap();
+/// A payment of `key` that holds its key past the lock, in the background.
+fn pay_past_the_lock(server: &TestServer, key: &str) -> actix_web::rt::task::JoinHandle<idem_tests::http::Reply> {
+    let hold = (LOCKED + Duration::from_secs(4)).as_millis().to_string();
+    let (url, key) = (server.at("/locked-row"), key.to_owned());
+    actix_web::rt::spawn(async move { post_with(&url, &[("idempotency-key", &key), ("x-hold-ms", &hold)], "{}").await })
+}
+
+/// Locks the record of `key` in a transaction of `side`, as a slow commit
+/// would.
+async fn lock_the_row<'c>(side: &'c mut sqlx::PgConnection, key: &str) -> sqlx::Transaction<'c, sqlx::Postgres> {
+    let parsed = IdempotencyKey::parse(key.as_bytes()).unwrap();
     let row = StorageKey::new(Scope::Route, None, "POST", "/locked-row", &parsed);
-    let mut side = sqlx::PgConnection::connect(&url).await.unwrap();
     let mut tx = side.begin().await.unwrap();
     let found: i64 =
         sqlx::query_scalar("SELECT count(*) FROM (SELECT 1 FROM idem_records WHERE key = $1 FOR UPDATE) AS r")
@@ -73,6 +68,21 @@ async fn a_locked_row_delays_only_its_own_renewal() {
             .await
             .unwrap();
     assert_eq!(found, 1, "the execution's record is there to lock");
+    tx
+}
+
+#[actix_web::test]
+async fn a_locked_row_delays_only_its_own_renewal() {
+    let test = "a_locked_row_delays_only_its_own_renewal";
+    let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", test) else { return };
+    let (server, executions) = serve(&url).await;
+    let keys: Vec<String> = (0..EXECUTIONS).map(|_| fresh_key()).collect();
+    let firsts: Vec<_> = keys.iter().map(|key| pay_past_the_lock(&server, key)).collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Another session locks the first execution's row and holds it.
+    let mut side = sqlx::PgConnection::connect(&url).await.unwrap();
+    let tx = lock_the_row(&mut side, &keys[0]).await;
     let until = Instant::now() + LOCKED;
     let mut rounds = 0;
     while Instant::now() < until {
@@ -111,33 +121,12 @@ async fn a_locked_row_delays_only_its_own_renewal() {
 async fn retries_of_a_locked_rows_own_key_give_its_holder_a_grace_not_a_takeover() {
     let test = "retries_of_a_locked_rows_own_key_give_its_holder_a_grace_not_a_takeover";
     let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", test) else { return };
-    let store = postgres_store(&url, 40).await;
-    let executions = web::Data::new(Executions::default());
-    let shared = executions.clone();
-    let idem = Idem::new(store).store_timeout(Duration::from_millis(500));
-    let server = TestServer::start(idem, move |config| {
-        config.app_data(shared.clone()).service(run);
-    });
+    let (server, executions) = serve(&url).await;
     let key = fresh_key();
-    let hold = (LOCKED + Duration::from_secs(4)).as_millis().to_string();
-    let first = {
-        let (url, key) = (server.at("/locked-row"), key.clone());
-        actix_web::rt::spawn(
-            async move { post_with(&url, &[("idempotency-key", &key), ("x-hold-ms", &hold)], "{}").await },
-        )
-    };
+    let first = pay_past_the_lock(&server, &key);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let parsed = IdempotencyKey::parse(key.as_bytes()).unwrap();
-    let row = StorageKey::new(Scope::Route, None, "POST", "/locked-row", &parsed);
     let mut side = sqlx::PgConnection::connect(&url).await.unwrap();
-    let mut tx = side.begin().await.unwrap();
-    let found: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM (SELECT 1 FROM idem_records WHERE key = $1 FOR UPDATE) AS r")
-            .bind(row.as_str())
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap();
-    assert_eq!(found, 1);
+    let tx = lock_the_row(&mut side, &key).await;
     let until = Instant::now() + LOCKED;
     while Instant::now() < until {
         let retry = post_with(&server.at("/locked-row"), &[("idempotency-key", &key)], "{}").await;
