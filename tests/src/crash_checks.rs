@@ -52,7 +52,7 @@ pub async fn crash_after_charge(service: &mut OrderService) -> CrashedPayment {
     let sent = Instant::now();
     let reply = try_send(&url, Some(PAYER), Some(&key), Some(PAYMENT)).await;
     assert!(reply.is_err(), "the process aborted before it answered: {reply:?}");
-    service.assert_aborts(ABORT_LIMIT);
+    service.assert_aborts(ABORT_LIMIT).await;
     service.restart_with(&[], &[]).await;
     assert_eq!(stats(service).await, (orders, charges + 1), "the provider's charge outlived the crash");
     CrashedPayment { order_id, url, key, sent, charges }
@@ -94,7 +94,7 @@ pub async fn crash_after_order_insert(service: &mut OrderService) -> CrashedOrde
     let sent = Instant::now();
     let reply = try_send(&service.at("/orders"), Some(ORDER_OWNER), Some(&key), Some(ORDER)).await;
     assert!(reply.is_err(), "the process aborted before it answered: {reply:?}");
-    service.assert_aborts(ABORT_LIMIT);
+    service.assert_aborts(ABORT_LIMIT).await;
     service.restart_with(&[], &[]).await;
     CrashedOrder { orders_before, key, sent }
 }

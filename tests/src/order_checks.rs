@@ -256,9 +256,10 @@ pub async fn sigterm_drains_a_payment_whose_client_left(service: &mut OrderServi
     let started = std::time::Instant::now();
     // The client aborts after 300 ms with a TCP reset: actix drops the
     // connection and its request, the payment goes on without them.
-    abort_after(&url, &key, body, Duration::from_millis(300));
+    abort_after(&url, &key, body, Duration::from_millis(300)).await;
     actix_web::rt::time::sleep(Duration::from_millis(200)).await;
-    let exited = service.terminate(charge_delay + Duration::from_secs(20)).expect("the service exited after SIGTERM");
+    let exited =
+        service.terminate(charge_delay + Duration::from_secs(20)).await.expect("the service exited after SIGTERM");
     let since_start = started.elapsed();
     assert!(
         since_start >= charge_delay,
@@ -273,10 +274,15 @@ pub async fn sigterm_drains_a_payment_whose_client_left(service: &mut OrderServi
 }
 
 /// Sends a payment over a raw connection, then aborts it after `after` with
-/// a TCP reset.
-fn abort_after(url: &str, key: &str, body: &str, after: Duration) {
+/// a TCP reset (on a blocking thread: the test's other work goes on).
+async fn abort_after(url: &str, key: &str, body: &str, after: Duration) {
     let address = url.trim_start_matches("http://");
     let (host, path) = address.split_at(address.find('/').expect("a path"));
-    let headers = [("content-type", "application/json"), ("x-user-id", "dora"), ("idempotency-key", key)];
-    crate::resets::post_then_reset(host, path, &headers, body, after);
+    let (host, path, key, body) = (host.to_owned(), path.to_owned(), key.to_owned(), body.to_owned());
+    actix_web::rt::task::spawn_blocking(move || {
+        let headers = [("content-type", "application/json"), ("x-user-id", "dora"), ("idempotency-key", &key)];
+        crate::resets::post_then_reset(&host, &path, &headers, &body, after);
+    })
+    .await
+    .expect("the aborted request");
 }

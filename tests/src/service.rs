@@ -138,7 +138,7 @@ impl OrderService {
     /// Sends SIGTERM (a graceful shutdown) and waits up to `limit` for the
     /// process to exit; returns how long it took, or `None` if it was still
     /// running at `limit` (it is killed then).
-    pub fn terminate(&mut self, limit: Duration) -> Option<Duration> {
+    pub async fn terminate(&mut self, limit: Duration) -> Option<Duration> {
         let sent = Instant::now();
         let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         assert!(status.is_ok_and(|s| s.success()), "kill -TERM failed");
@@ -146,7 +146,7 @@ impl OrderService {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return Some(sent.elapsed());
             }
-            std::thread::sleep(Duration::from_millis(20));
+            actix_web::rt::time::sleep(Duration::from_millis(20)).await;
         }
         self.kill9();
         None
@@ -154,14 +154,14 @@ impl OrderService {
 
     /// Waits up to `limit` for the process to end by itself, and asserts
     /// that it aborted (SIGABRT), as a fault knob makes it.
-    pub fn assert_aborts(&mut self, limit: Duration) {
+    pub async fn assert_aborts(&mut self, limit: Duration) {
         let deadline = Instant::now() + limit;
         let status = loop {
             if let Some(status) = self.child.try_wait().expect("waiting for order-service") {
                 break status;
             }
             assert!(Instant::now() < deadline, "order-service still runs {limit:?} later: the knob did not abort it");
-            std::thread::sleep(Duration::from_millis(20));
+            actix_web::rt::time::sleep(Duration::from_millis(20)).await;
         };
         assert_eq!(status.signal(), Some(SIGABRT), "order-service ended with {status}, not by abort()");
     }

@@ -36,7 +36,18 @@ async fn storms_across_two_processes_on_one_postgres_run_once() {
     idem_tests::webhook_checks::webhooks(&[&first, &second]).await;
 }
 
+/// The three crash scenarios side by side, each on its own Postgres: each
+/// waits out a dead owner's lease, so together they wait once.
 #[actix_web::test]
+async fn crashes_on_postgres_never_charge_or_order_twice() {
+    futures_util::future::join3(
+        kill_during_a_payment_on_postgres_charges_once_and_sigterm_drains(),
+        a_crash_after_the_charge_on_postgres_leaves_one_charge_and_one_payment_row(),
+        a_crash_after_the_order_insert_on_postgres_leaves_one_order(),
+    )
+    .await;
+}
+
 async fn kill_during_a_payment_on_postgres_charges_once_and_sigterm_drains() {
     let Some(pg) = server("kill_during_a_payment_on_postgres_charges_once_and_sigterm_drains") else { return };
     let mut service = OrderService::start(&pg.url("postgres"), 3000).await;
@@ -63,7 +74,6 @@ async fn order_rows(db: &PgPool, owner: &str) -> i64 {
     sqlx::query_scalar(sql).bind(owner).fetch_one(db).await.expect("counting order rows")
 }
 
-#[actix_web::test]
 async fn a_crash_after_the_charge_on_postgres_leaves_one_charge_and_one_payment_row() {
     let Some(pg) = server("a_crash_after_the_charge_on_postgres_leaves_one_charge_and_one_payment_row") else { return };
     let mut service = OrderService::start_with(&pg.url("postgres"), 0, &["--crash-after-charge"], &[]).await;
@@ -76,7 +86,6 @@ async fn a_crash_after_the_charge_on_postgres_leaves_one_charge_and_one_payment_
     assert_eq!(payment_rows(&db, &crashed.order_id).await, 1, "one payment row, committed with the response");
 }
 
-#[actix_web::test]
 async fn a_crash_after_the_order_insert_on_postgres_leaves_one_order() {
     let Some(pg) = server("a_crash_after_the_order_insert_on_postgres_leaves_one_order") else { return };
     let mut service = OrderService::start_with(&pg.url("postgres"), 0, &["--crash-after-order-insert"], &[]).await;

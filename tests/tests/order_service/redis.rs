@@ -33,7 +33,18 @@ async fn storms_across_two_processes_on_one_redis_run_once() {
     idem_tests::webhook_checks::webhooks(&[&first, &second]).await;
 }
 
+/// The three crash scenarios side by side, each on its own Redis: each
+/// waits out a dead owner's lease, so together they wait once.
 #[actix_web::test]
+async fn crashes_on_redis_never_charge_or_order_twice() {
+    futures_util::future::join3(
+        kill_during_a_payment_on_redis_charges_once_and_sigterm_drains(),
+        a_crash_after_the_charge_on_redis_leaves_one_charge(),
+        a_crash_after_the_order_insert_on_redis_leaves_one_order(),
+    )
+    .await;
+}
+
 async fn kill_during_a_payment_on_redis_charges_once_and_sigterm_drains() {
     let Some(redis) = RedisServer::start("kill_during_a_payment_on_redis_charges_once_and_sigterm_drains") else {
         return;
@@ -43,7 +54,6 @@ async fn kill_during_a_payment_on_redis_charges_once_and_sigterm_drains() {
     sigterm_drains_a_payment_whose_client_left(&mut service, Duration::from_millis(3000)).await;
 }
 
-#[actix_web::test]
 async fn a_crash_after_the_charge_on_redis_leaves_one_charge() {
     let Some(redis) = RedisServer::start("a_crash_after_the_charge_on_redis_leaves_one_charge") else { return };
     let mut service = OrderService::start_with(&redis.url(), 0, &["--crash-after-charge"], &[]).await;
@@ -53,7 +63,6 @@ async fn a_crash_after_the_charge_on_redis_leaves_one_charge() {
     pay_after_the_lease(&service, &crashed).await;
 }
 
-#[actix_web::test]
 async fn a_crash_after_the_order_insert_on_redis_leaves_one_order() {
     let Some(redis) = RedisServer::start("a_crash_after_the_order_insert_on_redis_leaves_one_order") else { return };
     let knob = [("ORDER_SERVICE_CRASH_AFTER_ORDER_INSERT", "1")];

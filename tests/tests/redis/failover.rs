@@ -214,28 +214,45 @@ async fn scenario(test: &str, route: &'static str, acks: bool) -> Option<Outcome
         answers.extend(handle.await.expect("a storm client").answers);
     }
 
-    // Every key sent is retried (as after a lost response) until answered:
-    // a key whose record the failover lost runs again here.
+    // Every key sent is retried (as after a lost response) until answered,
+    // by 16 clients at once: a key whose record the failover lost runs
+    // again here.
     let sent: Vec<String> = shared.keys[..*shared.next.lock().expect("the key counter lock")].to_vec();
-    let http = client(Duration::from_secs(10));
-    for key in &sent {
-        // A claim whose answer was lost in the outage holds its key until
-        // its lease (10 s at most) runs out: 409 meanwhile.
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let response = http.post(server.at(route)).insert_header(("Idempotency-Key", key.as_str())).send_body("{}");
-            let status = response.await.map_or(0, |r| r.status().as_u16());
-            if status == 201 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "key {key} still answered {status} after the failover");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    let next = Arc::new(AtomicU64::new(0));
+    let retriers: Vec<_> = (0..16)
+        .map(|_| {
+            let (sent, next, url) = (sent.clone(), Arc::clone(&next), server.at(route));
+            actix_web::rt::spawn(async move {
+                let http = client(Duration::from_secs(10));
+                while let Some(key) = sent.get(next.fetch_add(1, Ordering::Relaxed) as usize) {
+                    answer_eventually(&http, &url, key).await;
+                }
+            })
+        })
+        .collect();
+    for retrier in retriers {
+        retrier.await.expect("a retrier");
     }
     server.stop().await;
     drop(cluster);
     let executions = std::mem::take(&mut *executions.0.lock().expect("the executions lock"));
     Some(Outcome { sent, executions, answers, killed, promoted, rejoined, recovered })
+}
+
+/// Sends `key` until it is answered 201. A claim whose answer was lost in
+/// the outage holds its key until its lease (10 s) and grace run out: 409
+/// meanwhile.
+async fn answer_eventually(http: &awc::Client, url: &str, key: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let response = http.post(url).insert_header(("Idempotency-Key", key)).send_body("{}");
+        let status = response.await.map_or(0, |r| r.status().as_u16());
+        if status == 201 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "key {key} still answered {status} after the failover");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// How many answers were `status` in `[from, to)`.

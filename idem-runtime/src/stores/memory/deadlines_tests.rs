@@ -37,7 +37,7 @@ fn take(model: &mut BTreeMap<(Instant, Key), usize>, entry: (Instant, Key)) {
 fn the_index_gives_the_soonest_due_entry_as_a_sorted_model_does() {
     let base = Instant::now();
     let lifetimes = [1_000u64, 3_000, 60_000, 86_400_000, 5, 0];
-    for seed in 1..=300u64 {
+    for seed in 1..=40u64 {
         let mut rng = fastrand::Rng::with_seed(seed);
         let mut index = Deadlines::default();
         let mut model: BTreeMap<(Instant, Key), usize> = BTreeMap::new();
