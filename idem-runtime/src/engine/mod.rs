@@ -229,12 +229,6 @@ impl Execution {
         self.lease.is_held()
     }
 
-    /// Whether the store said the record no longer holds this execution's
-    /// token.
-    pub(crate) fn is_lost(&self) -> bool {
-        self.lease.is_lost()
-    }
-
     /// One attempt at storing `response`. `None` when it failed and may be
     /// tried again (see [`Execution::complete`]).
     pub(crate) async fn try_complete(&self, response: &StoredResponse) -> Tried {

@@ -242,7 +242,7 @@ impl Execution {
     async fn confirmed_within(&self, wait: Duration) -> bool {
         let until = std::time::Instant::now() + wait;
         while !self.is_held() {
-            if self.is_lost() || std::time::Instant::now() >= until {
+            if self.lease.is_lost() || std::time::Instant::now() >= until {
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
