@@ -124,6 +124,7 @@ mod redact;
 mod scope;
 pub mod store;
 mod stores;
+mod sweeper;
 mod token;
 
 #[cfg(all(feature = "actix", feature = "postgres"))]
@@ -151,7 +152,8 @@ pub use stores::MemoryStore;
 #[cfg(feature = "redis")]
 pub use stores::{InvalidKeyPrefix, OnEviction, RedisConnection, RedisStore};
 #[cfg(feature = "postgres")]
-pub use stores::{InvalidTableName, OnAsyncStandby, PostgresStore, SweeperHandle};
+pub use stores::{InvalidTableName, OnAsyncStandby, PostgresStore};
+pub use sweeper::SweeperHandle;
 
 /// The problem+json responses the runtime produces by itself (§5 of the
 /// behaviour contract): a `type` URI starting with [`TYPE_PREFIX`](problem::TYPE_PREFIX),

@@ -65,11 +65,15 @@
 
 #[cfg(feature = "testing")]
 pub mod testing;
+#[cfg(feature = "postgres")]
+mod transactions;
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 
+#[cfg(feature = "postgres")]
+pub use self::transactions::{Opening, PgTransaction, Transactional};
 pub use crate::error::{BoxError, StoreError};
 pub use crate::fingerprint::{Fingerprint, RequestParts};
 pub use crate::key::{IdempotencyKey, KeyError};
@@ -179,8 +183,13 @@ pub enum Fence {
 /// (one round trip for networked stores) and must pass the conformance suite
 /// in `store::testing` (feature `testing`). Stores are used as
 /// `Arc<dyn Store>`.
+///
+/// Two capabilities are optional: [`PurgeExpired`], for a store whose
+/// expired records stay until something deletes them, and
+/// `Store::transactional` (feature `postgres`), for a store that can write
+/// a completion inside the handler's own transaction.
 #[async_trait]
-pub trait Store: std::any::Any + Send + Sync {
+pub trait Store: Send + Sync {
     /// A short name for logs and metrics, such as `"redis"`.
     fn kind(&self) -> &'static str;
 
@@ -284,7 +293,24 @@ pub trait Store: std::any::Any + Send + Sync {
     /// tombstones and lapsed leases are present).
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError>;
 
-    /// Deletes up to `batch` expired records; returns how many went.
-    /// Stores whose records expire by themselves (Redis) return 0.
+    /// The transactional mode on this store: how to open a transaction and
+    /// write a completion in it (§8 of the behaviour contract). `None`, the
+    /// default, for a store that has none; the transactional mode is then
+    /// refused (a handler taking [`Tx`](crate::Tx) answers 500
+    /// `not-configured`).
+    #[cfg(feature = "postgres")]
+    fn transactional(&self) -> Option<std::sync::Arc<dyn Transactional>> {
+        None
+    }
+}
+
+/// A store whose expired records stay until deleted (Postgres, and the
+/// memory store between its own sweeps): a sweeper
+/// ([`SweeperHandle`](crate::SweeperHandle)) calls it now and then. Stores
+/// whose records expire by themselves (Redis) do not implement it.
+#[async_trait]
+pub trait PurgeExpired: Store {
+    /// Deletes up to `batch` records past their TTL, and nothing else;
+    /// returns how many went.
     async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError>;
 }

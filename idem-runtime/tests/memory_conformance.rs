@@ -10,3 +10,9 @@ async fn memory_store() -> Option<Arc<dyn Store>> {
 }
 
 idem_runtime::store::testing::store_conformance_tests!(memory_store);
+
+/// Purging, which the memory store offers (`PurgeExpired`).
+#[tokio::test(flavor = "multi_thread")]
+async fn purge_keeps_live_records() {
+    idem_runtime::store::testing::purge_keeps_live_records(Arc::new(MemoryStore::new())).await;
+}

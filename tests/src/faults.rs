@@ -209,8 +209,4 @@ impl Store for FaultyStore {
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         self.inner.get(key).await
     }
-
-    async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
-        self.inner.purge_expired(batch).await
-    }
 }

@@ -140,7 +140,7 @@ fn names(text: &str, value: Duration) -> bool {
 /// 2 s, each from a client of its own. The route is refused with a 500
 /// problem naming the store timeout and the lease, and the handler never
 /// runs; at the very least, it never runs twice.
-pub async fn assert_a_short_lease_is_refused(store: impl Store, proxy: &LatencyProxy) {
+pub async fn assert_a_short_lease_is_refused(store: impl Store + 'static, proxy: &LatencyProxy) {
     warm_up(&store).await;
     let idem = Idem::new(store);
     let (server, hits) = serve(idem, |config| {
@@ -185,14 +185,14 @@ pub async fn assert_a_short_lease_is_refused(store: impl Store, proxy: &LatencyP
 /// 100 ms from a client of its own. The first request gets its 201, every
 /// duplicate a 409 (or, once the response is stored, its replay), the
 /// handler runs exactly once, and a retry afterwards is a replay.
-pub async fn assert_a_slow_store_runs_the_handler_once(store: impl Store, proxy: &LatencyProxy) {
+pub async fn assert_a_slow_store_runs_the_handler_once(store: impl Store + 'static, proxy: &LatencyProxy) {
     warm_up(&store).await;
     assert_a_warm_slow_store_runs_the_handler_once(store, proxy).await;
 }
 
 /// [`assert_a_slow_store_runs_the_handler_once`] with a store the caller
 /// has warmed up already (and perhaps done something to since).
-pub async fn assert_a_warm_slow_store_runs_the_handler_once(store: impl Store, proxy: &LatencyProxy) {
+pub async fn assert_a_warm_slow_store_runs_the_handler_once(store: impl Store + 'static, proxy: &LatencyProxy) {
     let idem = Idem::new(store).store_timeout(SLOW_STORE_TIMEOUT);
     let (server, hits) = serve(idem, |config| {
         config.service(slow_order);

@@ -64,6 +64,9 @@ pub(crate) struct Config {
     pub(crate) fingerprint_host: bool,
     /// Shared by every clone of the configuration.
     pub(crate) running: Arc<Running>,
+    /// The store's transactional mode, if it has one.
+    #[cfg(feature = "postgres")]
+    pub(crate) transactional: Option<Arc<dyn crate::store::Transactional>>,
 }
 
 /// Headers never replayed by default: hop-by-hop ones, `Date`, `Set-Cookie`,
@@ -99,7 +102,7 @@ impl Idem {
     pub const DEFAULT_MAX_RUNNING: usize = Running::DEFAULT_MAX;
 
     /// A configuration using `store`, with every other setting at its default.
-    pub fn new(store: impl Store) -> Self {
+    pub fn new(store: impl Store + 'static) -> Self {
         Self::from_arc(Arc::new(store))
     }
 
@@ -107,6 +110,8 @@ impl Idem {
     pub fn from_arc(store: Arc<dyn Store>) -> Self {
         Self {
             inner: Arc::new(Config {
+                #[cfg(feature = "postgres")]
+                transactional: store.transactional(),
                 store,
                 subject: None,
                 body_limit: Self::DEFAULT_BODY_LIMIT,

@@ -10,7 +10,6 @@
 //! transaction back through when the handler drops it (at its return). The
 //! runtime then completes and commits, or rolls back.
 
-use std::any::Any;
 use std::fmt;
 use std::future::{Ready, ready};
 use std::ops::{Deref, DerefMut};
@@ -25,8 +24,7 @@ use super::config::Config;
 use super::context::{Annotated, annotated};
 use super::entry::config_of;
 use super::problem::{ProblemError, ProblemKind};
-use crate::engine::transaction::PgTransaction;
-use crate::stores::PostgresStore;
+use crate::store::{PgTransaction, Transactional};
 
 /// A Postgres transaction on the [`PostgresStore`]'s pool, opened after the
 /// claim, in which the handler writes its business rows. Take it as an
@@ -172,10 +170,9 @@ impl fmt::Debug for Tx {
     }
 }
 
-/// The store of `config` as a [`PostgresStore`], if it is one.
-pub(super) fn postgres(config: &Config) -> Option<&PostgresStore> {
-    let store: &dyn Any = config.store.as_ref();
-    store.downcast_ref::<PostgresStore>()
+/// The transactional mode of `config`'s store, if it has one.
+pub(super) fn transactional(config: &Config) -> Option<&Arc<dyn Transactional>> {
+    config.transactional.as_ref()
 }
 
 impl FromRequest for Tx {
@@ -195,7 +192,7 @@ fn extract(req: &HttpRequest) -> Result<Tx, ProblemError> {
     let Some(config) = config_of(req) else {
         return refuse("idem_runtime::Tx needs an idem_runtime::Idem configuration registered on the App".into());
     };
-    if postgres(config).is_none() {
+    if transactional(config).is_none() {
         return refuse(format!(
             "the handler takes idem_runtime::Tx (transactional mode), which needs a PostgresStore, but the \
              configured store is `{}`; use PostgresStore, or drop the Tx argument",

@@ -12,9 +12,10 @@ use super::config::Config;
 use super::execute::{Claimed, Ending, call, releases, settle};
 use super::problem::{self, ProblemKind};
 use super::retryable::MarkRetryable;
-use super::transaction::{PendingTx, postgres};
-use crate::engine::transaction::{Commit, Committed, PgTransaction, Plain, begin, commit_plain, roll_back};
+use super::transaction::{PendingTx, transactional};
+use crate::engine::transaction::{Commit, Committed, Plain, begin, commit_plain, roll_back};
 use crate::observe::{Outcome, count};
+use crate::store::PgTransaction;
 
 /// What a client is told when the transaction's outcome is not known.
 const UNKNOWN: &str = "the request's transaction could not be confirmed as committed; retry with the same key: \
@@ -37,11 +38,11 @@ where
     let Claimed { config, route, execution } = claimed;
     // The extractor checked the store; the configuration is shared, so it
     // is the same store.
-    let Some(store) = postgres(&config).cloned() else {
+    let Some(store) = transactional(&config).cloned() else {
         settle(route, execution, Ending::Release).await;
         return problem::response(ProblemKind::NotConfigured, "the transactional mode needs a PostgresStore");
     };
-    let tx = match begin(&store, config.store_timeout).await {
+    let tx = match begin(&*store, config.store_timeout).await {
         Ok(tx) => tx,
         Err(error) => {
             tracing::error!(%error, "could not open the handler's transaction; releasing the claim");
@@ -147,8 +148,8 @@ where
         let detail = "the database is unavailable; the request was not processed, retry later";
         problem::retry_after(ProblemKind::StoreUnavailable, detail, Duration::from_secs(1))
     };
-    let Some(store) = postgres(config) else { return unavailable() };
-    let tx = match begin(store, config.store_timeout).await {
+    let Some(store) = transactional(config) else { return unavailable() };
+    let tx = match begin(&**store, config.store_timeout).await {
         Ok(tx) => tx,
         Err(error) => {
             tracing::error!(%error, "could not open the handler's transaction");

@@ -110,6 +110,7 @@ impl Running {
     }
 
     /// The bound.
+    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
     pub(crate) fn max(&self) -> usize {
         self.max
     }

@@ -80,10 +80,6 @@ impl Store for Flaky {
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         self.inner.get(key).await
     }
-
-    async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
-        self.inner.purge_expired(batch).await
-    }
 }
 
 /// A store that refuses renewals until told otherwise.
@@ -307,10 +303,6 @@ impl Store for NoBatch {
 
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         self.inner.get(key).await
-    }
-
-    async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
-        self.inner.purge_expired(batch).await
     }
 }
 

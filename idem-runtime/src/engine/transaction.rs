@@ -23,18 +23,13 @@
 //!   An application thread blocked by a handler must not stretch it.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
-
-use sqlx::{Postgres, Transaction};
 
 use super::{Execution, keeper};
 use crate::observe::{STORE_LATENCY_METRIC, store_call};
 use crate::record::StoredResponse;
-use crate::store::{Fence, StoreError};
-use crate::stores::PostgresStore;
-
-/// The transaction of one execution.
-pub(crate) type PgTransaction = Transaction<'static, Postgres>;
+use crate::store::{Fence, PgTransaction, StoreError, Transactional};
 
 /// SQLSTATE 25P02: a statement of the transaction failed, and the server
 /// ignores everything until the rollback.
@@ -82,7 +77,7 @@ pub(crate) struct Commit {
 /// Opens the transaction of an execution on `store`'s pool, after its
 /// claim: one `BEGIN`, awaited at most `timeout`, never cancelled (see the
 /// module's docs).
-pub(crate) async fn begin(store: &PostgresStore, timeout: Duration) -> Result<PgTransaction, StoreError> {
+pub(crate) async fn begin(store: &dyn Transactional, timeout: Duration) -> Result<PgTransaction, StoreError> {
     let task = keeper::spawn_joined(store.begin());
     let opened = async {
         match task.await {
@@ -157,12 +152,12 @@ impl Execution {
     /// (the execution is then gone; its lease runs out).
     pub(crate) async fn commit(
         self,
-        store: PostgresStore,
+        store: Arc<dyn Transactional>,
         tx: PgTransaction,
         response: StoredResponse,
     ) -> Option<Commit> {
         let task = keeper::spawn_joined(async move {
-            let committed = self.commit_here(&store, tx, &response).await;
+            let committed = self.commit_here(&*store, tx, &response).await;
             Commit { committed, execution: self, response }
         });
         match task.await {
@@ -174,13 +169,18 @@ impl Execution {
         }
     }
 
-    async fn commit_here(&self, store: &PostgresStore, mut tx: PgTransaction, response: &StoredResponse) -> Committed {
+    async fn commit_here(
+        &self,
+        store: &dyn Transactional,
+        mut tx: PgTransaction,
+        response: &StoredResponse,
+    ) -> Committed {
         if !self.confirmed_within(self.timeout).await {
             tracing::warn!("the lease was lost before the transaction could commit; rolling back");
             rolled_back_here(tx, self.timeout).await;
             return Committed::LeaseLost;
         }
-        let complete = store.complete_on(&mut *tx, self.key(), self.token(), response, self.ttl);
+        let complete = store.complete_in(&mut tx, self.key(), self.token(), response, self.ttl);
         let (what, error) = match self.timed("complete", complete).await {
             Ok(Fence::Held) => match self.timed("commit", tx.commit()).await {
                 Ok(()) => return Committed::Done,

@@ -1,14 +1,11 @@
 //! The inbox on Postgres with the work's own writes in the transaction of
 //! the processed-message record: both commit, or neither does.
 
-use std::any::Any;
-
 use sqlx::PgConnection;
 
 use super::{Delivery, Inbox, InboxError, MessageContext, processed};
 use crate::engine::keeper;
 use crate::engine::transaction::{Commit, Committed, begin, roll_back};
-use crate::stores::PostgresStore;
 
 impl Inbox {
     /// Like [`Inbox::process`], on a `PostgresStore`, with the work's writes
@@ -36,8 +33,7 @@ impl Inbox {
     where
         F: AsyncFnOnce(MessageContext, &mut PgConnection) -> Result<T, E>,
     {
-        let any: &dyn Any = self.store.as_ref();
-        let Some(store) = any.downcast_ref::<PostgresStore>().cloned() else {
+        let Some(store) = self.store.transactional() else {
             return Err(InboxError::NotPostgres { store: self.store.kind() });
         };
         let (execution, context) = match self.start(id).await {
@@ -45,7 +41,7 @@ impl Inbox {
             Err(skipped) => return skipped,
         };
         let timeout = self.terms.timeout;
-        let mut tx = match begin(&store, timeout).await {
+        let mut tx = match begin(&*store, timeout).await {
             Ok(tx) => tx,
             Err(error) => {
                 let _ = keeper::spawn_joined(execution.release()).await;

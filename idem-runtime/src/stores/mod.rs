@@ -9,7 +9,7 @@ pub use self::memory::MemoryStore;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "postgres")]
-pub use self::postgres::{InvalidTableName, OnAsyncStandby, PostgresStore, SweeperHandle};
+pub use self::postgres::{InvalidTableName, OnAsyncStandby, PostgresStore};
 
 #[cfg(feature = "redis")]
 pub(crate) mod redis;

@@ -7,7 +7,6 @@ mod replication;
 mod row;
 mod session;
 mod sql;
-mod sweeper;
 
 use std::fmt;
 use std::future::Future;
@@ -16,9 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::Connection;
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Connection, PgConnection};
 
 use self::renewals::RenewalPool;
 pub use self::replication::OnAsyncStandby;
@@ -26,11 +25,11 @@ use self::session::{Pool, session_settings};
 use self::sql::DEFAULT_TABLE;
 pub use self::sql::InvalidTableName;
 use self::sql::{Statements, TableName, sql};
-pub use self::sweeper::SweeperHandle;
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, StoredResponse};
 use crate::scope::StorageKey;
-use crate::store::{Claim, Fence, FencingToken, Renewal, Store, StoreError};
+use crate::store::{Claim, Fence, FencingToken, Opening, PurgeExpired, Renewal, Store, StoreError, Transactional};
+use crate::sweeper::SweeperHandle;
 
 /// The store's name in errors, logs and metrics.
 const KIND: &str = "postgres";
@@ -64,7 +63,7 @@ const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// `expires_at`.
 ///
 /// Rows past `expires_at` count as absent for claims and lookups; they are
-/// deleted by [`Store::purge_expired`] or by the background task of
+/// deleted by [`PurgeExpired::purge_expired`](crate::store::PurgeExpired::purge_expired) or by the background task of
 /// [`PostgresStore::spawn_sweeper`].
 ///
 /// # READ COMMITTED
@@ -361,12 +360,13 @@ impl PostgresStore {
     /// Starts a task on the current Tokio runtime that deletes expired rows
     /// every `interval`, `batch` rows per statement, until a batch comes back
     /// short. Failures are logged (`warn`) and retried at the next interval.
+    /// The same as [`SweeperHandle::spawn`] with this store.
     ///
     /// # Panics
     ///
     /// When called outside a Tokio runtime (as `tokio::spawn` does).
     pub fn spawn_sweeper(&self, interval: Duration, batch: usize) -> SweeperHandle {
-        SweeperHandle::spawn(self.clone(), interval, batch)
+        SweeperHandle::spawn(Arc::new(self.clone()), interval, batch)
     }
 
     async fn run<T>(&self, operation: impl Future<Output = Result<T, sqlx::Error>>) -> Result<T, StoreError> {
@@ -388,7 +388,7 @@ impl PostgresStore {
 
     /// The fenced completion (`complete.sql`) on `executor`: the pool, or
     /// the transaction of a transactional handler.
-    pub(crate) async fn complete_on<'e>(
+    async fn complete_on<'e>(
         &self,
         executor: impl sqlx::PgExecutor<'e>,
         key: &StorageKey,
@@ -410,21 +410,8 @@ impl PostgresStore {
         Ok(fence(query.execute(executor).await?.rows_affected()))
     }
 
-    /// Opens a transaction on the store's pool at READ COMMITTED, whatever
-    /// the connection's default (the completion written in it must see the
-    /// lease renewals committed since). Not bounded here: the caller runs it
-    /// where it cannot be cancelled half way (see `engine::transaction`).
-    pub(crate) fn begin(
-        &self,
-    ) -> impl Future<Output = Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error>> + Send + 'static {
-        let pool = self.pool.clone();
-        // Counted as waiting for the pool, when it has none free: the
-        // workers give theirs way to it.
-        self.kept.waiting_for_pool(async move { pool.begin_with("BEGIN ISOLATION LEVEL READ COMMITTED").await })
-    }
-
     /// The error `error` maps to, with the server and table named.
-    pub(crate) fn error(&self, error: sqlx::Error) -> StoreError {
+    fn error(&self, error: sqlx::Error) -> StoreError {
         error::store_error(error, &self.server, &self.table)
     }
 
@@ -558,9 +545,43 @@ impl Store for PostgresStore {
         }
     }
 
+    fn transactional(&self) -> Option<Arc<dyn Transactional>> {
+        Some(Arc::new(self.clone()))
+    }
+}
+
+#[async_trait]
+impl PurgeExpired for PostgresStore {
     async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
         let query = sqlx::query(sql(&self.sql.purge)).bind(i64::try_from(batch).unwrap_or(i64::MAX));
         Ok(self.run(query.execute(&self.pool)).await?.rows_affected())
+    }
+}
+
+#[async_trait]
+impl Transactional for PostgresStore {
+    fn begin(&self) -> Opening {
+        let pool = self.pool.clone();
+        // Counted as waiting for the pool, when it has none free: the
+        // workers give theirs way to it.
+        Box::pin(
+            self.kept.waiting_for_pool(async move { pool.begin_with("BEGIN ISOLATION LEVEL READ COMMITTED").await }),
+        )
+    }
+
+    async fn complete_in(
+        &self,
+        tx: &mut PgConnection,
+        key: &StorageKey,
+        token: FencingToken,
+        response: &StoredResponse,
+        ttl: Duration,
+    ) -> Result<Fence, sqlx::Error> {
+        self.complete_on(tx, key, token, response, ttl).await
+    }
+
+    fn error(&self, error: sqlx::Error) -> StoreError {
+        PostgresStore::error(self, error)
     }
 }
 

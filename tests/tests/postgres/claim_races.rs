@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use idem_runtime::PostgresStore;
 use idem_runtime::store::testing::{fingerprint, fresh_key, response};
-use idem_runtime::store::{Claim, Fence, StorageKey, Store};
+use idem_runtime::store::{Claim, Fence, PurgeExpired, StorageKey, Store};
 use idem_tests::backend::postgres_store;
 use tokio::sync::Barrier;
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use idem_runtime::store::Store;
+use idem_runtime::store::{PurgeExpired, Store};
 use idem_tests::backend::postgres_store;
 
 /// Connections per case: the 64-claimer race holds one per claimer.
@@ -15,3 +15,13 @@ async fn pg_store() -> Option<Arc<dyn Store>> {
 }
 
 idem_runtime::store::testing::store_conformance_tests!(pg_store);
+
+/// Purging, which the Postgres store offers ([`PurgeExpired`]).
+#[test]
+fn purge_keeps_live_records() {
+    idem_runtime::store::testing::run(pg_store, |_| async {
+        let url = idem_tests::backend::url("IDEM_POSTGRES_URL", "postgres_conformance").expect("the server");
+        let store: Arc<dyn PurgeExpired> = Arc::new(postgres_store(&url, POOL_SIZE).await);
+        idem_runtime::store::testing::purge_keeps_live_records(store).await;
+    });
+}

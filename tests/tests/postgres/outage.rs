@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use idem_runtime::store::testing::{fingerprint, fresh_key, response};
-use idem_runtime::store::{Claim, Fence, Store};
+use idem_runtime::store::{Claim, Fence, PurgeExpired, Store};
 use idem_runtime::{PostgresStore, StoreError};
 use idem_tests::postgres_server::PostgresServer;
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use idem_runtime::PostgresStore;
 use idem_runtime::store::testing::{fingerprint, fresh_key, response};
-use idem_runtime::store::{Claim, Fence, FencingToken, StorageKey, Store};
+use idem_runtime::store::{Claim, Fence, FencingToken, PurgeExpired, StorageKey, Store};
 
 const LONG: Duration = Duration::from_secs(60);
 const SHORT: Duration = Duration::from_millis(200);

@@ -68,8 +68,4 @@ impl Store for FreshStore {
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         self.current().get(key).await
     }
-
-    async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
-        self.current().purge_expired(batch).await
-    }
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::store::{
-    Claim, Fence, FencingToken, Fingerprint, IdempotencyKey, RecordState, RequestParts, Scope, StorageKey, Store,
-    StoredResponse,
+    Claim, Fence, FencingToken, Fingerprint, IdempotencyKey, PurgeExpired, RecordState, RequestParts, Scope,
+    StorageKey, Store, StoredResponse,
 };
 
 /// A lease long enough never to run out during a case.
@@ -229,8 +229,12 @@ pub async fn large_binary_bodies_round_trip(store: Arc<dyn Store>) {
 }
 
 /// Purging removes records past their TTL and nothing else: not a live
-/// response, a running request, a tombstone or a lapsed lease.
-pub async fn purge_keeps_live_records(store: Arc<dyn Store>) {
+/// response, a running request, a tombstone or a lapsed lease. For stores
+/// that implement [`PurgeExpired`]; not part of [`store_conformance_tests!`]
+/// (call it from a test of your own).
+///
+/// [`store_conformance_tests!`]: crate::store::testing::store_conformance_tests
+pub async fn purge_keeps_live_records(store: Arc<dyn PurgeExpired>) {
     let (live, in_flight, released, lapsed) = (fresh_key(), fresh_key(), fresh_key(), fresh_key());
     let (expired, expired_lease) = (fresh_key(), fresh_key());
     let token = acquire(&*store, &live, &fingerprint("a"), LONG, TTL).await;

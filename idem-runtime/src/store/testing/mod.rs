@@ -117,7 +117,6 @@ macro_rules! __store_conformance_tests {
             completed_record_expires_after_ttl,
             keys_are_independent,
             large_binary_bodies_round_trip,
-            purge_keeps_live_records,
             sixty_four_claimers_one_winner,
             sixty_four_claimers_take_over_a_tombstone_once,
             concurrent_claims_after_completion_all_replay,

@@ -10,7 +10,7 @@ use crate::clock::later;
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, RecordState, StoredResponse};
 use crate::scope::StorageKey;
-use crate::store::{Attempt, Claim, Fence, FencingToken, Store, StoreError, grace};
+use crate::store::{Attempt, Claim, Fence, FencingToken, PurgeExpired, Store, StoreError, grace};
 
 mod deadlines;
 mod shard;
@@ -416,7 +416,12 @@ impl Store for MemoryStore {
         };
         Ok(Some(Record { fingerprint: entry.fingerprint, state }))
     }
+}
 
+/// Records past their TTL are freed as new claims need the room, and by
+/// this (a sweeper, or a test).
+#[async_trait]
+impl PurgeExpired for MemoryStore {
     async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
         let now = Instant::now();
         let mut freed = 0;

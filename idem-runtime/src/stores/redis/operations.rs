@@ -185,9 +185,4 @@ impl Store for RedisStore {
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         reply::record(self.run("get", &self.scripts.get, key, |_| {}).await?)
     }
-
-    /// Redis expires records by itself: nothing to purge.
-    async fn purge_expired(&self, _batch: usize) -> Result<u64, StoreError> {
-        Ok(0)
-    }
 }

@@ -1,15 +1,17 @@
-//! The optional background task that deletes expired rows.
+//! The optional background task that deletes expired records from a store
+//! that keeps them until deleted ([`PurgeExpired`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
-use super::PostgresStore;
-use crate::store::Store;
+use crate::store::PurgeExpired;
 
-/// A running sweeper started by [`PostgresStore::spawn_sweeper`].
+/// A running sweeper, started by [`SweeperHandle::spawn`] (or
+/// `PostgresStore::spawn_sweeper`).
 ///
 /// Dropping the handle stops the sweeper too (at its next step, without
 /// waiting); [`SweeperHandle::stop`] stops it and waits until it is done.
@@ -21,7 +23,15 @@ pub struct SweeperHandle {
 }
 
 impl SweeperHandle {
-    pub(super) fn spawn(store: PostgresStore, interval: Duration, batch: usize) -> Self {
+    /// Starts a task on the current Tokio runtime that deletes `store`'s
+    /// expired records every `interval`, `batch` per call, until a call
+    /// deletes fewer. Failures are logged (`warn`) and retried at the next
+    /// interval.
+    ///
+    /// # Panics
+    ///
+    /// When called outside a Tokio runtime (as `tokio::spawn` does).
+    pub fn spawn(store: Arc<dyn PurgeExpired>, interval: Duration, batch: usize) -> Self {
         let (stop, stopped) = oneshot::channel();
         let task = tokio::spawn(run(store, interval.max(Duration::from_millis(1)), batch.max(1), stopped));
         Self { stop: Some(stop), task: Some(task) }
@@ -51,12 +61,13 @@ impl Drop for SweeperHandle {
     }
 }
 
-/// Every `interval`, deletes expired rows in batches of `batch` until a
+/// Every `interval`, deletes expired records in batches of `batch` until a
 /// batch comes back short. Failures are logged and retried next interval.
-async fn run(store: PostgresStore, interval: Duration, batch: usize, mut stopped: oneshot::Receiver<()>) {
+async fn run(store: Arc<dyn PurgeExpired>, interval: Duration, batch: usize, mut stopped: oneshot::Receiver<()>) {
+    let kind = store.kind();
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    tracing::debug!(table = %store.table, ?interval, batch, "idem postgres sweeper started");
+    tracing::debug!(store = kind, ?interval, batch, "idem sweeper started");
     'sweeping: loop {
         tokio::select! {
             _ = &mut stopped => break,
@@ -76,14 +87,14 @@ async fn run(store: PostgresStore, interval: Duration, batch: usize, mut stopped
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(table = %store.table, %error, "idem postgres sweeper: purge failed; retrying next interval");
+                    tracing::warn!(store = kind, %error, "idem sweeper: purge failed; retrying next interval");
                     break;
                 }
             }
         }
         if total > 0 {
-            tracing::debug!(table = %store.table, deleted = total, "idem postgres sweeper deleted expired rows");
+            tracing::debug!(store = kind, deleted = total, "idem sweeper deleted expired records");
         }
     }
-    tracing::debug!(table = %store.table, "idem postgres sweeper stopped");
+    tracing::debug!(store = kind, "idem sweeper stopped");
 }
