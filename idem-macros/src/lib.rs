@@ -44,8 +44,10 @@ use syn::Item;
 /// |---|---|---|
 /// | `ttl = "24h"` | how long a completed response is kept and replayed | `"24h"` |
 /// | `scope = "user"` | namespace of the key: `"user"` (route and authenticated subject), `"route"` (method and route pattern, shared by every caller) or `"global"` (the key alone). The default keeps callers apart: under `"route"` or `"global"`, a caller who sends another caller's key and body gets that caller's response; `"user"` needs a subject resolver on `Idem` (without one the route answers 500) | `"user"` |
+/// | `key = "header"` | where the key comes from: `"header"` (the `header` below), `"path:NAME"` (a path parameter, as `web::Path` decodes it) or `"json:/POINTER"` (an RFC 6901 pointer into the JSON body, a string or an integer there): a *natural key* such as an event id | `"header"` |
+/// | `fingerprint_headers = ["x-account-id"]` | request headers that are part of the fingerprint, compared without case: the same key and body with another value (or none) is another request, `422` | none |
 /// | `lock_ttl = "30s"` | lease of an execution in flight, renewed while the handler runs; must be shorter than `ttl` | `"30s"` |
-/// | `header = "Idempotency-Key"` | the header that carries the key; a valid header name | `"Idempotency-Key"` |
+/// | `header = "Idempotency-Key"` | the header that carries the key (only with `key = "header"`); a valid header name | `"Idempotency-Key"` |
 /// | `required = true` | `false`: a request without the key runs without idempotency | `true` |
 /// | `in_flight = "reject"` | a concurrent duplicate gets `409` at once (`"reject"`), or waits for the first one's response (`"wait"`) | `"reject"` |
 /// | `wait = "10s"` | longest wait in `in_flight = "wait"` mode, then `409`; only allowed with that mode | `"10s"` |
@@ -56,35 +58,16 @@ use syn::Item;
 ///
 /// # What it expands to
 ///
-/// The example above is equivalent to this hand-written code: the handler is
-/// kept whole inside a wrapper that actix-web registers, and the wrapper
-/// gives the request and its raw payload to the runtime, which buffers the
-/// body, checks the key, then runs the handler (with its own extractors over
-/// the buffered body) at most once, or replays its stored response.
+/// `#[idempotent(ttl = "24h", scope = "user")]` on a handler is equivalent
+/// to this hand-written code: the handler is kept whole inside a wrapper
+/// that actix-web registers, and the wrapper gives the request and its raw
+/// payload to the runtime, which buffers the body, checks the key, then runs
+/// the handler (with its own extractors over the buffered body) at most
+/// once, or replays its stored response. The code is the compile-time
+/// suite's `tests/ui/pass/expansion.rs`, which compiles and runs it.
 ///
 /// ```ignore
-/// /// Places an order; a retry with the same key gets the first response back.
-/// #[post("/orders")]
-/// async fn create_order(
-///     __idem_req: ::idem_runtime::__private::HttpRequest,
-///     __idem_payload: ::idem_runtime::__private::Payload,
-/// ) -> ::idem_runtime::__private::HttpResponse {
-///     async fn create_order(body: web::Json<NewOrder>, db: web::Data<Db>) -> impl Responder {
-///         /* ... */
-///     }
-///     // Generated names end in a hash of the handler (`__IDEM_OPTIONS_3f2a...`).
-///     const __IDEM_OPTIONS: ::idem_runtime::__private::RouteOptions =
-///         ::idem_runtime::__private::RouteOptions {
-///             ttl: ::idem_runtime::__private::Duration::from_secs(86400),
-///             lock_ttl: ::idem_runtime::__private::Duration::from_secs(30),
-///             scope: ::idem_runtime::__private::Scope::User,
-///             header: "Idempotency-Key",
-///             required: true,
-///             in_flight: ::idem_runtime::__private::InFlight::Reject,
-///         };
-///     ::idem_runtime::__private::handle(&__IDEM_OPTIONS, __idem_req, __idem_payload, create_order)
-///         .await
-/// }
+#[doc = include_str!("../tests/ui/pass/expansion.rs")]
 /// ```
 ///
 /// # Other attributes beside it

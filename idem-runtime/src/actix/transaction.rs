@@ -26,7 +26,7 @@ use super::entry::config_of;
 use super::problem::{ProblemError, ProblemKind};
 use crate::store::{PgTransaction, Transactional};
 
-/// A Postgres transaction on the [`PostgresStore`]'s pool, opened after the
+/// A Postgres transaction on the store's pool (`PostgresStore`), opened after the
 /// claim, in which the handler writes its business rows. Take it as an
 /// extractor; use it as a connection (`&mut *tx`):
 ///

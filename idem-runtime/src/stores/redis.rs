@@ -37,23 +37,25 @@ use crate::scope::StorageKey;
 use crate::store::Store;
 use crate::store::StoreError;
 
-/// A [`Store`] in Redis or Valkey, on one server or a
-/// Redis Cluster: atomic Lua scripts, one round trip per operation, expiry
-/// by the server's clock. The sections below give the key
-/// layout and deployment advice.
+/// A [`Store`] in Redis or Valkey, on one server or a Redis Cluster: a
+/// claim is one `SET NX GET` (a claim that finds the key in flight or
+/// released takes a second round trip, a Lua script), every other operation
+/// one Lua script, and expiry by the server's clock.
 ///
-/// Cloning is cheap and shares the connections.
+/// Connect with [`RedisStore::connect`], or [`RedisStore::connect_with`]
+/// for timeouts of your own: one server (`redis://`, `rediss://`,
+/// `redis+unix://`, auth in the URL) or a cluster's seed nodes
+/// (`redis-cluster://host:port,host:port,...`). Connecting loads the
+/// scripts and refuses a server whose `maxmemory-policy` evicts keys
+/// ([`RedisStore::check_server`]). [`RedisStore::with_key_prefix`] places
+/// every record under a prefix, and [`RedisStore::with_replica_acks`] makes
+/// each write wait for replicas. Requires Redis 7.0 or later (Valkey 7.2
+/// or later).
 ///
-/// A store that [`RedisStore::connect`] opened on a single server also
-/// opens, in the background, a connection for each single-threaded runtime
-/// that uses it (each actix worker): the connection's driver then runs on
-/// the worker that waits for its replies, which spares two thread switches
-/// per command. Until it is open, and whenever it cannot be, the worker
-/// uses the store's shared connection. Count one connection per worker,
-/// two for the lease keeper (its renewals, and completions it retries),
-/// one shared, and one for each blocking thread (`web::block`) that uses
-/// the store while it lives. Never block a worker thread on a store call
-/// (`block_on` in a handler): its connection's driver runs on that thread.
+/// Cloning is cheap and shares the connections. Never block a worker
+/// thread on a store call (`block_on` in a handler): on a single server,
+/// each actix worker's connection is driven on that worker's thread.
+/// Errors and `Debug` output show the URL with its password masked.
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -67,150 +69,9 @@ use crate::store::StoreError;
 /// # Ok(()) }
 /// ```
 ///
-/// # Round trips
-///
-/// A claim is one plain `SET <record> <in flight> NX PX <ttl> GET`: it
-/// creates the record of a free key and hands back any record already
-/// there, so a first claim and a replay (or a mismatch) of a completed
-/// record are **one command**, with no script. A claim that finds the key
-/// in flight or released takes a second round trip, `claim.lua`, which
-/// judges the lease and may take the key over, atomically. `renew`,
-/// `complete`, `release` and `get` are each one Lua script sent with
-/// `EVALSHA` (loaded again on `NOSCRIPT`, after a server restart or
-/// `SCRIPT FLUSH`). A first execution is two commands (the claim's `SET`
-/// and `complete.lua`), a replay one. [`RedisStore::connect`] loads the
-/// scripts once up front.
-///
-/// | script | does |
-/// |---|---|
-/// | `claim.lua` | claims a key in flight or released: takes over a lapsed lease or a released key (same request), else reports in flight or mismatch |
-/// | `renew.lua` | moves a live lease's mark, and the key's expiry if the lease would outlive it |
-/// | `complete.lua` | stores the response in place of the lease, sets the key's expiry to the TTL |
-/// | `release.lua` | drops token and lease: the fingerprint stays until the key expires (a tombstone) |
-/// | `get.lua` | reads the record and its time left |
-///
-/// [`Store::renew_many`] sends one `renew.lua` call per lease (each touches
-/// its own key, so the batch is cluster-safe) in **one pipeline**, one round
-/// trip, on a connection of its own: opened the first time the lease keeper
-/// renews, on the keeper's runtime, so that renewals never queue behind the
-/// application's commands. On a cluster, each primary gets such a
-/// connection and its own pipeline, so that a dead primary leaves only its
-/// own leases unanswered. (A store built with [`RedisStore::from_manager`]
-/// has no URL to open it from: its renewals share the caller's connection.)
-///
-/// # Key layout
-///
-/// One record is one Redis string at `<prefix><storage key>`, where the
-/// storage key is [`StorageKey::as_str`]: `idem:v1:{<hash tag>}:<rest>`,
-/// the two halves of a SHA-256 of the encoded scope, subject, method, route
-/// and key (the raw key and subject never reach Redis). The prefix is empty unless set
-/// with [`RedisStore::with_key_prefix`], and may not contain braces, so the
-/// record's `{hash tag}` decides its Redis Cluster slot. The value:
-///
-/// | state | bytes |
-/// |---|---|
-/// | in flight | `L`, the request's fingerprint (32), the owner's fencing token (16), the attempt (`0` first, `1` after a release, `2` a takeover), the lease mark (decimal milliseconds) |
-/// | completed | `C`, the fingerprint, the completing token (so that the same completion sent again is recognised), the response ([`StoredResponse::to_bytes`], binary, postcard) |
-/// | released | `R`, the fingerprint (a tombstone) |
-///
-/// The key's expiry is the record's TTL: from the claim while in flight or
-/// released, never shorter than the lease (a renewal that would outlive it
-/// extends it), and the completion's TTL once completed. The lease is kept
-/// relative to it: the lease holds while the key's `PTTL` is above the
-/// mark (a claim writes the TTL minus the lease; a renewal, the `PTTL`
-/// minus the lease). An in-flight record whose lease ran out is a *lapsed*
-/// lease (its owner crashed or stalled): its token owns nothing any more,
-/// and only the same request may take it over. `ttl_left` is the `PTTL`,
-/// `lease_left` and `retry_after` the `PTTL` minus the mark. All time is
-/// Redis's own clock, never the application's: a record past its TTL is a
-/// missing key, and [`Store::purge_expired`] has nothing to do. After a
-/// failover, expiries (and so leases) are judged by the new primary's
-/// clock: keep the servers' clocks in sync (NTP). A record without expiry
-/// (`PERSIST` by hand, a restore) gets one again from the next claim or
-/// renewal, and its lease is then counted from there.
-///
-/// The layout changed from a Redis hash in this version. During a rolling
-/// upgrade (and until they expire), records of the earlier layout are
-/// answered as the earlier version would (a replay, a mismatch, in
-/// flight), and a claim that acquires one (a lapsed lease, a tombstone)
-/// replaces it with a record of this layout; processes of the earlier
-/// version answer 503 for records of this layout (their scripts fail on a
-/// string: fail closed, nothing overwritten), so their retries wait for
-/// the upgrade to finish, and a rollback to the earlier version answers
-/// 503 on every key this version wrote, for up to one TTL. A key holding anything else is refused
-/// ([`StoreError::Unavailable`], 503), never overwritten.
-///
-/// # Sizes
-///
-/// A record costs the response's encoded size plus about 100 bytes. The
-/// runtime's stored-response limit bounds what reaches the store; beyond
-/// that, [`complete`](Store::complete) refuses a record over
-/// [`RedisStore::MAX_RECORD_BYTES`] (Redis's default `proto-max-bulk-len`, 512 MiB) with
-/// [`StoreError::Full`] without sending it. A server at `maxmemory` under
-/// `noeviction` refuses new claims with `OOM`, also reported as
-/// [`StoreError::Full`] (503 before any handler runs), but still renews and
-/// releases and completes the leases of running handlers (`renew.lua`,
-/// `release.lua` and `complete.lua` carry the `allow-oom` flag), so none of
-/// them can lapse and run twice. Replays, mismatches and duplicates in
-/// flight are still answered: Redis refuses the claim's `SET` at
-/// `maxmemory` even when it would write nothing, and the claim then goes
-/// to `claim.lua`, which writes only to acquire (so does any claim whose
-/// `SET` the server refuses: `NOREPLICAS` under `min-replicas-to-write`,
-/// `READONLY`, an ACL, a record of the earlier layout).
-///
-/// Requires Redis 7.0 or later (Valkey 7.2 or later): the claim's `SET`
-/// takes `NX` and `GET` together, and three scripts carry script flags.
-///
-/// # Deployment
-///
-/// - `maxmemory-policy noeviction`: an evicted record lets a retry run the
-///   handler a second time, silently breaking at-most-once.
-///   [`RedisStore::connect`] reads it on every primary and refuses any other
-///   policy ([`RedisStore::check_server`]).
-/// - Persistence: `appendonly yes` (`appendfsync everysec` or `always`); a
-///   restart without it forgets every record (logged at connect).
-/// - Replication is asynchronous: a claim or completion acknowledged by a
-///   primary that dies before its replica has it is lost at failover, and a
-///   retry runs the handler again. [`RedisStore::with_replica_acks`] closes
-///   that window at the cost of a replica round trip per first execution.
-///
-/// # Redis Cluster
-///
-/// Give the seed nodes as `redis-cluster://host:port,host:port,...`. The
-/// store uses the redis crate's async cluster client: it learns the slot
-/// map from any seed, sends each script to the primary of its record's
-/// slot, follows `MOVED` and `ASK`, loads the scripts on every primary (and
-/// again on `NOSCRIPT`, as after a replica's promotion), and refreshes the
-/// slot map after a failure. Every script touches one key, so no command is
-/// ever `CROSSSLOT`. A batch of renewals is one pipeline per primary, each
-/// on that primary's own connection, sent together (not through the
-/// cluster client: see `primaries.rs`).
-///
-/// When a primary dies, operations on its slots fail within the timeouts
-/// (503 before a handler runs, completions retried while their leases
-/// hold) until the cluster promotes its replica, then succeed without a
-/// restart. With replica acknowledgements,
-/// writes to a slot whose primary has no live replica fail closed until
-/// one is back: run two replicas per primary to keep taking writes after
-/// one failover. Keep the lease (`lock_ttl`) well above the cluster's
-/// failover time (about twice `cluster-node-timeout`): a lease that runs
-/// out during a failover lets a retry take the key over.
-///
-/// # Outages
-///
-/// A single server is reached through
-/// [`ConnectionManager`](redis::aio::ConnectionManager)s: multiplexed
-/// connections that reconnect by themselves. With [`RedisStore::default_config`]
-/// an operation fails within about the response timeout (2 s) when the server
-/// hangs, and within a few connection attempts (1 s each at most) when it
-/// is down, with [`StoreError::Timeout`] or [`StoreError::Unavailable`]
-/// (the runtime answers 503 before a handler runs). Once the server is back,
-/// the same store works again without a restart (the first call may still
-/// see the failed reconnection: the first call on each actix worker,
-/// which has a connection of its own). A timed-out operation may yet have run on
-/// the server: a claim then holds its key until its lease runs out, so
-/// retries get 409 meanwhile, never a second execution. Errors and `Debug`
-/// output show the URL with its password masked.
+/// Running it (the server settings it needs, its connections and round
+/// trips, the key layout, sizes, outages, cluster failover and resharding)
+/// is described in `docs/stores.md` in the repository.
 #[derive(Clone)]
 pub struct RedisStore {
     connection: RedisConnection,
