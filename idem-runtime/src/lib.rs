@@ -107,6 +107,7 @@ extern crate self as idem_runtime;
 
 #[cfg(feature = "actix")]
 mod actix;
+mod background;
 mod canonical_json;
 #[cfg(feature = "client")]
 pub mod client;

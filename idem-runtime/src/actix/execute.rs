@@ -15,7 +15,8 @@ use tracing::Instrument;
 use super::capture::{Captured, not_kept, problem_record};
 use super::config::{Config, ServerErrorPolicy};
 use super::problem::{self, ProblemKind};
-use crate::engine::{Execution, Tried, keeper};
+use crate::background;
+use crate::engine::{Execution, Tried};
 use crate::observe::{Outcome, count};
 use crate::record::StoredResponse;
 
@@ -209,5 +210,5 @@ pub(super) async fn settle(route: String, execution: Execution, ending: Ending) 
     };
     // On the keeper's runtime: the worker that ran the handler may stop
     // before the store is back; the drain still waits for this.
-    keeper::spawn(rest.instrument(span));
+    background::spawn(rest.instrument(span));
 }

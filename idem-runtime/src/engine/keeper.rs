@@ -1,5 +1,5 @@
-//! The process-wide lease keeper: one thread of its own, with a Tokio
-//! runtime of its own, renews every live lease of the process.
+//! The process-wide lease keeper: a loop on the runtime's own thread
+//! (`background.rs`) renews every live lease of the process.
 //!
 //! Handlers run on the application's workers (single-threaded actix
 //! workers); a handler that blocks its thread would starve a heartbeat
@@ -40,7 +40,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -50,17 +50,13 @@ use tokio::sync::Notify;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use super::lease::LeaseState;
+use crate::background;
 use crate::observe::store_call;
-use crate::store::{Fence, Renewal, StoreError};
+use crate::scope::StorageKey;
+use crate::store::{Fence, FencingToken, Renewal, Store, StoreError};
 
 /// The keeper's list of leases, started with the first lease.
-static KEEPER: OnceLock<Keeper> = OnceLock::new();
-
-/// The keeper's list and its runtime.
-struct Keeper {
-    shared: Arc<Shared>,
-    runtime: tokio::runtime::Handle,
-}
+static KEEPER: OnceLock<Arc<Shared>> = OnceLock::new();
 
 /// What the holders and the keeper share.
 #[derive(Default)]
@@ -69,16 +65,15 @@ struct Shared {
     lists: [List; LISTS],
     /// Wakes the keeper (a permit is kept if it is not waiting).
     wake_up: Notify,
-    /// The keeper thread has ended (it panicked): nothing renews.
-    stopped: AtomicBool,
 }
 
-/// Marks the keeper stopped when its thread ends, however it ends.
-struct Stopped(Arc<Shared>);
+/// Ends the runtime's thread when the keeper's loop ends (it only ends by
+/// a panic): claims are refused from then on, since nothing renews.
+struct StopsTheThread;
 
-impl Drop for Stopped {
+impl Drop for StopsTheThread {
     fn drop(&mut self) {
-        self.0.stopped.store(true, Ordering::Release);
+        background::stop();
     }
 }
 
@@ -103,7 +98,7 @@ fn own_list() -> usize {
 /// the keeper means to wake up next as of its last look at them.
 #[derive(Default)]
 struct Leases {
-    /// A lease per slot, from [`keep`] until its holder calls [`forget`].
+    /// A lease per slot, from [`Lease::hold`] until the lease is dropped.
     slots: Vec<Option<Arc<LeaseState>>>,
     /// Empty slots, taken before the list grows.
     vacant: Vec<usize>,
@@ -111,9 +106,8 @@ struct Leases {
     wake: Option<Instant>,
 }
 
-/// A lease's place in the keeper's list (its part, and its slot there),
-/// held by the lease's holder.
-pub(crate) struct Slot {
+/// A lease's place in the keeper's list (its part, and its slot there).
+struct Slot {
     list: usize,
     slot: usize,
 }
@@ -121,93 +115,78 @@ pub(crate) struct Slot {
 /// Longest the keeper sleeps, even with no lease to renew.
 const IDLE_LOOK: Duration = Duration::from_secs(1);
 
-/// Hands a lease to the keeper, starting it on first use. The holder gives
-/// the slot back with [`forget`] when it is done with the lease. `None` if
-/// the keeper has stopped.
-pub(crate) fn keep(lease: &Arc<LeaseState>) -> Option<Slot> {
-    let keeper = KEEPER.get_or_init(start);
-    if keeper.shared.stopped.load(Ordering::Acquire) {
-        // Nothing renews: the lease lapses at its deadline. (Claims are
-        // refused once the keeper has stopped; this is one that was sent
-        // just before.)
-        tracing::error!("the idempotency lease keeper is not running; this lease will not be renewed");
-        return None;
-    }
-    let (slot, _) = keeper.shared.hand_over(own_list(), lease);
-    Some(slot)
+/// The keeper, its loop started on the runtime's thread on first use.
+fn keeper() -> &'static Arc<Shared> {
+    KEEPER.get_or_init(|| {
+        let shared = Arc::new(Shared::default());
+        let looping = Arc::clone(&shared);
+        background::spawn(async move {
+            let _stops = StopsTheThread;
+            run(looping).await;
+        });
+        shared
+    })
 }
 
-/// Takes a lease out of the keeper's list: its holder is done with it. The
-/// list's reference is dropped here, on the holder's thread.
-pub(crate) fn forget(slot: Slot) {
-    let Some(keeper) = KEEPER.get() else { return };
-    let lease = {
-        let mut leases = keeper.shared.lists[slot.list].0.lock();
-        let lease = leases.slots[slot.slot].take();
-        leases.vacant.push(slot.slot);
-        lease
-    };
-    drop(lease);
-}
-
-/// Whether the keeper thread runs (starting it on first use). Claims are
-/// refused while it does not: nothing would renew their leases.
+/// Whether the keeper runs (starting it on first use). Claims are refused
+/// while it does not: nothing would renew their leases.
 pub(crate) fn is_running() -> bool {
-    !KEEPER.get_or_init(start).shared.stopped.load(Ordering::Acquire)
+    keeper();
+    background::is_running()
 }
 
-/// Runs `work` on the keeper's runtime, apart from the application's
-/// workers: a completion still retrying when a worker stops goes on.
-pub(crate) fn spawn(work: impl std::future::Future<Output = ()> + Send + 'static) {
-    drop(spawn_joined(work));
+/// The holder's side of a lease: renewed by the process-wide keeper until
+/// dropped.
+pub(crate) struct Lease {
+    state: Arc<LeaseState>,
+    /// Its place among the keeper's leases (none if the keeper stopped).
+    slot: Option<Slot>,
 }
 
-/// Like [`spawn`], with a handle to await `work`'s output from anywhere.
-/// Dropping the handle does not cancel `work`. If the keeper has stopped,
-/// `work` runs on the caller's runtime instead (and that is logged): it is
-/// never dropped unseen.
-pub(crate) fn spawn_joined<T: Send + 'static>(
-    work: impl std::future::Future<Output = T> + Send + 'static,
-) -> tokio::task::JoinHandle<T> {
-    let keeper = KEEPER.get_or_init(start);
-    if !keeper.shared.stopped.load(Ordering::Acquire) {
-        return keeper.runtime.spawn(work);
-    }
-    static SAID: AtomicBool = AtomicBool::new(false);
-    if !SAID.swap(true, Ordering::Relaxed) {
-        tracing::error!(
-            "the idempotency lease keeper has stopped; its work (completions retried in the background) runs on \
-             the callers' runtimes instead, where a worker that stops cancels it"
-        );
-    }
-    match tokio::runtime::Handle::try_current() {
-        Ok(caller) => caller.spawn(work),
-        // Nowhere to run it: the keeper's own (shut down) runtime hands
-        // back a handle that reports it cancelled.
-        Err(_) => {
-            tracing::error!("no runtime to run the stopped keeper's work on; it is dropped");
-            keeper.runtime.spawn(work)
+impl Lease {
+    /// Starts keeping the lease of a claim that was sent at `sent` and won
+    /// (unless the keeper has stopped: the lease then lapses at its
+    /// deadline).
+    pub(crate) fn hold(
+        store: Arc<dyn Store>,
+        key: StorageKey,
+        token: FencingToken,
+        lease: Duration,
+        timeout: Duration,
+        sent: Instant,
+    ) -> Self {
+        let state = Arc::new(LeaseState::new(store, key, token, lease, timeout, sent));
+        if !is_running() {
+            // Nothing renews. (Claims are refused once the keeper has
+            // stopped; this is one that was sent just before.)
+            tracing::error!("the idempotency lease keeper is not running; this lease will not be renewed");
+            return Self { state, slot: None };
         }
+        let (slot, _) = keeper().hand_over(own_list(), &state);
+        Self { state, slot: Some(slot) }
+    }
+
+    /// The lease's state, which the keeper shares.
+    pub(crate) fn state(&self) -> &LeaseState {
+        &self.state
     }
 }
 
-fn start() -> Keeper {
-    let shared = Arc::new(Shared::default());
-    let leases = Arc::clone(&shared);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .thread_name("idem-lease-keeper")
-        .build()
-        .expect("building the lease keeper's Tokio runtime");
-    let handle = runtime.handle().clone();
-    std::thread::Builder::new()
-        .name("idem-lease-keeper".into())
-        .spawn(move || {
-            let _stopped = Stopped(Arc::clone(&leases));
-            runtime.block_on(run(leases));
-        })
-        .expect("starting the lease keeper thread");
-    Keeper { shared, runtime: handle }
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.state.finish();
+        // Out of the keeper's list here, so that the lease is freed on this
+        // thread, not on the keeper's (which would contend for this
+        // thread's allocator).
+        let (Some(slot), Some(keeper)) = (self.slot.take(), KEEPER.get()) else { return };
+        let lease = {
+            let mut leases = keeper.lists[slot.list].0.lock();
+            let lease = leases.slots[slot.slot].take();
+            leases.vacant.push(slot.slot);
+            lease
+        };
+        drop(lease);
+    }
 }
 
 /// How early a lease may be renewed to join a batch.

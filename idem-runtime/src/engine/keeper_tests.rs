@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use super::{IDLE_LOOK, LISTS, Shared};
-use crate::engine::lease::{Lease, LeaseState};
+use super::Lease;
+use crate::engine::lease::LeaseState;
 use crate::fingerprint::{Fingerprint, RequestParts};
 use crate::key::IdempotencyKey;
 use crate::record::{Record, StoredResponse};
@@ -130,7 +131,7 @@ fn a_lease_renewed_after_failures_is_kept() {
     store.refusing.store(false, Ordering::SeqCst);
     for _ in 0..20 {
         std::thread::sleep(Duration::from_millis(100));
-        assert!(lease.is_held(), "renewed in time once the store answers");
+        assert!(lease.state().is_held(), "renewed in time once the store answers");
     }
 }
 
@@ -152,7 +153,7 @@ fn a_renewal_that_timed_out_is_sent_again_at_once() {
         gap < Duration::from_millis(1_500 + 300),
         "sent again {gap:?} after the first, which timed out after 1.5 s"
     );
-    assert!(lease.is_held());
+    assert!(lease.state().is_held());
 }
 
 #[test]
@@ -172,7 +173,7 @@ fn leases_handed_over_from_many_threads_at_once_are_all_renewed() {
                 let lease = hold(&store, Duration::from_millis(600));
                 for _ in 0..15 {
                     std::thread::sleep(Duration::from_millis(100));
-                    assert!(lease.is_held(), "a lease handed over from thread {i} was not renewed in time");
+                    assert!(lease.state().is_held(), "a lease handed over from thread {i} was not renewed in time");
                 }
             })
         })
@@ -243,10 +244,10 @@ fn a_lease_that_lapsed_while_the_store_refused_is_renewed_back_when_it_answers()
     let store = refusing();
     let lease = hold(&store, Duration::from_millis(600));
     std::thread::sleep(Duration::from_millis(1_200));
-    assert!(!lease.is_held() && !lease.is_lost(), "lapsed, not lost");
+    assert!(!lease.state().is_held() && !lease.state().is_lost(), "lapsed, not lost");
     store.refusing.store(false, Ordering::SeqCst);
     let started = Instant::now();
-    while !lease.is_held() {
+    while !lease.state().is_held() {
         assert!(started.elapsed() < Duration::from_secs(2), "the lapsed lease was renewed back");
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -338,4 +339,25 @@ fn one_failed_renewal_of_the_default_batch_leaves_the_others_renewed() {
         let error = failing.renew_many(&renewals[..1]).await;
         assert!(error.is_err(), "a batch none of whose renewals was answered fails: {error:?}");
     });
+}
+
+#[test]
+fn a_lease_let_go_is_freed_by_its_holder_not_the_keeper() {
+    let key = StorageKey::new(Scope::Global, None, "POST", "/", &IdempotencyKey::parse(b"k").unwrap());
+    let store: Arc<dyn Store> = Arc::new(crate::stores::MemoryStore::new());
+    let lease = Lease::hold(
+        store,
+        key,
+        FencingToken::generate(),
+        Duration::from_secs(30),
+        Duration::from_secs(1),
+        Instant::now(),
+    );
+    let state = Arc::clone(&lease.state);
+    assert_eq!(Arc::strong_count(&state), 3, "the holder, the keeper's list and this test");
+    drop(lease);
+    // The keeper's reference went with the holder's: whoever drops
+    // the last one frees the state, on its own thread.
+    assert_eq!(Arc::strong_count(&state), 1);
+    assert!(state.is_done());
 }

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::keeper;
 use crate::clock::later;
 use crate::scope::StorageKey;
 use crate::store::{FencingToken, Store};
@@ -108,6 +107,11 @@ impl LeaseState {
         self.done.load(Ordering::Acquire)
     }
 
+    /// Its holder is done with it: the keeper leaves it alone.
+    pub(crate) fn finish(&self) {
+        self.done.store(true, Ordering::Release);
+    }
+
     /// Whether the store said the record no longer holds the token.
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire)
@@ -136,70 +140,6 @@ impl LeaseState {
     /// The store said the record no longer holds the token.
     pub(crate) fn lose(&self) {
         self.lost.store(true, Ordering::Release);
-    }
-}
-
-/// The holder's side of a lease: renewed by the process-wide keeper until
-/// dropped.
-pub(crate) struct Lease {
-    state: Arc<LeaseState>,
-    /// Its place among the keeper's leases (none if the keeper stopped).
-    slot: Option<keeper::Slot>,
-}
-
-impl Lease {
-    /// Starts keeping the lease of a claim that was sent at `sent` and won.
-    pub(crate) fn hold(
-        store: Arc<dyn Store>,
-        key: StorageKey,
-        token: FencingToken,
-        lease: Duration,
-        timeout: Duration,
-        sent: Instant,
-    ) -> Self {
-        let state = Arc::new(LeaseState::new(store, key, token, lease, timeout, sent));
-        let slot = keeper::keep(&state);
-        Self { state, slot }
-    }
-
-    /// Whether this process may still act as the key's owner: the lease
-    /// is confirmed live.
-    pub(crate) fn is_held(&self) -> bool {
-        self.state.is_held()
-    }
-
-    /// Whether the store said the record no longer holds the token.
-    pub(crate) fn is_lost(&self) -> bool {
-        self.state.is_lost()
-    }
-
-    /// The moment the lease ends unless a renewal is confirmed first.
-    pub(crate) fn deadline(&self) -> Instant {
-        self.state.deadline()
-    }
-
-    pub(crate) fn store(&self) -> &Arc<dyn Store> {
-        &self.state.store
-    }
-
-    pub(crate) fn key(&self) -> &StorageKey {
-        &self.state.key
-    }
-
-    pub(crate) fn token(&self) -> FencingToken {
-        self.state.token
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.state.done.store(true, Ordering::Release);
-        // Out of the keeper's list here, so that the lease is freed on this
-        // thread, not on the keeper's (which would contend for this
-        // thread's allocator).
-        if let Some(slot) = self.slot.take() {
-            keeper::forget(slot);
-        }
     }
 }
 
@@ -259,26 +199,5 @@ mod tests {
         assert!(!lease.is_held() && lease.is_lost());
         lease.confirm(Instant::now());
         assert!(!lease.is_held(), "a late held answer never brings back a lost lease");
-    }
-
-    #[test]
-    fn a_lease_let_go_is_freed_by_its_holder_not_the_keeper() {
-        let key = StorageKey::new(Scope::Global, None, "POST", "/", &IdempotencyKey::parse(b"k").unwrap());
-        let store: Arc<dyn Store> = Arc::new(crate::stores::MemoryStore::new());
-        let lease = Lease::hold(
-            store,
-            key,
-            FencingToken::generate(),
-            Duration::from_secs(30),
-            Duration::from_secs(1),
-            Instant::now(),
-        );
-        let state = Arc::clone(&lease.state);
-        assert_eq!(Arc::strong_count(&state), 3, "the holder, the keeper's list and this test");
-        drop(lease);
-        // The keeper's reference went with the holder's: whoever drops
-        // the last one frees the state, on its own thread.
-        assert_eq!(Arc::strong_count(&state), 1);
-        assert!(state.is_done());
     }
 }

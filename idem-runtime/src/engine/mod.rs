@@ -3,7 +3,8 @@
 //!
 //! - `lease.rs`: a lease as this process sees it, with a deadline counted
 //!   from when the claim was sent;
-//! - `keeper.rs`: the process-wide keeper thread that renews every lease;
+//! - `keeper.rs`: the process-wide keeper that renews every lease, and
+//!   the holder's handle on one (`keeper::Lease`);
 //! - `drain.rs`: the count of running executions, for graceful shutdown;
 //! - `transaction.rs`: the transactional mode on Postgres, where the work's
 //!   writes and the completion commit together.
@@ -31,7 +32,8 @@ use std::time::{Duration, Instant};
 
 pub use self::drain::Drained;
 pub(crate) use self::drain::{Refused, Running, RunningGuard};
-use self::lease::Lease;
+use self::keeper::Lease;
+use crate::background;
 use crate::clock::later;
 use crate::fingerprint::Fingerprint;
 use crate::observe::{Outcome, store_call, store_call_since};
@@ -150,7 +152,7 @@ fn release_unanswered(store: &Arc<dyn Store>, key: &StorageKey, token: FencingTo
         return;
     }
     let (store, key, lease, timeout) = (Arc::clone(store), key.clone(), terms.lease, terms.timeout);
-    keeper::spawn(async move {
+    background::spawn(async move {
         let end = later(sent, lease);
         // Past this, a store that answers "not held" will not see the claim
         // land later on the same path.
@@ -211,12 +213,12 @@ const FIRST_PAUSE: Duration = Duration::from_millis(50);
 impl Execution {
     /// The key's storage key.
     pub(crate) fn key(&self) -> &StorageKey {
-        self.lease.key()
+        &self.lease.state().key
     }
 
     /// The fencing token of this execution.
     pub(crate) fn token(&self) -> FencingToken {
-        self.lease.token()
+        self.lease.state().token
     }
 
     /// Which execution of the key this is.
@@ -226,13 +228,13 @@ impl Execution {
 
     /// Whether this process owns the key with a confirmed lease.
     pub(crate) fn is_held(&self) -> bool {
-        self.lease.is_held()
+        self.lease.state().is_held()
     }
 
     /// One attempt at storing `response`. `None` when it failed and may be
     /// tried again (see [`Execution::complete`]).
     pub(crate) async fn try_complete(&self, response: &StoredResponse) -> Tried {
-        let store = self.lease.store();
+        let store = &self.lease.state().store;
         let call = store.complete(self.key(), self.token(), response, self.ttl);
         match store_call(store.kind(), "complete", self.timeout, call).await {
             Ok(Fence::Held) => Tried::Done(Outcome::Executed),
@@ -267,7 +269,7 @@ impl Execution {
             // execution's token: taken over, or completed by an attempt that
             // failed in transit (its answer lost, or, with replica
             // acknowledgements, not yet acknowledged). The record tells.
-            if self.lease.is_lost() {
+            if self.lease.state().is_lost() {
                 return self.settle_unknown(record).await;
             }
             let now = Instant::now();
@@ -295,7 +297,7 @@ impl Execution {
     /// One attempt at leaving a tombstone. `None` when it failed and may be
     /// tried again (see [`Execution::release`]).
     pub(crate) async fn try_release(&self) -> Option<Outcome> {
-        let store = self.lease.store();
+        let store = &self.lease.state().store;
         let call = store.release(self.key(), self.token());
         match store_call(store.kind(), "release", self.timeout, call).await {
             Ok(Fence::Held) => Some(Outcome::Executed),
@@ -312,7 +314,7 @@ impl Execution {
             match self.try_release().await {
                 Some(outcome) => return outcome,
                 None if self.is_held() => {
-                    tokio::time::sleep(pause.min(self.lease.deadline().saturating_duration_since(Instant::now())))
+                    tokio::time::sleep(pause.min(self.lease.state().deadline().saturating_duration_since(Instant::now())))
                         .await;
                     pause = (pause * 2).min(self.lease_tenth());
                 }
@@ -337,7 +339,7 @@ impl Execution {
 
     /// Whether an earlier attempt that failed in transit stored `sent`.
     async fn settle_unknown(&self, sent: &StoredResponse) -> Outcome {
-        let store = self.lease.store();
+        let store = &self.lease.state().store;
         match store_call(store.kind(), "get", self.timeout, store.get(self.key())).await {
             Ok(Some(record)) if matches!(&record.state, RecordState::Completed { response, .. } if response == sent) => {
                 Outcome::Executed

@@ -26,7 +26,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Execution, keeper};
+use super::Execution;
+use crate::background;
 use crate::observe::{STORE_LATENCY_METRIC, store_call};
 use crate::record::StoredResponse;
 use crate::store::{Fence, PgTransaction, StoreError, Transactional};
@@ -78,7 +79,7 @@ pub(crate) struct Commit {
 /// claim: one `BEGIN`, awaited at most `timeout`, never cancelled (see the
 /// module's docs).
 pub(crate) async fn begin(store: &dyn Transactional, timeout: Duration) -> Result<PgTransaction, StoreError> {
-    let task = keeper::spawn_joined(store.begin());
+    let task = background::spawn_joined(store.begin());
     let opened = async {
         match task.await {
             Ok(result) => result.map_err(|error| store.error(error)),
@@ -92,7 +93,7 @@ pub(crate) async fn begin(store: &dyn Transactional, timeout: Duration) -> Resul
 /// rollback that fails or times out is left to the server, which rolls back
 /// when the connection goes.
 pub(crate) async fn roll_back(tx: PgTransaction, timeout: Duration) {
-    let rollback = keeper::spawn_joined(async move {
+    let rollback = background::spawn_joined(async move {
         match tokio::time::timeout(timeout, tx.rollback()).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::warn!(%error, "rolling back the handler's transaction failed"),
@@ -120,7 +121,7 @@ pub(crate) enum Plain {
 /// of an aborted transaction answers success (it rolls back), then the
 /// `COMMIT`, on the keeper's runtime.
 pub(crate) async fn commit_plain(tx: PgTransaction, timeout: Duration) -> Plain {
-    let commit = keeper::spawn_joined(async move {
+    let commit = background::spawn_joined(async move {
         let mut tx = tx;
         match tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(&mut *tx)).await {
             Ok(Ok(_)) => {}
@@ -156,7 +157,7 @@ impl Execution {
         tx: PgTransaction,
         response: StoredResponse,
     ) -> Option<Commit> {
-        let task = keeper::spawn_joined(async move {
+        let task = background::spawn_joined(async move {
             let committed = self.commit_here(&*store, tx, &response).await;
             Commit { committed, execution: self, response }
         });
@@ -242,7 +243,7 @@ impl Execution {
     async fn confirmed_within(&self, wait: Duration) -> bool {
         let until = std::time::Instant::now() + wait;
         while !self.is_held() {
-            if self.lease.is_lost() || std::time::Instant::now() >= until {
+            if self.lease.state().is_lost() || std::time::Instant::now() >= until {
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

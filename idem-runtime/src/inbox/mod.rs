@@ -23,7 +23,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::{self, Claimed, Execution, Terms, keeper};
+use crate::background;
+use crate::engine::{self, Claimed, Execution, Terms};
 use crate::fingerprint::{Fingerprint, RequestParts};
 use crate::key::{IdempotencyKey, KeyError};
 use crate::observe::Outcome;
@@ -227,7 +228,7 @@ impl Inbox {
         // caller that stops waiting (a timeout, a shutdown) does not leave
         // a finished work unrecorded.
         let succeeded = result.is_ok();
-        let settled = keeper::spawn_joined(async move {
+        let settled = background::spawn_joined(async move {
             if succeeded {
                 // The record names its execution: a retry that finds it
                 // after a failed attempt knows it is its own.
@@ -272,7 +273,7 @@ impl Inbox {
             Claimed::KeeperStopped => return Err(Err(InboxError::KeeperStopped)),
         };
         if !execution.is_held() {
-            keeper::spawn(async move {
+            background::spawn(async move {
                 let _ = execution.release().await;
             });
             return Err(Err(InboxError::NotRun));

@@ -48,7 +48,7 @@ use tokio::sync::OnceCell;
 
 use super::sql::sql;
 use super::{PostgresStore, interval_micros};
-use crate::engine::keeper;
+use crate::background;
 use crate::store::{Fence, Renewal, StoreError};
 
 /// Connections of the renewal pool: one batch at a time needs one; the
@@ -105,7 +105,7 @@ impl PostgresStore {
             return;
         }
         let store = self.clone();
-        keeper::spawn(async move {
+        background::spawn(async move {
             let pool = store.renewal_pool().await.clone();
             // Together (each prepares the batch statement as it opens);
             // then back to the pool, which keeps them.
