@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::{IDLE_LOOK, LISTS, Shared};
 use super::Lease;
+use super::{IDLE_LOOK, LISTS, Shared};
 use crate::engine::lease::LeaseState;
 use crate::fingerprint::{Fingerprint, RequestParts};
 use crate::key::IdempotencyKey;

@@ -314,8 +314,10 @@ impl Execution {
             match self.try_release().await {
                 Some(outcome) => return outcome,
                 None if self.is_held() => {
-                    tokio::time::sleep(pause.min(self.lease.state().deadline().saturating_duration_since(Instant::now())))
-                        .await;
+                    tokio::time::sleep(
+                        pause.min(self.lease.state().deadline().saturating_duration_since(Instant::now())),
+                    )
+                    .await;
                     pause = (pause * 2).min(self.lease_tenth());
                 }
                 // The lease runs out by itself; the same request may take

@@ -4,6 +4,7 @@
 mod connection;
 mod durability;
 mod error;
+mod groups;
 pub(crate) mod layout;
 mod local;
 mod operations;
@@ -378,6 +379,19 @@ impl RedisStore {
     }
 }
 
+/// The cluster slot of a record key: CRC16 (XMODEM) of its hash tag (the
+/// text between its first `{` and the next `}`, when not empty), else of
+/// the whole key, modulo 16384.
+fn slot_of(key: &str) -> u16 {
+    let tag = key
+        .split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(tag, _)| tag)
+        .filter(|tag| !tag.is_empty())
+        .unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % 16384
+}
+
 #[cfg(test)]
 mod tests {
     use std::net::TcpListener;
@@ -448,5 +462,16 @@ mod tests {
             let shown = format!("{store:?}");
             assert!(shown.contains("redis://:***@127.0.0.1:") && !shown.contains("hunter2"), "{shown}");
         });
+    }
+
+    #[test]
+    fn slots_are_the_clusters() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(slot_of("123456789"), 0x31C3);
+        assert_eq!(slot_of("foo"), 12182);
+        assert_eq!(slot_of("{user1000}.following"), slot_of("user1000"));
+        assert_ne!(slot_of("foo{}{bar}"), slot_of("bar"), "an empty tag: the whole key");
+        assert_eq!(slot_of("foo{{bar}}zap"), slot_of("{bar"));
+        assert_eq!(slot_of("foo{bar}{zap}"), slot_of("bar"));
     }
 }

@@ -18,7 +18,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Instant;
 
-use super::shard::Key;
+use super::Key;
 
 /// Most runs kept besides the heap.
 const MAX_RUNS: usize = 4;

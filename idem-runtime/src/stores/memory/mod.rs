@@ -15,6 +15,9 @@ use crate::store::{Attempt, Claim, Fence, FencingToken, PurgeExpired, Store, Sto
 mod deadlines;
 mod shard;
 
+/// A record's key: the storage key's digest (see `StorageKey::digest`).
+type Key = [u8; 32];
+
 /// An in-process store: the embedded default, for one server process.
 ///
 /// Records live in this process only; use the Redis or Postgres store when

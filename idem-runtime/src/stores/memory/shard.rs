@@ -6,6 +6,7 @@ use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
+use super::Key;
 use super::deadlines::Deadlines;
 use crate::fingerprint::Fingerprint;
 use crate::record::StoredResponse;
@@ -75,9 +76,6 @@ impl Totals {
         self.records.load(Ordering::Acquire)
     }
 }
-
-/// A record's key: the storage key's digest (see `StorageKey::digest`).
-pub(super) type Key = [u8; 32];
 
 /// Hashes a [`Key`] from eight of its bytes, mixed with this map's random
 /// seed: it is a SHA-256 digest already, so hashing all of it again

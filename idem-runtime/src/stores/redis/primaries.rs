@@ -34,10 +34,10 @@ use futures_util::stream::FuturesUnordered;
 use redis::Value;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::RedisStore;
 use super::connection::RedisConnection;
 use super::error::Endpoint;
-use super::renewals::{Answered, gather, within};
+use super::groups::{Answered, gather, within};
+use super::{RedisStore, slot_of};
 use crate::store::{Fence, Renewal, StoreError};
 
 /// The slot map and the connections of a cluster's primaries.
@@ -341,19 +341,6 @@ impl RedisStore {
     }
 }
 
-/// The cluster slot of a record key: CRC16 (XMODEM) of its hash tag (the
-/// text between its first `{` and the next `}`, when not empty), else of
-/// the whole key, modulo 16384.
-pub(super) fn slot_of(key: &str) -> u16 {
-    let tag = key
-        .split_once('{')
-        .and_then(|(_, rest)| rest.split_once('}'))
-        .map(|(tag, _)| tag)
-        .filter(|tag| !tag.is_empty())
-        .unwrap_or(key);
-    crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % 16384
-}
-
 /// Reads a `CLUSTER SLOTS` reply: each range's primary as host:port, where
 /// an empty or null host is the node that answered (`asked`). A range whose
 /// primary's address is unknown (`?`) is left out: its slots have no known
@@ -456,17 +443,6 @@ mod tests {
         // A hostname preferred but none set: `?`, left out.
         let unknown = parse_slots(&Value::Array(vec![range(0, 1, host("?"), 7000), range(2, 3, host("b"), 1)]), "h");
         assert_eq!(unknown.unwrap(), vec![(2, 3, "b:1".to_owned())]);
-    }
-
-    #[test]
-    fn slots_are_the_clusters() {
-        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
-        assert_eq!(slot_of("123456789"), 0x31C3);
-        assert_eq!(slot_of("foo"), 12182);
-        assert_eq!(slot_of("{user1000}.following"), slot_of("user1000"));
-        assert_ne!(slot_of("foo{}{bar}"), slot_of("bar"), "an empty tag: the whole key");
-        assert_eq!(slot_of("foo{{bar}}zap"), slot_of("{bar"));
-        assert_eq!(slot_of("foo{bar}{zap}"), slot_of("bar"));
     }
 
     #[test]

@@ -12,18 +12,18 @@
 //! cluster client may only touch one slot), all sent at once.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis::{RedisError, ServerErrorKind, Value};
 use tokio::sync::OnceCell;
 
-use super::RedisStore;
 use super::connection::{RedisConnection, Source};
-use super::primaries::{Primaries, slot_of};
+use super::groups::{Answered, Redirect, gather, within};
+use super::primaries::Primaries;
 use super::reply;
 use super::scripts::millis;
+use super::{RedisStore, slot_of};
 use crate::store::{Fence, Renewal, StoreError};
 
 /// Where renewals go.
@@ -66,26 +66,6 @@ impl Failed {
     fn other(error: StoreError) -> Self {
         Self { moving: false, error }
     }
-}
-
-/// What one group's pipeline answered.
-pub(super) struct Answered {
-    /// Each renewal's fence ([`Fence::Unknown`] for the redirected).
-    pub(super) fences: Vec<Fence>,
-    /// The renewals answered `MOVED` or `ASK`.
-    pub(super) redirects: Vec<Redirect>,
-    /// The slot map may be out of date (a redirection, `CLUSTERDOWN`).
-    pub(super) remap: bool,
-}
-
-/// A renewal sent elsewhere.
-pub(super) struct Redirect {
-    /// Its place in the group.
-    pub(super) at: usize,
-    /// The node named, host:port.
-    pub(super) node: String,
-    /// `ASK` (once, after `ASKING`) rather than `MOVED`.
-    pub(super) ask: bool,
 }
 
 /// Whether a reply of the pipeline is `NOSCRIPT`.
@@ -300,38 +280,4 @@ impl RedisStore {
     pub(super) fn group_budget(&self) -> Duration {
         self.endpoint.response_timeout.map_or(GROUP_BUDGET, |timeout| timeout / 2)
     }
-}
-
-/// `work`, or a timeout error after `budget`.
-pub(super) async fn within<T>(
-    budget: Duration,
-    work: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    tokio::time::timeout(budget, work).await.unwrap_or(Err(StoreError::Timeout { store: "redis", after: budget }))
-}
-
-/// A batch's fences from its groups' answers: a group that fails (its
-/// shard down, or its replicas late) leaves its own leases unanswered,
-/// never the others'; the batch fails only when every group does.
-pub(super) fn gather(
-    batch: usize,
-    groups: &[Vec<usize>],
-    answered: Vec<Result<Vec<Fence>, StoreError>>,
-) -> Result<Vec<Fence>, StoreError> {
-    if answered.iter().all(Result::is_err) {
-        let error = answered.into_iter().find_map(Result::err);
-        return Err(error.unwrap_or(StoreError::Corrupt { store: "redis", message: "no renewal group".into() }));
-    }
-    let mut fences = vec![Fence::Unknown; batch];
-    for (members, answers) in groups.iter().zip(answered) {
-        match answers {
-            Ok(answers) => {
-                for (&i, fence) in members.iter().zip(answers) {
-                    fences[i] = fence;
-                }
-            }
-            Err(error) => tracing::warn!(%error, leases = members.len(), "a group of renewals failed"),
-        }
-    }
-    Ok(fences)
 }
