@@ -287,3 +287,11 @@ impl fmt::Debug for Idem {
             .finish_non_exhaustive()
     }
 }
+
+/// The configuration registered on the request's `App`, as `Idem` or
+/// `web::Data<Idem>`.
+pub(super) fn config_of(req: &actix_web::HttpRequest) -> Option<&Arc<Config>> {
+    req.app_data::<Idem>()
+        .or_else(|| req.app_data::<actix_web::web::Data<Idem>>().map(|data| data.get_ref()))
+        .map(|idem| &idem.inner)
+}

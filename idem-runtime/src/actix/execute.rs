@@ -1,6 +1,7 @@
-//! Running a claimed request: in the request's own future (moved to a task
-//! of its own if the client leaves), under a lease kept by the process-wide
-//! keeper, ending with a fenced completion or a release.
+//! Running a request: a claimed one in the request's own future (moved to
+//! a task of its own if the client leaves), under a lease kept by the
+//! process-wide keeper, ending as `finish.rs` says; and one without a key
+//! (`required = false`), as if the handler were not annotated.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -8,64 +9,66 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use actix_web::{Handler, HttpRequest, HttpResponse, Responder};
+use actix_web::dev::Payload;
+use actix_web::{FromRequest, HttpMessage, HttpRequest, Responder};
 use futures_util::FutureExt;
 use tracing::Instrument;
 
-use super::capture::{Captured, not_kept, problem_record};
-use super::config::{Config, ServerErrorPolicy};
+use super::IdempotentHandler;
+use super::capture::{REPLAYED, problem_record};
+use super::config::Config;
+use super::context::Annotated;
+use super::finish::{Answer, Claimed, Counted, Ending, call, releases, settle};
 use super::problem::{self, ProblemKind};
-use crate::background;
-use crate::engine::{Execution, Tried};
-use crate::observe::{Outcome, count};
-use crate::record::StoredResponse;
-
-/// A claim this request won.
-pub(crate) struct Claimed {
-    pub(crate) config: Arc<Config>,
-    pub(crate) route: String,
-    pub(crate) execution: Execution,
-}
+use crate::observe::Outcome;
 
 /// Runs the handler in this request's own future, and moves it to a task of
 /// its own if the client hangs up first (which drops this future), so that a
 /// client leaving never cancels it half way; its retry gets the stored
 /// result. Polling in place spares a task, a join handle and two scheduler
 /// round trips per execution.
-pub(crate) async fn execute<F, Args>(claimed: Claimed, req: HttpRequest, handler: F, args: Args) -> HttpResponse
+pub(crate) async fn execute<F, Args>(claimed: Claimed, req: HttpRequest, handler: F, args: Args) -> Answer
 where
-    F: Handler<Args>,
-    F::Output: Responder + 'static,
+    F: IdempotentHandler<Args>,
     Args: 'static,
 {
-    Detached { work: Some(Box::pin(run(claimed, req, handler, args).instrument(tracing::Span::current()))) }.await
+    let route = claimed.route.clone();
+    let work = run(claimed, req, handler, args).instrument(tracing::Span::current());
+    Detached { route, work: Some(Box::pin(work)) }.await
 }
 
 /// An execution polled by the request's future until that future is
 /// dropped; then spawned, to finish on its own.
 struct Detached {
-    work: Option<Pin<Box<dyn Future<Output = HttpResponse>>>>,
+    /// Its route, to count it by if it finishes on its own.
+    route: String,
+    work: Option<Pin<Box<dyn Future<Output = Answer>>>>,
+}
+
+/// What a request interrupted outside its handler is answered.
+fn interrupted() -> Answer {
+    (problem::response(ProblemKind::HandlerPanicked, "the request was interrupted"), Counted::Not)
 }
 
 impl Future for Detached {
-    type Output = HttpResponse;
+    type Output = Answer;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<HttpResponse> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
         let Some(work) = self.work.as_mut() else {
-            return Poll::Ready(problem::response(ProblemKind::HandlerPanicked, "the request was interrupted"));
+            return Poll::Ready(interrupted());
         };
         // The handler's own panics are caught and stored inside `run`; one
         // outside it must not take the worker down either.
         match std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(response)) => {
+            Ok(Poll::Ready(answer)) => {
                 self.work = None;
-                Poll::Ready(response)
+                Poll::Ready(answer)
             }
             Err(_) => {
                 self.work = None;
                 tracing::error!("the idempotent execution panicked outside the handler");
-                Poll::Ready(problem::response(ProblemKind::HandlerPanicked, "the request was interrupted"))
+                Poll::Ready(interrupted())
             }
         }
     }
@@ -84,10 +87,15 @@ impl Drop for Detached {
             return;
         }
         // The client left while the handler runs: it finishes on the
-        // worker's task set, and completes or releases as usual.
+        // worker's task set, completes or releases as usual, and the
+        // request ends (and is counted) there.
+        let route = std::mem::take(&mut self.route);
         let finish = async move {
-            if AssertUnwindSafe(work).catch_unwind().await.is_err() {
-                tracing::error!("the idempotent execution panicked outside the handler after its client left");
+            match AssertUnwindSafe(work).catch_unwind().await {
+                Ok((_, counted)) => counted.tally(&route),
+                Err(_) => {
+                    tracing::error!("the idempotent execution panicked outside the handler after its client left")
+                }
             }
         };
         // Outside a task set (a plain Tokio runtime) there is nowhere to
@@ -102,10 +110,9 @@ impl Drop for Detached {
 const PANICKED: &str = "the request handler failed unexpectedly; it may have had effects, \
                         so it will not run again for this key";
 
-async fn run<F, Args>(claimed: Claimed, req: HttpRequest, handler: F, args: Args) -> HttpResponse
+async fn run<F, Args>(claimed: Claimed, req: HttpRequest, handler: F, args: Args) -> Answer
 where
-    F: Handler<Args>,
-    F::Output: Responder + 'static,
+    F: IdempotentHandler<Args>,
     Args: 'static,
 {
     let Claimed { config, route, execution } = claimed;
@@ -115,100 +122,56 @@ where
         tracing::error!("the lease ran out before the handler could start; not running it");
         // A tombstone, if the store still holds the claim: the retry may run.
         let _ = execution.try_release().await;
-        count(&route, Outcome::StoreError);
         let detail = "the idempotency store answered too slowly to hold this key; the request was not processed, \
                       retry later";
-        return problem::retry_after(ProblemKind::StoreUnavailable, detail, std::time::Duration::from_secs(1));
+        let response = problem::retry_after(ProblemKind::StoreUnavailable, detail, std::time::Duration::from_secs(1));
+        return (response, Counted::Now(Outcome::StoreError));
     }
     #[cfg(feature = "postgres")]
-    if let Some(pending) = super::transaction::PendingTx::take(&req) {
+    if let Some(pending) = super::tx_extractor::PendingTx::take(&req) {
         let claimed = Claimed { config, route, execution };
-        return super::transactional::run(claimed, pending, req, handler, args).await;
+        return super::run_in_tx::run(claimed, pending, req, handler, args).await;
     }
     let Ok(captured) = call(handler, args, &req, config.response_limit).await else {
         // Whatever the 5xx policy: a panic says nothing about what the
         // handler had done by then.
         let stored = problem_record(ProblemKind::HandlerPanicked, PANICKED);
-        settle(route, execution, Ending::Complete(stored)).await;
-        return problem::response(ProblemKind::HandlerPanicked, PANICKED);
+        let counted = settle(&route, execution, Ending::Complete(stored)).await;
+        return (problem::response(ProblemKind::HandlerPanicked, PANICKED), counted);
     };
     let ending =
         if releases(&captured, &config) { Ending::Release } else { Ending::Complete(captured.to_stored(&config)) };
-    settle(route, execution, ending).await;
-    captured.into_response()
+    let counted = settle(&route, execution, ending).await;
+    (captured.into_response(), counted)
 }
 
-/// The handler panicked.
-pub(super) struct Panicked;
-
-/// Calls the handler and captures its response, its body read up to
-/// `limit`; a panic is caught and logged.
-pub(super) async fn call<F, Args>(handler: F, args: Args, req: &HttpRequest, limit: usize) -> Result<Captured, Panicked>
+/// `required = false` and no key: the handler runs as if not annotated
+/// (a `Tx` it takes is committed when it returns, unless its response is
+/// retryable). Not counted: only requests with a key are.
+pub(super) async fn run_without_key<F, Args>(
+    config: Arc<Config>,
+    req: HttpRequest,
+    mut payload: Payload,
+    handler: F,
+) -> Answer
 where
-    F: Handler<Args>,
-    F::Output: Responder + 'static,
-    Args: 'static,
+    F: IdempotentHandler<Args>,
+    Args: FromRequest + 'static,
 {
-    let work = async {
-        let response = handler.call(args).await.respond_to(req).map_into_boxed_body();
-        Captured::collect(response, limit).await
+    req.extensions_mut().insert(Annotated::Keyless);
+    let args = match Args::from_request(&req, &mut payload).await {
+        Ok(args) => args,
+        Err(error) => return (error.into().error_response(), Counted::Not),
     };
-    AssertUnwindSafe(work).catch_unwind().await.map_err(|_| {
-        tracing::error!("the idempotent handler panicked");
-        Panicked
-    })
-}
-
-/// Whether `captured` says that nothing happened: marked retryable, or a
-/// plain 5xx under [`ServerErrorPolicy::Release`].
-pub(super) fn releases(captured: &Captured, config: &Config) -> bool {
-    captured.is_marked_retryable()
-        || (config.server_errors == ServerErrorPolicy::Release && captured.is_plain_server_error())
-}
-
-/// How an execution ends.
-pub(super) enum Ending {
-    /// Keep this response for replay.
-    Complete(StoredResponse),
-    /// Nothing happened: leave a tombstone.
-    Release,
-}
-
-/// Ends the execution: one attempt now, and if that fails, more in the
-/// background for as long as the lease holds, while the response goes to
-/// the client. The request is counted once, when that is settled.
-pub(super) async fn settle(route: String, execution: Execution, ending: Ending) {
-    let processed = || {
-        not_kept(
-            "the request was processed, but the store refused to keep its response; \
-             it will not run again for this key",
-        )
-    };
-    let first = match &ending {
-        Ending::Complete(stored) => match execution.try_complete(stored).await {
-            Tried::Done(outcome) => Ok(outcome),
-            // Refused for good: the small record goes in its place at once.
-            Tried::Refused => match execution.try_complete(&processed()).await {
-                Tried::Done(outcome) => Ok(outcome),
-                _ => Err(Tried::Refused),
-            },
-            Tried::Failed => Err(Tried::Failed),
-        },
-        Ending::Release => execution.try_release().await.ok_or(Tried::Failed),
-    };
-    let first = match first {
-        Ok(outcome) => return count(&route, outcome),
-        Err(first) => first,
-    };
-    let span = tracing::Span::current();
-    let rest = async move {
-        let outcome = match ending {
-            Ending::Complete(stored) => execution.complete(first, &stored, &processed()).await,
-            Ending::Release => execution.release().await,
-        };
-        count(&route, outcome);
-    };
-    // On the keeper's runtime: the worker that ran the handler may stop
-    // before the store is back; the drain still waits for this.
-    background::spawn(rest.instrument(span));
+    #[cfg(feature = "postgres")]
+    if let Some(pending) = super::tx_extractor::PendingTx::take(&req) {
+        let response = super::run_in_tx::run_without_key(&config, pending, req, handler, args).await;
+        return (response, Counted::Not);
+    }
+    #[cfg(not(feature = "postgres"))]
+    let _ = config;
+    let mut response = handler.call(args).await.respond_to(&req).map_into_boxed_body();
+    // The header belongs to the runtime, with or without a key.
+    response.headers_mut().remove(REPLAYED);
+    (response, Counted::Not)
 }

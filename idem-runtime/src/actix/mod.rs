@@ -31,16 +31,17 @@ mod config;
 mod context;
 mod entry;
 mod execute;
+mod finish;
 mod key_source;
 mod options;
 pub(crate) mod problem;
 mod retryable;
 mod route;
+#[cfg(feature = "postgres")]
+mod run_in_tx;
 mod shutdown;
 #[cfg(feature = "postgres")]
-mod transaction;
-#[cfg(feature = "postgres")]
-mod transactional;
+mod tx_extractor;
 
 pub use capture::REPLAYED_HEADER;
 pub use config::{Idem, ServerErrorPolicy};
@@ -48,5 +49,17 @@ pub use context::ExecutionContext;
 pub use entry::handle;
 pub use options::{InFlight, KeySource, RouteOptions};
 pub use retryable::{MarkRetryable, Retryable};
+
+/// A handler `#[idempotent]` wraps: an actix-web handler whose output is a
+/// responder. Named once here for every function that runs one.
+#[doc(hidden)]
+pub trait IdempotentHandler<Args>: actix_web::Handler<Args, Output: actix_web::Responder + 'static> {}
+
+impl<F, Args> IdempotentHandler<Args> for F
+where
+    F: actix_web::Handler<Args>,
+    F::Output: actix_web::Responder + 'static,
+{
+}
 #[cfg(feature = "postgres")]
-pub use transaction::Tx;
+pub use tx_extractor::Tx;

@@ -6,8 +6,8 @@
 //! - `keeper.rs`: the process-wide keeper that renews every lease, and
 //!   the holder's handle on one (`keeper::Lease`);
 //! - `drain.rs`: the count of running executions, for graceful shutdown;
-//! - `transaction.rs`: the transactional mode on Postgres, where the work's
-//!   writes and the completion commit together.
+//! - `tx_commit.rs`: the transactional mode, where the work's writes and
+//!   the completion commit together in one transaction.
 //!
 //! An [`Execution`] is a claim this process won. It ends in exactly one of
 //! two ways: [`Execution::complete`] (the response is kept, fenced) or
@@ -25,7 +25,9 @@ mod drain;
 pub(crate) mod keeper;
 mod lease;
 #[cfg(feature = "postgres")]
-pub(crate) mod transaction;
+pub(crate) mod tx_commit;
+#[cfg_attr(not(feature = "actix"), allow(dead_code, unused_imports))]
+mod waiting;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +35,8 @@ use std::time::{Duration, Instant};
 pub use self::drain::Drained;
 pub(crate) use self::drain::{Refused, Running, RunningGuard};
 use self::keeper::Lease;
+#[cfg(feature = "actix")]
+pub(crate) use self::waiting::claim_until;
 use crate::background;
 use crate::clock::later;
 use crate::fingerprint::Fingerprint;

@@ -33,7 +33,7 @@ use crate::scope::{Scope, StorageKey};
 use crate::store::{Attempt, Claim, FencingToken, Store, StoreError};
 
 #[cfg(feature = "postgres")]
-mod transactional;
+mod in_tx;
 
 /// The method the storage keys of messages are made with: no HTTP request
 /// can have it, so a message id never meets an HTTP key.

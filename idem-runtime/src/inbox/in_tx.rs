@@ -5,7 +5,7 @@ use sqlx::PgConnection;
 
 use super::{Delivery, Inbox, InboxError, MessageContext, processed};
 use crate::background;
-use crate::engine::transaction::{Commit, Committed, begin, roll_back};
+use crate::engine::tx_commit::{Commit, Committed, begin, roll_back};
 
 impl Inbox {
     /// Like [`Inbox::process`], on a `PostgresStore`, with the work's writes

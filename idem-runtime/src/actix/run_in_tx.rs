@@ -1,20 +1,21 @@
-//! Running a claimed request whose handler takes a [`Tx`](super::transaction::Tx):
+//! Running a request whose handler takes a [`Tx`](super::tx_extractor::Tx):
 //! its writes and the fenced completion commit together (§8 of the
-//! behaviour contract). The table on [`Tx`](super::transaction::Tx) lists
+//! behaviour contract). The table on [`Tx`](super::tx_extractor::Tx) lists
 //! every ending.
 
 use std::time::Duration;
 
-use actix_web::{Handler, HttpRequest, HttpResponse, Responder};
+use actix_web::{HttpRequest, HttpResponse, Responder};
 
+use super::IdempotentHandler;
 use super::capture::REPLAYED;
 use super::config::Config;
-use super::execute::{Claimed, Ending, call, releases, settle};
+use super::finish::{Answer, Claimed, Counted, Ending, call, releases, settle};
 use super::problem::{self, ProblemKind};
 use super::retryable::MarkRetryable;
-use super::transaction::{PendingTx, transactional};
-use crate::engine::transaction::{Commit, Committed, Plain, begin, commit_plain, roll_back};
-use crate::observe::{Outcome, count};
+use super::tx_extractor::{PendingTx, transactional};
+use crate::engine::tx_commit::{Commit, Committed, Plain, begin, commit_plain, roll_back};
+use crate::observe::Outcome;
 use crate::store::PgTransaction;
 
 /// What a client is told when the transaction's outcome is not known.
@@ -29,27 +30,29 @@ pub(super) async fn run<F, Args>(
     req: HttpRequest,
     handler: F,
     args: Args,
-) -> HttpResponse
+) -> Answer
 where
-    F: Handler<Args>,
-    F::Output: Responder + 'static,
+    F: IdempotentHandler<Args>,
     Args: 'static,
 {
     let Claimed { config, route, execution } = claimed;
     // The extractor checked the store; the configuration is shared, so it
     // is the same store.
     let Some(store) = transactional(&config).cloned() else {
-        settle(route, execution, Ending::Release).await;
-        return problem::response(ProblemKind::NotConfigured, "the transactional mode needs a PostgresStore");
+        let counted = settle(&route, execution, Ending::Release).await;
+        return (
+            problem::response(ProblemKind::NotConfigured, "the transactional mode needs a PostgresStore"),
+            counted,
+        );
     };
     let tx = match begin(&*store, config.store_timeout).await {
         Ok(tx) => tx,
         Err(error) => {
             tracing::error!(%error, "could not open the handler's transaction; releasing the claim");
             let _ = execution.try_release().await;
-            count(&route, Outcome::StoreError);
             let detail = "the idempotency store is unavailable; the request was not processed, retry later";
-            return problem::retry_after(ProblemKind::StoreUnavailable, detail, Duration::from_secs(1));
+            let response = problem::retry_after(ProblemKind::StoreUnavailable, detail, Duration::from_secs(1));
+            return (response, Counted::Now(Outcome::StoreError));
         }
     };
     let lent = pending.lend(tx);
@@ -59,73 +62,71 @@ where
         (Ok(captured), Some(tx)) => (captured, tx),
         (Err(_), tx) => {
             rolled_back(tx, &config).await;
-            settle(route, execution, Ending::Release).await;
+            let counted = settle(&route, execution, Ending::Release).await;
             let detail = "the request handler failed unexpectedly; its transaction was rolled back and nothing was \
                           kept, so a retry runs it again";
-            return problem::response(ProblemKind::HandlerPanicked, detail);
+            return (problem::response(ProblemKind::HandlerPanicked, detail), counted);
         }
         (Ok(_), None) => {
             tracing::error!("the handler kept its idem_runtime::Tx past its return; nothing is committed");
-            settle(route, execution, Ending::Release).await;
+            let counted = settle(&route, execution, Ending::Release).await;
             let detail = "the request handler kept its transaction past its return, so it was never committed; \
                           nothing was kept";
-            return problem::response(ProblemKind::TransactionFailed, detail);
+            return (problem::response(ProblemKind::TransactionFailed, detail), counted);
         }
     };
     if releases(&captured, &config) {
         rolled_back(Some(tx), &config).await;
-        settle(route, execution, Ending::Release).await;
-        return captured.into_response();
+        let counted = settle(&route, execution, Ending::Release).await;
+        return (captured.into_response(), counted);
     }
     let stored = captured.to_stored(&config);
     let Some(Commit { committed, execution, response: stored }) = execution.commit(store, tx, stored).await else {
-        count(&route, Outcome::StoreError);
-        return problem::retry_after(ProblemKind::StoreUnavailable, UNKNOWN, Duration::from_secs(1));
+        let response = problem::retry_after(ProblemKind::StoreUnavailable, UNKNOWN, Duration::from_secs(1));
+        return (response, Counted::Now(Outcome::StoreError));
     };
     match committed {
-        Committed::Done => {
-            count(&route, Outcome::Executed);
-            captured.into_response()
-        }
+        Committed::Done => (captured.into_response(), Counted::Now(Outcome::Executed)),
         Committed::LeaseLost => {
             // Rolled back: if the key is still ours after all (only our
             // clock said the lease ran out), a tombstone lets the retry run.
             let _ = execution.try_release().await;
-            count(&route, Outcome::LeaseLost);
             let detail = "this request's lease was lost while it ran, so its transaction was rolled back and \
                           nothing was kept; retry to get the key's outcome";
-            problem::retry_after(ProblemKind::LeaseLost, detail, Duration::from_secs(1))
+            let response = problem::retry_after(ProblemKind::LeaseLost, detail, Duration::from_secs(1));
+            (response, Counted::Now(Outcome::LeaseLost))
         }
         // The handler's own writes are gone. A failure it answered is kept
         // like any failure (it may have had effects outside Postgres); a
         // success over an aborted transaction would be a lie.
         Committed::Aborted if captured.is_failure() => {
-            settle(route, execution, Ending::Complete(stored)).await;
-            captured.into_response()
+            let counted = settle(&route, execution, Ending::Complete(stored)).await;
+            (captured.into_response(), counted)
         }
         Committed::Aborted => {
             tracing::error!("the handler answered a success, but a statement of its transaction had failed");
-            settle(route, execution, Ending::Release).await;
+            let counted = settle(&route, execution, Ending::Release).await;
             let detail = "a statement of the request's transaction failed, so nothing was committed";
-            problem::response(ProblemKind::TransactionFailed, detail)
+            (problem::response(ProblemKind::TransactionFailed, detail), counted)
         }
         Committed::RolledBack { transient } => {
-            settle(route, execution, Ending::Release).await;
-            if transient {
+            let counted = settle(&route, execution, Ending::Release).await;
+            let response = if transient {
                 let detail = "the request's transaction could not be committed (a conflict with another \
                               transaction); nothing was kept, retry";
                 problem::retry_after(ProblemKind::StoreUnavailable, detail, Duration::from_secs(1))
             } else {
                 let detail = "the database refused to commit the request's transaction; nothing was kept";
                 problem::response(ProblemKind::TransactionFailed, detail)
-            }
+            };
+            (response, counted)
         }
         Committed::Unknown => {
             // Rolled back for sure if the claim is still ours to release;
             // otherwise the commit went through, and the retry replays it.
             let _ = execution.try_release().await;
-            count(&route, Outcome::StoreError);
-            problem::retry_after(ProblemKind::StoreUnavailable, UNKNOWN, Duration::from_secs(1))
+            let response = problem::retry_after(ProblemKind::StoreUnavailable, UNKNOWN, Duration::from_secs(1));
+            (response, Counted::Now(Outcome::StoreError))
         }
     }
 }
@@ -141,8 +142,7 @@ pub(super) async fn run_without_key<F, Args>(
     args: Args,
 ) -> HttpResponse
 where
-    F: Handler<Args>,
-    F::Output: Responder + 'static,
+    F: IdempotentHandler<Args>,
 {
     let unavailable = || {
         let detail = "the database is unavailable; the request was not processed, retry later";

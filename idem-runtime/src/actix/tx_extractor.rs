@@ -21,8 +21,8 @@ use parking_lot::Mutex;
 use sqlx::PgConnection;
 
 use super::config::Config;
+use super::config::config_of;
 use super::context::{Annotated, annotated};
-use super::entry::config_of;
 use super::problem::{ProblemError, ProblemKind};
 use crate::store::{PgTransaction, Transactional};
 

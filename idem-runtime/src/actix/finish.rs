@@ -1,0 +1,130 @@
+//! How every run of a claimed request ends, plain or transactional: the
+//! handler called and its response captured, the choice between keeping
+//! that response and releasing the claim, and the fenced completion or
+//! release itself; and how the request is counted.
+
+use std::panic::AssertUnwindSafe;
+
+use std::sync::Arc;
+
+use actix_web::{HttpRequest, HttpResponse, Responder};
+use futures_util::FutureExt;
+use tracing::Instrument;
+
+use super::IdempotentHandler;
+use super::capture::{Captured, not_kept};
+use super::config::{Config, ServerErrorPolicy};
+use crate::background;
+use crate::engine::{Execution, Tried};
+use crate::observe::{Outcome, count};
+use crate::record::StoredResponse;
+
+/// A claim this request won.
+pub(crate) struct Claimed {
+    pub(crate) config: Arc<Config>,
+    pub(crate) route: String,
+    pub(crate) execution: Execution,
+}
+
+/// What a run answers: the response, and how the request is counted.
+pub(super) type Answer = (HttpResponse, Counted);
+
+/// How a request is counted (`idem_requests_total`): once, with its
+/// outcome, where it ends; or by the completion that goes on in the
+/// background, when that lands.
+#[must_use]
+pub(super) enum Counted {
+    /// With this outcome, now.
+    Now(Outcome),
+    /// By the completion still under way in the background.
+    InBackground,
+    /// Not at all: a request without a key, or one interrupted outside its
+    /// handler.
+    Not,
+}
+
+impl Counted {
+    /// Counts the request of `route` if it is to be counted now.
+    pub(super) fn tally(self, route: &str) {
+        if let Self::Now(outcome) = self {
+            count(route, outcome);
+        }
+    }
+}
+
+/// The handler panicked.
+pub(super) struct Panicked;
+
+/// Calls the handler and captures its response, its body read up to
+/// `limit`; a panic is caught and logged.
+pub(super) async fn call<F, Args>(handler: F, args: Args, req: &HttpRequest, limit: usize) -> Result<Captured, Panicked>
+where
+    F: IdempotentHandler<Args>,
+    Args: 'static,
+{
+    let work = async {
+        let response = handler.call(args).await.respond_to(req).map_into_boxed_body();
+        Captured::collect(response, limit).await
+    };
+    AssertUnwindSafe(work).catch_unwind().await.map_err(|_| {
+        tracing::error!("the idempotent handler panicked");
+        Panicked
+    })
+}
+
+/// Whether `captured` says that nothing happened: marked retryable, or a
+/// plain 5xx under [`ServerErrorPolicy::Release`].
+pub(super) fn releases(captured: &Captured, config: &Config) -> bool {
+    captured.is_marked_retryable()
+        || (config.server_errors == ServerErrorPolicy::Release && captured.is_plain_server_error())
+}
+
+/// How an execution ends.
+pub(super) enum Ending {
+    /// Keep this response for replay.
+    Complete(StoredResponse),
+    /// Nothing happened: leave a tombstone.
+    Release,
+}
+
+/// Ends the execution: one attempt now, and if that fails, more in the
+/// background for as long as the lease holds, while the response goes to
+/// the client. The request is counted when that is settled: now, or in
+/// the background.
+pub(super) async fn settle(route: &str, execution: Execution, ending: Ending) -> Counted {
+    let processed = || {
+        not_kept(
+            "the request was processed, but the store refused to keep its response; \
+             it will not run again for this key",
+        )
+    };
+    let first = match &ending {
+        Ending::Complete(stored) => match execution.try_complete(stored).await {
+            Tried::Done(outcome) => Ok(outcome),
+            // Refused for good: the small record goes in its place at once.
+            Tried::Refused => match execution.try_complete(&processed()).await {
+                Tried::Done(outcome) => Ok(outcome),
+                _ => Err(Tried::Refused),
+            },
+            Tried::Failed => Err(Tried::Failed),
+        },
+        Ending::Release => execution.try_release().await.ok_or(Tried::Failed),
+    };
+    let first = match first {
+        Ok(outcome) => return Counted::Now(outcome),
+        Err(first) => first,
+    };
+    let route = route.to_owned();
+    let span = tracing::Span::current();
+    let rest = async move {
+        let outcome = match ending {
+            Ending::Complete(stored) => execution.complete(first, &stored, &processed()).await,
+            Ending::Release => execution.release().await,
+        };
+        count(&route, outcome);
+    };
+    // On the keeper's runtime: the worker that ran the handler may stop
+    // before the store is back; the drain still waits for this.
+    background::spawn(rest.instrument(span));
+    Counted::InBackground
+}
