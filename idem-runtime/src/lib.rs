@@ -126,6 +126,9 @@ mod scope;
 pub mod store;
 mod stores;
 mod sweeper;
+
+#[cfg(test)]
+mod import_circles_tests;
 mod token;
 
 #[cfg(all(feature = "actix", feature = "postgres"))]

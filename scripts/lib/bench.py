@@ -1,5 +1,5 @@
 """The measuring half of scripts/bench: drives bench-server with wrk, mode
-by mode, round by round, and prints the table, the ratios of SPEC 12, the
+by mode, round by round, and prints the table, the ratios of §12 of the contract, the
 store round trips per request and the server's CPU time per request.
 
 Round trips are counted in a separate, sequential pass per mode and path
@@ -283,7 +283,7 @@ def main():
         rounds = [m["rate"] / a["rate"] for m, a in zip(results[(mode, path)], results[(anchor, path)])]
         return f"{min(rounds):.2f}–{max(rounds):.2f}"
 
-    print("| ratio (SPEC 12) | replays | first executions | target |")
+    print("| ratio (§12 of the contract) | replays | first executions | target |")
     print("|---|---:|---:|---:|")
     met = True
     for mode, anchor, target in RATIOS:
@@ -311,10 +311,10 @@ def main():
 
     informational("cost of replica acknowledgements (WAIT 1)", [("redis-acks", "redis")])
     informational(
-        "the floor of an in-process layer (not SPEC 12)", [("least", "bare"), ("floor", "bare"), ("memory", "floor")]
+        "the floor of an in-process layer (not §12 of the contract)", [("least", "bare"), ("floor", "bare"), ("memory", "floor")]
     )
     informational(
-        "the anchor on a connection per worker (not SPEC 12)",
+        "the anchor on a connection per worker (not §12 of the contract)",
         [("hand-redis-per-worker", "hand-redis"), ("redis", "hand-redis-per-worker")],
     )
     print()

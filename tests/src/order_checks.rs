@@ -199,7 +199,7 @@ pub async fn kill_during_payment(service: &mut OrderService) {
     assert_eq!((replay.replayed.as_deref(), &replay.body), (Some("true"), &executed.body));
 }
 
-/// The provider's test amounts (SPEC 13): 402 declined (no charge, stored),
+/// The provider's test amounts (§13 of the contract): 402 declined (no charge, stored),
 /// 503 unavailable before charging (no charge, retryable: the same request
 /// runs again, another one with the key gets 422), 504 timed out after
 /// charging (one charge, stored, never charged again).

@@ -1,7 +1,7 @@
 //! The order service's events on Redis, on one server or a Redis Cluster:
 //! its outbox stream as the notifiers' group reads it, and the list of the
 //! orders the notifiers notified. The names are those of
-//! `order_notifier::event` and `order_notifier::outlet` (SPEC 13), with the
+//! `order_notifier::event` and `order_notifier::outlet` (§13 of the contract), with the
 //! hash tags that keep each multi-key script in one cluster slot.
 
 use idem_runtime::outbox::RedisOutbox;

@@ -1,5 +1,5 @@
 //! Black-box checks of the order service's webhook (`POST
-//! /webhooks/provider`, SPEC 13): deliveries signed here with the service's
+//! /webhooks/provider`, §13 of the contract): deliveries signed here with the service's
 //! default secret, independently of the service's own code.
 
 use std::time::{SystemTime, UNIX_EPOCH};

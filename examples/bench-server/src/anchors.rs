@@ -72,7 +72,7 @@ fn replayed(body: Vec<u8>) -> HttpResponse {
 }
 
 /// By hand on Redis: `EVALSHA` claim, then `SET` of the response, on one
-/// connection shared by every worker (the anchor of SPEC 12).
+/// connection shared by every worker (the anchor of §12 of the contract).
 #[post("/redis/orders")]
 pub async fn by_hand_on_redis(req: HttpRequest, body: web::Bytes, anchors: web::Data<Anchors>) -> HttpResponse {
     let redis = anchors.redis.clone();
@@ -80,7 +80,7 @@ pub async fn by_hand_on_redis(req: HttpRequest, body: web::Bytes, anchors: web::
 }
 
 /// The same, on a connection of each worker's own, opened on its first
-/// request (what the store does): not an anchor of SPEC 12, a measure of
+/// request (what the store does): not an anchor of §12 of the contract, a measure of
 /// what the shared connection costs.
 #[post("/redis-per-worker/orders")]
 pub async fn by_hand_on_redis_per_worker(

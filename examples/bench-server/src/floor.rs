@@ -1,13 +1,13 @@
-//! The floor (informational, not an anchor of SPEC 12): about the least an
-//! in-process idempotency layer can do per request and still do what SPEC
-//! 4 asks of every request, written by hand around the same handler.
+//! The floor (informational, not an anchor of §12 of the contract): about the least an
+//! in-process idempotency layer can do per request and still do what §4 of the
+//! contract asks of every request, written by hand around the same handler.
 //!
 //! It reads the key with the runtime's own key rules
 //! ([`IdempotencyKey::parse`]: an sf-string or a token, 1 to 255 visible
 //! characters), buffers the body, fingerprints the request with the
 //! runtime's own [`Fingerprint::of`] (canonical JSON and SHA-256), runs the
 //! handler's own extractor (`Json<NewOrder>`) over the buffered body before
-//! the claim, on a replay too (SPEC 4 orders step 5 before step 6), claims
+//! the claim, on a replay too (§4 of the contract orders step 5 before step 6), claims
 //! the key in one map shared by the workers (one lock), runs the handler
 //! and keeps its status, content type and body. A replay with the same
 //! fingerprint gets them, another request 422, a duplicate in flight 409.
@@ -16,7 +16,7 @@
 //! lease, no fencing token, no expiry, no bound, no task that outlives the
 //! client, no other headers, no `Content-Encoding` check, no metrics. What
 //! `/memory` costs beyond it is what the runtime's other promises cost (and
-//! any waste); what it costs against `/bare` no implementation of SPEC 4
+//! any waste); what it costs against `/bare` no implementation of §4 of the contract
 //! can avoid.
 
 use std::collections::HashMap;
@@ -142,7 +142,7 @@ mod tests {
         assert_eq!(first.status(), StatusCode::CREATED);
         assert!(first.headers().get("idempotent-replayed").is_none());
         let created = test::read_body(first).await;
-        // Re-serialized with other whitespace: the same request (SPEC 4).
+        // Re-serialized with other whitespace: the same request (§4 of the contract).
         let again = test::call_service(
             &app,
             send(r#"{ "lines": [], "currency": "EUR", "amount_cents": 1, "customer_id": "c" }"#),

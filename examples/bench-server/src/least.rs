@@ -1,9 +1,9 @@
-//! The least (informational, not an anchor of SPEC 12): less than any
+//! The least (informational, not an anchor of §12 of the contract): less than any
 //! idempotency layer that keeps records can do per request, written by hand
 //! around the same handler, to show how far from the bare handler the
 //! cheapest conceivable layer lands on this machine.
 //!
-//! It does less than SPEC 4 asks, in every step:
+//! It does less than §4 of the contract asks, in every step:
 //! - the key is the header's bytes as they are (no sf-string or token
 //!   rules, no length check, no scope);
 //! - the body is the request's one chunk, not a copy (as the runtime's own

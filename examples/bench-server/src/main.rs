@@ -7,9 +7,9 @@
 //! | `/memory`, `/redis`, `/postgres` | the handler under `#[idempotent]` on that store |
 //! | `/redis-acks` | the same on Redis with replica acknowledgements (`WAIT 1`; the server needs a replica) |
 //! | `/hand/redis`, `/hand/postgres` | the anchors: the handler made idempotent by hand, with the least code a careful engineer would write and the same round trips (1 for a replay, 2 for a first execution), without fencing, fingerprints or leases |
-//! | `/floor` | the least an in-process layer doing SPEC 4's per-request work can do (see `floor`); not an anchor of SPEC 12 |
-//! | `/least` | less than any layer that keeps records can do, below SPEC 4 in every step (see `least`); not an anchor of SPEC 12 |
-//! | `/hand/redis-per-worker` | the Redis anchor on a connection of each worker's own (as the store has), to show what one shared connection costs; not an anchor of SPEC 12 |
+//! | `/floor` | the least an in-process layer doing §4's per-request work can do (see `floor`); not an anchor of §12 of the contract |
+//! | `/least` | less than any layer that keeps records can do, below §4 of the contract in every step (see `least`); not an anchor of §12 of the contract |
+//! | `/hand/redis-per-worker` | the Redis anchor on a connection of each worker's own (as the store has), to show what one shared connection costs; not an anchor of §12 of the contract |
 //!
 //! Every path ends in `/orders` and takes `POST` with an `Idempotency-Key`.
 

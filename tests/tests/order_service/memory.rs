@@ -55,7 +55,7 @@ async fn crash_knobs_abort_the_process_on_the_memory_store() {
     service.assert_aborts(Duration::from_secs(10)).await;
 }
 
-/// SPEC 11: `order-client` through a proxy that loses 30 % of the
+/// §11 of the contract: `order-client` through a proxy that loses 30 % of the
 /// responses: one order and one charge per intent; a client with a key per
 /// attempt duplicates.
 #[actix_web::test]

@@ -124,7 +124,7 @@ async fn every_order_on_postgres_is_notified_exactly_once() {
     assert_eq!(rows as u64, stats(&service).await.0);
 }
 
-/// SPEC 11: `order-client` through a proxy that loses 30 % of the
+/// §11 of the contract: `order-client` through a proxy that loses 30 % of the
 /// responses, on Postgres: one order and one charge per intent.
 #[actix_web::test]
 async fn the_retrying_client_through_a_lossy_network_on_postgres() {

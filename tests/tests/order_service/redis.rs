@@ -112,7 +112,7 @@ impl Monitor {
     }
 }
 
-/// SPEC 12 and issue 13: a first execution of `POST /orders` on Redis is
+/// §12 of the contract: a first execution of `POST /orders` on Redis is
 /// three round trips in all (claim, the order's insert, completion), the
 /// very first one included; a replay is one.
 #[actix_web::test]
@@ -155,7 +155,7 @@ async fn every_order_on_redis_is_notified_exactly_once() {
     idem_tests::redis_events::each_order_notified_once(&service, &redis.url()).await;
 }
 
-/// SPEC 11: `order-client` through a proxy that loses 30 % of the
+/// §11 of the contract: `order-client` through a proxy that loses 30 % of the
 /// responses, on Redis: one order and one charge per intent.
 #[actix_web::test]
 async fn the_retrying_client_through_a_lossy_network_on_redis() {

@@ -1,4 +1,4 @@
-//! The order service binary on a Redis Cluster (SPEC 6 and 13): the
+//! The order service binary on a Redis Cluster (§6 and §13 of the contract): the
 //! contract, storms across two processes, and the event path through the
 //! outbox stream to two notifiers. Each test starts a private cluster (three
 //! primaries, three replicas), so that `/stats` counts its own requests

@@ -170,7 +170,7 @@ async fn version(store: &PostgresStore, key: &idem_runtime::store::StorageKey) -
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(key.as_str()).fetch_one(store.pool()).await.expect("row version")
 }
 
-/// A replay, a 409 and a 422 are reads: no WAL, the row untouched (SPEC 12:
+/// A replay, a 409 and a 422 are reads: no WAL, the row untouched (§12 of the contract:
 /// a replay never writes to Postgres). Before, each rewrote the row.
 #[tokio::test(flavor = "multi_thread")]
 async fn replays_and_refusals_never_write() {
