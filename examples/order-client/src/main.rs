@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use futures_util::StreamExt;
-use idem_runtime::client::{GaveUp, IdempotencyMiddleware, Outcome, RetryPolicy};
+use idem_runtime::client::{GaveUp, IdempotencyMiddleware, Report, RetryPolicy};
 use reqwest::StatusCode;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use serde_json::{Value, json};
@@ -55,7 +55,7 @@ struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, outcome: Option<&Outcome>) {
+    fn add(&mut self, outcome: Option<&Report>) {
         if let Some(outcome) = outcome {
             self.retries += u64::from(outcome.attempts.saturating_sub(1));
             self.replays += u64::from(outcome.replayed);
@@ -174,7 +174,7 @@ async fn post(
             return Err(error.to_string());
         }
     };
-    tally.add(Outcome::of(&response));
+    tally.add(Report::of(&response));
     let status = response.status();
     let text = response.text().await.map_err(|e| format!("reading the answer: {e}"))?;
     if status != StatusCode::CREATED {

@@ -16,7 +16,7 @@ use super::capture::replay;
 use super::config::config_of;
 use super::context::{Annotated, PendingContext};
 use super::execute::{execute, run_without_key};
-use super::finish::{Answer, Claimed, Counted};
+use super::finish::{Answer, Counted, Won};
 use super::key_source::{Early, from_body, read_early};
 use super::options::{InFlight, RouteOptions};
 use super::problem::{self, ProblemKind};
@@ -176,7 +176,7 @@ where
         let claim = match claimed.await {
             Ok(engine::Claimed::Acquired(execution)) => {
                 PendingContext::fill(&req, &key, &storage_key, &fingerprint, execution.token(), execution.attempt());
-                let claimed = Claimed { config: Arc::clone(config), route: route.to_owned(), execution };
+                let claimed = Won { config: Arc::clone(config), route: route.to_owned(), execution };
                 return execute(claimed, req, handler, args).await;
             }
             // A record kept without the host in its fingerprint (by an

@@ -18,7 +18,7 @@ use super::IdempotentHandler;
 use super::capture::{REPLAYED, problem_record};
 use super::config::Config;
 use super::context::Annotated;
-use super::finish::{Answer, Claimed, Counted, Ending, call, releases, settle};
+use super::finish::{Answer, Counted, Ending, Won, call, releases, settle};
 use super::problem::{self, ProblemKind};
 use crate::observe::Outcome;
 
@@ -27,7 +27,7 @@ use crate::observe::Outcome;
 /// client leaving never cancels it half way; its retry gets the stored
 /// result. Polling in place spares a task, a join handle and two scheduler
 /// round trips per execution.
-pub(crate) async fn execute<F, Args>(claimed: Claimed, req: HttpRequest, handler: F, args: Args) -> Answer
+pub(crate) async fn execute<F, Args>(claimed: Won, req: HttpRequest, handler: F, args: Args) -> Answer
 where
     F: IdempotentHandler<Args>,
     Args: 'static,
@@ -110,12 +110,12 @@ impl Drop for Detached {
 const PANICKED: &str = "the request handler failed unexpectedly; it may have had effects, \
                         so it will not run again for this key";
 
-async fn run<F, Args>(claimed: Claimed, req: HttpRequest, handler: F, args: Args) -> Answer
+async fn run<F, Args>(claimed: Won, req: HttpRequest, handler: F, args: Args) -> Answer
 where
     F: IdempotentHandler<Args>,
     Args: 'static,
 {
-    let Claimed { config, route, execution } = claimed;
+    let Won { config, route, execution } = claimed;
     if !execution.is_held() {
         // The claim was answered (or this task started) after the lease's
         // end: another process may own the key by now. Never start.
@@ -129,7 +129,7 @@ where
     }
     #[cfg(feature = "postgres")]
     if let Some(pending) = super::tx_extractor::PendingTx::take(&req) {
-        let claimed = Claimed { config, route, execution };
+        let claimed = Won { config, route, execution };
         return super::run_in_tx::run(claimed, pending, req, handler, args).await;
     }
     let Ok(captured) = call(handler, args, &req, config.response_limit).await else {

@@ -20,7 +20,7 @@ use crate::observe::{Outcome, count};
 use crate::record::StoredResponse;
 
 /// A claim this request won.
-pub(crate) struct Claimed {
+pub(crate) struct Won {
     pub(crate) config: Arc<Config>,
     pub(crate) route: String,
     pub(crate) execution: Execution,

@@ -10,7 +10,7 @@ use actix_web::{HttpRequest, HttpResponse, Responder};
 use super::IdempotentHandler;
 use super::capture::REPLAYED;
 use super::config::Config;
-use super::finish::{Answer, Claimed, Counted, Ending, call, releases, settle};
+use super::finish::{Answer, Counted, Ending, Won, call, releases, settle};
 use super::problem::{self, ProblemKind};
 use super::retryable::MarkRetryable;
 use super::tx_extractor::{PendingTx, transactional};
@@ -24,18 +24,12 @@ const UNKNOWN: &str = "the request's transaction could not be confirmed as commi
 
 /// Runs a claimed request in transactional mode. `pending` holds the slots
 /// of the handler's `Tx`.
-pub(super) async fn run<F, Args>(
-    claimed: Claimed,
-    pending: PendingTx,
-    req: HttpRequest,
-    handler: F,
-    args: Args,
-) -> Answer
+pub(super) async fn run<F, Args>(claimed: Won, pending: PendingTx, req: HttpRequest, handler: F, args: Args) -> Answer
 where
     F: IdempotentHandler<Args>,
     Args: 'static,
 {
-    let Claimed { config, route, execution } = claimed;
+    let Won { config, route, execution } = claimed;
     // The extractor checked the store; the configuration is shared, so it
     // is the same store.
     let Some(store) = transactional(&config).cloned() else {

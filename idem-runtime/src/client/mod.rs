@@ -5,12 +5,12 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use idem_runtime::client::{IdempotencyMiddleware, Outcome, RetryPolicy};
+//! use idem_runtime::client::{IdempotencyMiddleware, Report, RetryPolicy};
 //!
 //! let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(5)).build()?;
 //! let client = reqwest_middleware::ClientBuilder::new(http).with(IdempotencyMiddleware::new(RetryPolicy::default())).build();
 //! let response = client.post("https://shop.example/orders").json(&serde_json::json!({"amount_cents": 1500})).send().await?;
-//! let replayed = Outcome::of(&response).is_some_and(|outcome| outcome.replayed);
+//! let replayed = Report::of(&response).is_some_and(|report| report.replayed);
 //! # Ok(()) }
 //! ```
 //!
@@ -76,9 +76,9 @@ pub fn new_key() -> String {
 }
 
 /// What became of a logical request, on its final response
-/// ([`Outcome::of`]).
+/// ([`Report::of`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct Report {
     /// The key it was sent with.
     pub key: String,
     /// Attempts sent, the first included.
@@ -88,10 +88,10 @@ pub struct Outcome {
     pub replayed: bool,
 }
 
-impl Outcome {
+impl Report {
     /// The outcome the middleware left on `response`, if it went through it.
-    pub fn of(response: &Response) -> Option<&Outcome> {
-        response.extensions().get::<Outcome>()
+    pub fn of(response: &Response) -> Option<&Report> {
+        response.extensions().get::<Report>()
     }
 }
 
@@ -272,7 +272,7 @@ impl Middleware for IdempotencyMiddleware {
         };
         let mut response = refused(result?, &shown).await?;
         let replayed = is_replay(&response);
-        response.extensions_mut().insert(Outcome { key: shown, attempts: schedule.attempts(), replayed });
+        response.extensions_mut().insert(Report { key: shown, attempts: schedule.attempts(), replayed });
         Ok(response)
     }
 }

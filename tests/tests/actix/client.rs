@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use idem_runtime::client::{GaveUp, IdempotencyMiddleware, KeyReused, Outcome, RetryPolicy};
+use idem_runtime::client::{GaveUp, IdempotencyMiddleware, KeyReused, Report, RetryPolicy};
 use idem_runtime::{Idem, MemoryStore};
 use idem_tests::server::TestServer;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
@@ -72,15 +72,15 @@ async fn transient_answers_are_retried_with_one_key() {
     ]);
     let response = client(fast()).post(server.at("/pay")).body("{}").send().await.unwrap();
     assert_eq!(response.status(), 201);
-    let outcome = Outcome::of(&response).cloned().expect("the outcome");
-    assert_eq!((outcome.attempts, outcome.replayed), (4, true));
+    let report = Report::of(&response).cloned().expect("the report");
+    assert_eq!((report.attempts, report.replayed), (4, true));
     let keys = keys(&script);
     assert_eq!(keys.len(), 4);
-    assert!(keys.iter().all(|key| key.as_deref() == Some(outcome.key.as_str())), "one key for every attempt: {keys:?}");
-    assert_eq!(outcome.key.len(), 36, "a UUID: {}", outcome.key);
+    assert!(keys.iter().all(|key| key.as_deref() == Some(report.key.as_str())), "one key for every attempt: {keys:?}");
+    assert_eq!(report.key.len(), 36, "a UUID: {}", report.key);
     // The next logical request gets a key of its own.
     let again = client(fast()).post(server.at("/pay")).body("{}").send().await.unwrap();
-    assert_ne!(Outcome::of(&again).unwrap().key, outcome.key);
+    assert_ne!(Report::of(&again).unwrap().key, report.key);
 }
 
 #[actix_web::test]
@@ -92,7 +92,7 @@ async fn a_conflict_with_retry_after_is_waited_for_and_one_without_is_final() {
     assert_eq!(response.status(), 201);
     assert!(started.elapsed() >= Duration::from_secs(1), "Retry-After honoured: {:?}", started.elapsed());
     let response = client(fast()).post(server.at("/pay")).send().await.unwrap();
-    assert_eq!((response.status().as_u16(), Outcome::of(&response).unwrap().attempts), (409, 1));
+    assert_eq!((response.status().as_u16(), Report::of(&response).unwrap().attempts), (409, 1));
     assert_eq!(keys(&script).len(), 3);
 }
 
@@ -123,7 +123,7 @@ async fn attempts_and_the_deadline_bound_the_retries() {
     let busy: Vec<Answer> = vec![(503, None, "busy"); 10];
     let (server, script) = scripted_server(&busy);
     let response = client(fast().max_attempts(3)).post(server.at("/pay")).send().await.unwrap();
-    assert_eq!((response.status().as_u16(), Outcome::of(&response).unwrap().attempts), (503, 3));
+    assert_eq!((response.status().as_u16(), Report::of(&response).unwrap().attempts), (503, 3));
     assert_eq!(keys(&script).len(), 3);
 
     let slow: Vec<Answer> = vec![(503, Some("1"), "busy"); 10];
@@ -172,9 +172,9 @@ async fn replays_are_final_and_an_unreadable_retry_after_still_retries() {
     let (server, script) =
         scripted_server(&[(409, Some("soon"), "in flight"), (201, None, "done"), (503, None, "replayed")]);
     let response = client(fast()).post(server.at("/pay")).send().await.unwrap();
-    assert_eq!((response.status().as_u16(), Outcome::of(&response).unwrap().attempts), (201, 2));
+    assert_eq!((response.status().as_u16(), Report::of(&response).unwrap().attempts), (201, 2));
     let response = client(fast()).post(server.at("/pay")).send().await.unwrap();
-    let outcome = Outcome::of(&response).unwrap();
-    assert_eq!((response.status().as_u16(), outcome.attempts, outcome.replayed), (503, 1, true));
+    let report = Report::of(&response).unwrap();
+    assert_eq!((response.status().as_u16(), report.attempts, report.replayed), (503, 1, true));
     assert_eq!(keys(&script).len(), 3);
 }
