@@ -63,11 +63,22 @@
 //!   (feature `redis`), `PostgresStore` (feature `postgres`), and the errors
 //!   their constructors return ([`StoreError`], `InvalidKeyPrefix`,
 //!   `InvalidTableName`).
+//!   [`SweeperHandle`]: the background task that deletes expired records
+//!   from a store that keeps them ([`PurgeExpired`](store::PurgeExpired)).
 //! - [`problem`]: the problem+json answers the runtime gives by itself (§5).
 //! - [`observability`]: the metric names and the outcomes they count (§7).
+//! - [`inbox`]: consumers of messages that process each message id at most
+//!   once per TTL, on any store (§10).
+//! - [`outbox`]: events written with the business data and relayed at
+//!   least once to a consumer (memory, Redis streams, Postgres; §10).
+//! - `client` (feature `client`): a reqwest middleware that sends one key
+//!   per intent and retries what is safe to retry (§11), with its
+//!   [`Report`](client::Report) on the final response.
 //!
-//! Store authors get [`store`]: the [`Store`](store::Store) trait, the plain
-//! data it works on, and the conformance suite every store must pass
+//! Store authors get [`store`]: the [`Store`](store::Store) trait, its
+//! optional capabilities ([`PurgeExpired`](store::PurgeExpired), and the
+//! transactional mode through `Store::transactional`), the plain data it
+//! works on, and the conformance suite every store must pass
 //! (`store::testing`, feature `testing`) (§6).
 //!
 //! # One request's path
@@ -97,8 +108,9 @@
 //! 9. a **store failure** before the handler runs answers 503.
 //!
 //! Steps 6 to 8 live in the framework-neutral `engine` module (claim,
-//! lease, keeper, completion, drain); the actix glue in `actix/` does the
-//! rest and calls into it. What the attribute expands to, written by hand,
+//! lease, keeper, completion, drain), on the runtime's own thread
+//! (`background.rs`); the actix glue in `actix/` does the rest and calls
+//! into it; the stores are in `backends/`. What the attribute expands to, written by hand,
 //! is in the README.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -107,6 +119,7 @@ extern crate self as idem_runtime;
 
 #[cfg(feature = "actix")]
 mod actix;
+mod backends;
 mod background;
 mod canonical_json;
 #[cfg(feature = "client")]
@@ -124,7 +137,6 @@ mod record;
 mod redact;
 mod scope;
 pub mod store;
-mod stores;
 mod sweeper;
 
 #[cfg(test)]
@@ -135,6 +147,12 @@ mod token;
 pub use actix::Tx;
 #[cfg(feature = "actix")]
 pub use actix::{ExecutionContext, Idem, MarkRetryable, REPLAYED_HEADER, Retryable, ServerErrorPolicy};
+#[cfg(feature = "memory")]
+pub use backends::MemoryStore;
+#[cfg(feature = "redis")]
+pub use backends::{InvalidKeyPrefix, OnEviction, RedisConnection, RedisStore};
+#[cfg(feature = "postgres")]
+pub use backends::{InvalidTableName, OnAsyncStandby, PostgresStore};
 pub use engine::Drained;
 pub use error::StoreError;
 /// Makes an actix-web handler idempotent.
@@ -151,12 +169,6 @@ pub use error::StoreError;
 #[cfg(feature = "actix")]
 pub use idem_macros::idempotent;
 pub use store::Attempt;
-#[cfg(feature = "memory")]
-pub use stores::MemoryStore;
-#[cfg(feature = "redis")]
-pub use stores::{InvalidKeyPrefix, OnEviction, RedisConnection, RedisStore};
-#[cfg(feature = "postgres")]
-pub use stores::{InvalidTableName, OnAsyncStandby, PostgresStore};
 pub use sweeper::SweeperHandle;
 
 /// The problem+json responses the runtime produces by itself (§5 of the
@@ -193,10 +205,10 @@ pub mod __private {
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod __fuzzing {
-    pub use crate::canonical_json::{MAX_DEPTH, canonicalize};
     /// The Redis store's record layout (feature `redis` too).
     #[cfg(feature = "redis")]
-    pub use crate::stores::redis::layout::{
+    pub use crate::backends::redis::layout::{
         Stored as RedisRecord, claimed as redis_claimed, read as read_redis_record,
     };
+    pub use crate::canonical_json::{MAX_DEPTH, canonicalize};
 }

@@ -10,13 +10,13 @@ use async_trait::async_trait;
 
 use super::Lease;
 use super::{IDLE_LOOK, LISTS, Shared};
+use crate::backends::MemoryStore;
 use crate::engine::lease::LeaseState;
 use crate::fingerprint::{Fingerprint, RequestParts};
 use crate::key::IdempotencyKey;
 use crate::record::{Record, StoredResponse};
 use crate::scope::{Scope, StorageKey};
 use crate::store::{Claim, Fence, FencingToken, Renewal, Store, StoreError};
-use crate::stores::MemoryStore;
 
 /// A memory store that counts renewal batches, and refuses them while
 /// `refusing` is set, or answers the first one only after `stall_first`.
@@ -187,7 +187,7 @@ fn leases_handed_over_from_many_threads_at_once_are_all_renewed() {
 /// A lease of `length` claimed at `sent`: first renewal due a third in.
 fn lease(length: Duration, sent: Instant) -> Arc<LeaseState> {
     let key = StorageKey::new(Scope::Global, None, "POST", "/", &IdempotencyKey::parse(b"k").unwrap());
-    let store = Arc::new(crate::stores::MemoryStore::new());
+    let store = Arc::new(crate::backends::MemoryStore::new());
     Arc::new(LeaseState::new(store, key, FencingToken::generate(), length, length / 3, sent))
 }
 
@@ -344,7 +344,7 @@ fn one_failed_renewal_of_the_default_batch_leaves_the_others_renewed() {
 #[test]
 fn a_lease_let_go_is_freed_by_its_holder_not_the_keeper() {
     let key = StorageKey::new(Scope::Global, None, "POST", "/", &IdempotencyKey::parse(b"k").unwrap());
-    let store: Arc<dyn Store> = Arc::new(crate::stores::MemoryStore::new());
+    let store: Arc<dyn Store> = Arc::new(crate::backends::MemoryStore::new());
     let lease = Lease::hold(
         store,
         key,

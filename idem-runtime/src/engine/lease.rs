@@ -151,7 +151,7 @@ mod tests {
 
     fn state(lease: Duration, sent: Instant) -> LeaseState {
         let key = StorageKey::new(Scope::Global, None, "POST", "/", &IdempotencyKey::parse(b"k").unwrap());
-        let store = Arc::new(crate::stores::MemoryStore::new());
+        let store = Arc::new(crate::backends::MemoryStore::new());
         LeaseState::new(store, key, FencingToken::generate(), lease, lease / 3, sent)
     }
 

@@ -12,9 +12,9 @@ use parking_lot::Mutex;
 use redis::{AsyncCommands, Cmd, Value};
 
 use super::{DEFAULT_VISIBILITY, Event, Message, RECEIVE_WAIT, Receipt, Transport};
+use crate::backends::{RedisConnection, RedisStore};
 use crate::redact::Redacted;
 use crate::store::StoreError;
-use crate::stores::{RedisConnection, RedisStore};
 
 const KIND: &str = "redis";
 

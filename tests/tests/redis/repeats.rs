@@ -9,7 +9,7 @@ use idem_runtime::store::{Attempt, Claim, Fence, FencingToken, Store};
 use idem_tests::backend::{redis_store, url};
 use redis::Value;
 
-const CLAIM: &str = include_str!("../../../idem-runtime/src/stores/redis/claim.lua");
+const CLAIM: &str = include_str!("../../../idem-runtime/src/backends/redis/claim.lua");
 const LEASE_MS: u64 = 30_000;
 
 async fn claim(connection: &mut redis::aio::MultiplexedConnection, key: &str, token: &[u8]) -> Value {
