@@ -2,6 +2,7 @@
 
 mod error;
 mod kept;
+mod operations;
 mod renewals;
 mod replication;
 mod row;
@@ -14,10 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
+use sqlx::Connection;
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Connection, PgConnection};
 
 use self::renewals::RenewalPool;
 pub use self::replication::OnAsyncStandby;
@@ -25,10 +25,11 @@ use self::session::{Pool, session_settings};
 use self::sql::DEFAULT_TABLE;
 pub use self::sql::InvalidTableName;
 use self::sql::{Statements, TableName, sql};
-use crate::fingerprint::Fingerprint;
-use crate::record::{Record, StoredResponse};
+use crate::record::StoredResponse;
 use crate::scope::StorageKey;
-use crate::store::{Claim, Fence, FencingToken, Opening, PurgeExpired, Renewal, Store, StoreError, Transactional};
+#[cfg(doc)]
+use crate::store::Store;
+use crate::store::{Fence, FencingToken, StoreError};
 use crate::sweeper::SweeperHandle;
 
 /// The store's name in errors, logs and metrics.
@@ -40,103 +41,28 @@ const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// A [`Store`] in a PostgreSQL table, shared by every server process that
 /// uses the same database.
 ///
-/// Cheap to clone: clones share the connection pool.
-///
-/// Records live in one table (default [`PostgresStore::DEFAULT_TABLE`]) that
-/// [`PostgresStore::migrate`] creates. Every operation is **one SQL
-/// statement**, so one round trip:
-///
-/// | operation | statement |
-/// |---|---|
-/// | claim | `INSERT ... ON CONFLICT (key) DO UPDATE ... RETURNING ...`: takes over an expired row, or a tombstone or lapsed lease of the same request |
-/// | renew, complete | fenced `UPDATE ... WHERE key = $1 AND token = $2 AND expires_at > now()`: the token that holds the record, its lease live or lapsed |
-/// | release | fenced `UPDATE` to a tombstone (`state = 'released'`, fingerprint kept) |
-/// | renew many | one fenced `UPDATE ... FROM unnest($1::text[], $2::bytea[], $3::bigint[])` over the rows it locks with `FOR UPDATE SKIP LOCKED`: a row another transaction holds locked is answered unknown, never waited for |
-/// | get | `SELECT ... WHERE key = $1 AND expires_at > now()` |
-/// | purge | `DELETE ... WHERE key IN (SELECT ... ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)` |
-///
-/// A first execution is therefore two statements (claim, complete) and a
-/// replay one (claim). Every expiry decision and every "time left" is
-/// computed by the database from its own `now()`, never the app's clock.
-/// A lease (`lease_until`) and a record's life (`expires_at`) are separate:
-/// a released row or a lapsed lease keeps its fingerprint until
-/// `expires_at`.
-///
-/// Rows past `expires_at` count as absent for claims and lookups; they are
-/// deleted by [`PurgeExpired::purge_expired`](crate::store::PurgeExpired::purge_expired) or by the background task of
-/// [`PostgresStore::spawn_sweeper`].
-///
-/// # READ COMMITTED
+/// Cheap to clone: clones share the connection pool. Records live in one
+/// table (default [`PostgresStore::DEFAULT_TABLE`]) that
+/// [`PostgresStore::migrate`] creates and brings up to date; every operation
+/// is one SQL statement, and every expiry decision is the database's, from
+/// its own clock. Rows past their TTL count as absent, and are deleted by
+/// [`PurgeExpired::purge_expired`](crate::store::PurgeExpired::purge_expired)
+/// or the background task of [`PostgresStore::spawn_sweeper`]. The store
+/// offers the transactional mode ([`Store::transactional`]).
 ///
 /// Every statement runs at READ COMMITTED, whatever the database's default:
-/// the claim statement depends on it (at REPEATABLE READ or SERIALIZABLE,
-/// concurrent claims of one key fail with serialization errors). The store
-/// sets `default_transaction_isolation = 'read committed'` as a startup
-/// option of each connection it opens: in the pool built by
-/// [`PostgresStore::connect`] and [`PostgresStore::connect_with`], and in a
-/// pool given to [`PostgresStore::new`] or [`PostgresStore::with_table`]
-/// through [`PgPool::set_connect_options`], which applies to connections
-/// opened **after** the call: connections that pool already holds keep
-/// their setting. Give such a pool a READ COMMITTED default yourself, or
-/// build it lazily ([`PgPoolOptions::connect_lazy`]). The setting is a
-/// default only: the application's own transactions on that pool may still
-/// ask for another level (`BEGIN ISOLATION LEVEL SERIALIZABLE`).
+/// the store sets it as a startup option of each connection it opens, in
+/// the pools of [`PostgresStore::connect`] and
+/// [`PostgresStore::connect_with`], and in a pool given to
+/// [`PostgresStore::new`] through [`PgPool::set_connect_options`], which
+/// reaches only the connections opened after the call: give such a pool a
+/// READ COMMITTED default yourself, or build it lazily
+/// ([`PgPoolOptions::connect_lazy`]).
 ///
-/// The same startup options bound how long a session whose client went
-/// away can hold a record's row lock: the server probes a connection after
-/// 15 s of silence (`tcp_keepalives_idle`, `_interval`, `_count`: a
-/// vanished host is found within about half a minute), and, on the pools
-/// [`PostgresStore::connect`] and [`PostgresStore::connect_with`] open (not
-/// on one handed to [`PostgresStore::new`]), ends a session idle inside a
-/// transaction for 5 minutes (`idle_in_transaction_session_timeout`; a
-/// transactional handler that keeps its transaction idle longer has it
-/// rolled back). A value of these settings the connection options carry
-/// already (the URL's `options`) is kept.
-///
-/// # Connections kept by each worker
-///
-/// On a single-threaded runtime (each actix worker, the lease keeper), the
-/// store keeps the connections its operations take from the pool for a
-/// quarter of a second, and hands them from one operation to the next: no
-/// ping, no task and no thread switch per statement, as sqlx's pool has
-/// (about 1.4 times the replays and first executions on the benchmark
-/// machine). They go back to the pool after that; at once when another
-/// worker that keeps at least two fewer waits for the pool, or one fewer
-/// after a turn of 20 ms, and when a transactional handler's transaction
-/// waits for it, while the pool has none idle and no room (so such a wait
-/// lasts about one operation, or a few turns when the pool has fewer
-/// connections than the workers); at once when the pool
-/// has none free and nobody on that worker waits; and when an operation on
-/// them fails. So whatever else uses the pool (the application's queries)
-/// waits at most about half a second for them, while their worker runs.
-///
-/// # Lease renewals
-///
-/// [`Store::renew_many`] renews a whole batch in one statement on a pool of
-/// its own (two connections, the main pool's connection options), on the
-/// lease keeper's runtime: so renewals never queue behind the application's
-/// queries for a connection. Its connections are opened, and the batch
-/// statement prepared on each, ahead: when the store migrates or first
-/// claims.
-///
-/// # Schema
-///
-/// ```sql
-/// CREATE TABLE IF NOT EXISTS idem_records (
-///     key           text        PRIMARY KEY,         -- StorageKey::as_str()
-///     fingerprint   bytea       NOT NULL,            -- 32 bytes, SHA-256
-///     state         text        NOT NULL,            -- 'in_flight' | 'completed' | 'released'
-///     token         bytea,                           -- fencing token; NULL unless in flight
-///     lease_until   timestamptz,                     -- lease end; NULL unless in flight
-///     expires_at    timestamptz NOT NULL,            -- record end (TTL), never before lease_until
-///     status        integer,                         -- stored response ...
-///     header_names  text[],                          -- ... headers in order, one entry per value
-///     header_values bytea[],
-///     body          bytea                            -- ... body byte for byte
-/// ) WITH (fillfactor = 90);
-/// CREATE INDEX IF NOT EXISTS idem_records_expires_at_idx ON idem_records (expires_at);
-/// ```
-/// (plus `CHECK` constraints; see `postgres/schema.sql`.)
+/// The statements, the schema, the connections each worker keeps, lease
+/// renewals on a pool of their own, and what outages and failovers do are
+/// described for operators in `docs/stores.md` (section Postgres) in the
+/// repository.
 ///
 /// # Example
 ///
@@ -445,143 +371,6 @@ impl fmt::Debug for PostgresStore {
             .field("pool_size", &self.pool.size())
             .field("operation_timeout", &self.timeout)
             .finish()
-    }
-}
-
-#[async_trait]
-impl Store for PostgresStore {
-    fn kind(&self) -> &'static str {
-        KIND
-    }
-
-    async fn claim_as(
-        &self,
-        key: &StorageKey,
-        fingerprint: &Fingerprint,
-        token: FencingToken,
-        lease: Duration,
-        ttl: Duration,
-    ) -> Result<Claim, StoreError> {
-        self.open_renewals_ahead();
-        if !self.columns_checked.load(Ordering::Acquire) {
-            self.check_columns().await?;
-        }
-        let token_bytes = token.to_bytes();
-        let call = |statement| {
-            self.kept.fetch_one(
-                sqlx::query(sql(statement))
-                    .bind(key.as_str())
-                    .bind(&fingerprint.as_bytes()[..])
-                    .bind(&token_bytes[..])
-                    .bind(interval(lease))
-                    .bind(interval(ttl.max(lease))),
-            )
-        };
-        // Sent again on a dropped connection: the same token's claim is
-        // answered as its own.
-        if !self.claim_inline.load(Ordering::Acquire) {
-            match self.timed(error::repeatable(|| call(&self.sql.claim))).await? {
-                Ok(row) => return row::claim(&row, token).map_err(|reason| self.corrupt(reason)),
-                // Refused before it ran: nothing was claimed.
-                Err(error) if error::is_undefined_function(&error) => {
-                    if !self.claim_inline.swap(true, Ordering::AcqRel) {
-                        tracing::warn!(
-                            table = %self.table,
-                            "the claim function of the idempotency table is missing: claims use one larger \
-                             statement instead, which makes replays slower; run PostgresStore::migrate() to create it"
-                        );
-                    }
-                }
-                Err(error) => return Err(self.error(error)),
-            }
-        }
-        let row = self.run(error::repeatable(|| call(&self.sql.claim_inline))).await?;
-        row::claim(&row, token).map_err(|reason| self.corrupt(reason))
-    }
-
-    async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
-        let token_bytes = token.to_bytes();
-        let renew = || {
-            let query =
-                sqlx::query(sql(&self.sql.renew)).bind(key.as_str()).bind(&token_bytes[..]).bind(interval(lease));
-            self.kept.execute(query)
-        };
-        Ok(fence(self.run(error::repeatable(renew)).await?.rows_affected()))
-    }
-
-    /// One statement for the whole batch, on the renewals' own pool (see
-    /// the type's docs).
-    async fn renew_many(&self, renewals: &[Renewal]) -> Result<Vec<Fence>, StoreError> {
-        self.renew_batch(renewals).await
-    }
-
-    async fn complete(
-        &self,
-        key: &StorageKey,
-        token: FencingToken,
-        response: &StoredResponse,
-        ttl: Duration,
-    ) -> Result<Fence, StoreError> {
-        self.run(async {
-            let mut held = self.kept.acquire().await?;
-            let fence = self.complete_on(held.connection(), key, token, response, ttl).await?;
-            held.succeeded();
-            Ok(fence)
-        })
-        .await
-    }
-
-    async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
-        let token_bytes = token.to_bytes();
-        let query = sqlx::query(sql(&self.sql.release)).bind(key.as_str()).bind(&token_bytes[..]);
-        Ok(fence(self.run(self.kept.execute(query)).await?.rows_affected()))
-    }
-
-    async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
-        let get = || self.kept.fetch_optional(sqlx::query(sql(&self.sql.get)).bind(key.as_str()));
-        match self.run(error::repeatable(get)).await? {
-            Some(row) => row::record(&row).map(Some).map_err(|reason| self.corrupt(reason)),
-            None => Ok(None),
-        }
-    }
-
-    fn transactional(&self) -> Option<Arc<dyn Transactional>> {
-        Some(Arc::new(self.clone()))
-    }
-}
-
-#[async_trait]
-impl PurgeExpired for PostgresStore {
-    async fn purge_expired(&self, batch: usize) -> Result<u64, StoreError> {
-        let query = sqlx::query(sql(&self.sql.purge)).bind(i64::try_from(batch).unwrap_or(i64::MAX));
-        Ok(self.run(query.execute(&self.pool)).await?.rows_affected())
-    }
-}
-
-#[async_trait]
-impl Transactional for PostgresStore {
-    fn begin(&self) -> Opening {
-        let pool = self.pool.clone();
-        // Counted as waiting for the pool, when it has none free: the
-        // workers give theirs way to it.
-        Box::pin(
-            self.kept.waiting_for_pool(async move { pool.begin_with("BEGIN ISOLATION LEVEL READ COMMITTED").await }),
-        )
-    }
-
-    async fn complete_in(
-        &self,
-        tx: &mut PgConnection,
-        key: &StorageKey,
-        token: FencingToken,
-        response: &StoredResponse,
-        ttl: Duration,
-    ) -> Result<Fence, sqlx::Error> {
-        self.complete_on(tx, key, token, response, ttl).await
-    }
-
-    fn error(&self, error: sqlx::Error) -> StoreError {
-        PostgresStore::error(self, error)
     }
 }
 

@@ -1,68 +1,53 @@
-//! Connections a runtime keeps from one operation to the next.
+//! Connections each runtime keeps from one operation to the next.
 //!
-//! Through sqlx's pool, every statement costs more than its own round trip:
-//! a connection given back is pinged, on a task spawned for it, before
-//! anyone else may have it (and, unless `test_before_acquire` is off, once
-//! more before it is handed out). And the pool's connections go to every
-//! actix worker, while each is driven by the reactor of the runtime that
-//! opened it: a worker using another's connection waits for a thread
-//! switch on every reply.
+//! **Why.** Through sqlx's pool, every statement costs more than its round
+//! trip: a connection given back is pinged on a task of its own before
+//! anyone may have it, and a connection opened by one actix worker is
+//! driven by that worker's reactor, so another worker using it waits for a
+//! thread switch on every reply. So each single-threaded runtime (an actix
+//! worker, the runtime's own thread) keeps the connections its operations
+//! took, for [`HOLD`], and hands them from one operation to the next: no
+//! ping, no task, no thread switch. A multi-threaded runtime uses the pool
+//! as it is.
 //!
-//! So each single-threaded runtime (an actix worker, the lease keeper) keeps
-//! the connections its operations took from the pool, for [`HOLD`], and
-//! hands them from one operation to the next directly: no ping, no task, no
-//! thread switch. An operation that finds none free takes one the pool has
-//! free, or an idle one another runtime keeps, or else waits for whichever
-//! comes first: one of its runtime's coming back, or one a task of its
-//! runtime takes from the pool for it (a task of its own, because sqlx
-//! closes a connection whose acquiring is cut short while it pings or
-//! opens it). On this project's 2-core benchmark machine the store served
-//! about 1.4 times the replays and first executions this way (see the
-//! CHANGELOG).
+//! **Getting one.** An operation takes, in this order: one its runtime
+//! keeps idle; one the pool has free; an idle one another runtime keeps;
+//! else it waits for whichever comes first, one of its runtime's coming
+//! back or one a task of its runtime takes from the pool for it
+//! (`per_runtime::fetch`; a task, because sqlx closes a connection whose
+//! acquiring is cut short).
 //!
-//! A kept connection is still checked out of the pool, so the pool's bound
-//! holds. It goes back to the pool when it is given back after [`HOLD`] from
-//! when it was taken, or lies unused that long; at once when it is given back
-//! while another runtime's operations or the store's own (a transactional
-//! handler's transaction) wait for the pool and that one keeps at least two
-//! fewer (the store's own wait keeps none), or one fewer once the connection
-//! has had its [`TURN`] (so the holdings of those who wait level out, and a
-//! pool smaller than the number of runtimes goes round them a turn at a
-//! time: one that waits gets a connection when a busier one ends an
-//! operation, or within a turn, not a quarter of a second later; and a
-//! transaction that finds the pool full first gets one idle connection a
-//! runtime keeps back to the pool); at once when it is given back while the
-//! pool has none free and
-//! no operation of its runtime waits (someone else may wait for the pool:
-//! the sweeper, the application's own queries); at once when its operation
-//! failed or was cut short (its state is unknown; the pool pings it or
-//! closes it); and when its runtime shuts down or the store is dropped
-//! (closed on a thread of its own, if that happens outside a Tokio runtime,
-//! where sqlx cannot give it back). So what else waits for the pool waits at
-//! most about twice [`HOLD`] for the connections a runtime keeps, as long as
-//! that runtime runs: the connections of a runtime that is blocked (a
-//! handler blocking its worker thread) stay with it until it runs again,
-//! and are taken by others only when the pool cannot open another (each is
-//! driven by its runtime's reactor: used elsewhere, it would wait for the
-//! blocked one). Keeping pays off when the pool has room: once every
-//! connection is kept or in use, one given back with nobody waiting on its
-//! runtime goes to the pool. Outside a single-threaded runtime (a
-//! multi-threaded one shares its reactor between its threads already),
-//! operations use the pool as it is.
+//! **Giving one back.** A kept connection stays checked out of the pool, so
+//! the pool's bound holds. It goes back to the pool:
 //!
-//! Like any of sqlx's connections, one is driven by the runtime that opened
-//! it: once that runtime has ended, its next statement fails (the
-//! operation is unavailable, and the connection closed), wherever it is kept.
-//! A runtime whose fetch waits for the pool while the runtime is blocked
-//! stays counted as waiting until it runs again; the others give way to it
-//! only while the pool has no connection idle (the pool hands one to the
-//! blocked fetch, where it lies unused) and no room for another.
+//! - [`HOLD`] after it was taken, or after lying idle that long;
+//! - at once, when others wait for the pool (another runtime, or a
+//!   transaction of the store's own) and keep at least two fewer, or one
+//!   fewer once it has had its [`TURN`]: the holdings of those who wait
+//!   level out, and a pool smaller than the number of runtimes goes round
+//!   them a turn at a time ([`Kept::gives_way`]);
+//! - at once, when the pool has none free and nobody of its runtime waits
+//!   (someone else may: the sweeper, the application's queries);
+//! - at once, when its operation failed or was cut short (its state is
+//!   unknown: the pool checks it or closes it);
+//! - when its runtime ends or the store is dropped (closed on a thread of
+//!   its own outside a Tokio runtime, where sqlx cannot give it back).
+//!
+//! So whatever else uses the pool waits at most about twice [`HOLD`] for a
+//! running runtime's connections. A blocked runtime (a handler blocking its
+//! worker) keeps its connections until it runs again; others take them
+//! only when the pool cannot open another, since each is driven by its own
+//! runtime's reactor. A connection whose runtime has ended fails its next
+//! statement (the operation is unavailable, the connection closed).
+//!
+//! This file holds the store's side ([`Kept`]: the operations, and choosing
+//! whom a connection goes to) and an operation's connection ([`Held`]);
+//! `per_runtime.rs` holds a runtime's side.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use sqlx::PgConnection;
@@ -70,6 +55,10 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgArguments, PgPool, PgQueryResult, PgRow, Postgres};
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
+
+use self::per_runtime::{ENTRIES, Entry, Free, KeptConnection, Local, Tally, Wants, fetch, give_back, take, tend};
+
+mod per_runtime;
 
 /// How long a runtime keeps a connection it took from the pool.
 pub(super) const HOLD: Duration = Duration::from_millis(250);
@@ -95,66 +84,6 @@ pub(super) struct Kept {
     /// How many wait for the pool: each runtime's fetch while it waits, and
     /// the store's own waits (a transaction's connection).
     wanting: Arc<AtomicUsize>,
-}
-
-/// One runtime's part of one store.
-struct Local {
-    free: Mutex<Free>,
-    /// What the others see of it.
-    tally: Arc<Tally>,
-    store: Weak<Kept>,
-    /// The store's [`Kept::wanting`].
-    wanting: Arc<AtomicUsize>,
-}
-
-/// How much of the pool a runtime has, read by the others without its lock.
-#[derive(Default)]
-struct Tally {
-    /// Connections it keeps: idle, or in use by its operations.
-    held: AtomicUsize,
-    /// Its fetch waits for the pool.
-    wants: AtomicBool,
-}
-
-/// A connection a runtime keeps: back to the pool when dropped.
-struct KeptConnection {
-    /// Always there but while it is dropped.
-    connection: Option<PoolConnection<Postgres>>,
-    /// When it was taken from the pool.
-    taken: Instant,
-    /// Its runtime's count.
-    tally: Arc<Tally>,
-}
-
-/// What a runtime's waiting operation is handed: a connection, or the
-/// pool's failure to give one.
-type Handed = Result<KeptConnection, sqlx::Error>;
-
-/// One runtime's kept connections of one store, and its operations waiting.
-struct Free {
-    /// The store's pool: a connection nobody here waits for goes back to
-    /// it at once when it has none free.
-    pool: PgPool,
-    /// Not in use; the most recently given back last.
-    idle: Vec<KeptConnection>,
-    /// Operations of this runtime waiting for a connection, oldest first.
-    waiting: VecDeque<oneshot::Sender<Handed>>,
-    /// A task takes connections from the pool for those waiting.
-    fetching: bool,
-}
-
-/// Where this thread finds a runtime's [`Local`] for a store. Weak: the task
-/// that [`Kept::local`] spawns holds it, so that its connections are
-/// dropped on their runtime (giving one back to the pool needs a runtime),
-/// never in a thread-local destructor.
-struct Entry {
-    store: Weak<Kept>,
-    runtime: tokio::runtime::Id,
-    local: Weak<Local>,
-}
-
-thread_local! {
-    static ENTRIES: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The connection of one operation: back to its runtime when the operation
@@ -376,203 +305,6 @@ impl Kept {
                 local
             })
             .ok()
-    }
-}
-
-impl KeptConnection {
-    fn taken(connection: PoolConnection<Postgres>, tally: &Arc<Tally>) -> Self {
-        tally.held.fetch_add(1, Ordering::AcqRel);
-        Self { connection: Some(connection), taken: Instant::now(), tally: Arc::clone(tally) }
-    }
-
-    /// Kept by the runtime of `tally` from now on.
-    fn moved_to(mut self, tally: &Arc<Tally>) -> Self {
-        tally.held.fetch_add(1, Ordering::AcqRel);
-        let left = std::mem::replace(&mut self.tally, Arc::clone(tally));
-        left.held.fetch_sub(1, Ordering::AcqRel);
-        self
-    }
-
-    fn connection(&mut self) -> &mut PoolConnection<Postgres> {
-        self.connection.as_mut().expect("a kept connection is there until it is dropped")
-    }
-
-    fn is_due(&self) -> bool {
-        self.taken.elapsed() >= HOLD
-    }
-}
-
-/// The most recently given back of `free`'s idle connections, unless it is
-/// due back to the pool; then it and every other are (to be dropped by the
-/// caller, after unlocking).
-fn take(free: &mut Free) -> (Option<KeptConnection>, Vec<KeptConnection>) {
-    match free.idle.pop() {
-        Some(connection) if !connection.is_due() => (Some(connection), Vec::new()),
-        Some(due) => {
-            let mut due_ones = std::mem::take(&mut free.idle);
-            due_ones.push(due);
-            (None, due_ones)
-        }
-        None => (None, Vec::new()),
-    }
-}
-
-/// Hands `connection` to the oldest operation of its runtime waiting for
-/// one, or puts it with the idle ones; back to the pool if it is due, or if
-/// it gives way to someone else waiting for the pool ([`Kept::gives_way`]).
-fn give_back(local: &Local, connection: KeptConnection) {
-    // Cheap first: does anyone wait for the pool but this runtime?
-    let others_want = local.wanting.load(Ordering::Acquire) > usize::from(local.tally.wants.load(Ordering::Acquire));
-    if others_want && local.store.upgrade().is_some_and(|store| store.gives_way(&local.tally, &connection)) {
-        return;
-    }
-    keep(local, connection);
-}
-
-/// Hands `connection` to the oldest operation of its runtime waiting for
-/// one, or puts it with the idle ones; back to the pool if it is due.
-fn keep(local: &Local, mut connection: KeptConnection) {
-    if connection.is_due() {
-        return;
-    }
-    let mut free = local.free.lock();
-    while let Some(waiting) = free.waiting.pop_front() {
-        match waiting.send(Ok(connection)) {
-            Ok(()) => return,
-            // That operation ended.
-            Err(Ok(back)) => connection = back,
-            Err(Err(_)) => return,
-        }
-    }
-    // Nobody here waits, and the pool has none free: someone may wait for
-    // the pool (a transaction, another runtime); it goes back.
-    let saturated = free.pool.size() >= free.pool.options().get_max_connections() && free.pool.num_idle() == 0;
-    if saturated {
-        drop(free);
-        return;
-    }
-    free.idle.push(connection);
-}
-
-impl Drop for KeptConnection {
-    fn drop(&mut self) {
-        self.tally.held.fetch_sub(1, Ordering::AcqRel);
-        if Handle::try_current().is_ok() {
-            return;
-        }
-        // No runtime (one dropped in a thread-local destructor): sqlx gives
-        // a connection back on a task it spawns, which would panic here. So
-        // it is dropped on a thread of its own, in a runtime of its own
-        // (where it is closed and its place in the pool freed).
-        let Some(connection) = self.connection.take() else { return };
-        tracing::debug!(
-            "a kept Postgres connection dropped outside a Tokio runtime: closing it on a thread of its own"
-        );
-        let closing = std::thread::Builder::new().name("idem-pg-close".into()).spawn(move || {
-            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(runtime) => runtime.block_on(async move { drop(connection.detach()) }),
-                // Never dropped without a runtime: its place stays taken.
-                Err(error) => {
-                    tracing::warn!(%error, "no runtime to close a kept Postgres connection in; it is leaked");
-                    std::mem::forget(connection);
-                }
-            }
-        });
-        if let Err(error) = closing {
-            tracing::warn!(%error, "no thread to close a kept Postgres connection on; it is leaked");
-        }
-    }
-}
-
-/// `error` again, for each operation that waited on the fetch it ended.
-fn again(error: &sqlx::Error) -> sqlx::Error {
-    match error {
-        sqlx::Error::PoolTimedOut => sqlx::Error::PoolTimedOut,
-        sqlx::Error::PoolClosed => sqlx::Error::PoolClosed,
-        other => sqlx::Error::Io(std::io::Error::other(other.to_string())),
-    }
-}
-
-/// Counts a wait for the pool while it lasts (dropped with it when its task
-/// ends, however).
-struct Wants<'a> {
-    wanting: &'a AtomicUsize,
-    tally: Option<&'a Tally>,
-}
-
-impl<'a> Wants<'a> {
-    fn new(wanting: &'a AtomicUsize, tally: Option<&'a Tally>) -> Self {
-        if let Some(tally) = tally {
-            tally.wants.store(true, Ordering::Release);
-        }
-        wanting.fetch_add(1, Ordering::AcqRel);
-        Self { wanting, tally }
-    }
-}
-
-impl Drop for Wants<'_> {
-    fn drop(&mut self) {
-        self.wanting.fetch_sub(1, Ordering::AcqRel);
-        if let Some(tally) = self.tally {
-            tally.wants.store(false, Ordering::Release);
-        }
-    }
-}
-
-/// Takes connections from the pool for the operations of `local`'s runtime
-/// waiting for one, while some wait. If the pool fails, they fail with its
-/// error.
-async fn fetch(pool: PgPool, local: Arc<Local>) {
-    loop {
-        let fetched = {
-            let _wants = Wants::new(&local.wanting, Some(&local.tally));
-            pool.acquire().await
-        };
-        let mut list = local.free.lock();
-        match fetched {
-            Ok(connection) => {
-                drop(list);
-                // This runtime's, whatever its share: the pool chose it.
-                keep(&local, KeptConnection::taken(connection, &local.tally));
-                list = local.free.lock();
-                list.waiting.retain(|waiting| !waiting.is_closed());
-                if !list.waiting.is_empty() {
-                    continue;
-                }
-            }
-            // Each waiting operation fails with it, now (not after an
-            // acquire timeout of its own).
-            Err(error) => {
-                let mut waiting = list.waiting.drain(..);
-                let first = waiting.next();
-                for other in waiting {
-                    let _ = other.send(Err(again(&error)));
-                }
-                if let Some(first) = first {
-                    let _ = first.send(Err(error));
-                }
-            }
-        }
-        list.fetching = false;
-        return;
-    }
-}
-
-/// Holds a runtime's [`Local`] while the runtime runs and the store lives,
-/// giving idle connections back to the pool when they are due.
-async fn tend(store: Weak<Kept>, local: Arc<Local>) {
-    let mut tick = tokio::time::interval(HOLD);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while store.strong_count() > 0 {
-        tick.tick().await;
-        let due: Vec<_> = {
-            let mut free = local.free.lock();
-            let idle = std::mem::take(&mut free.idle);
-            let (due, fresh) = idle.into_iter().partition(KeptConnection::is_due);
-            free.idle = fresh;
-            due
-        };
-        drop(due);
     }
 }
 
