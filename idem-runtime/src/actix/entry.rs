@@ -13,7 +13,7 @@ use tracing::Instrument;
 use super::IdempotentHandler;
 use super::body::buffer;
 use super::capture::replay;
-use super::config::config_of;
+use super::config::{Config, config_of};
 use super::context::{Annotated, PendingContext};
 use super::execute::{execute, run_without_key};
 use super::finish::{Answer, Counted, Won};
@@ -24,6 +24,7 @@ use super::route::route_of;
 use crate::clock::later;
 use crate::engine::{self, Terms};
 use crate::fingerprint::{Hashed, RequestParts};
+use crate::key::IdempotencyKey;
 use crate::observe::Outcome;
 use crate::scope::{Scope, StorageKey};
 use crate::store::{Claim, StoreError};
@@ -97,69 +98,10 @@ where
         tracing::error!(route = %route, "{detail}");
         return reject(ProblemKind::NotConfigured, &format!("the route {route} is misconfigured: {detail}"));
     }
-    // 1. The key, from the header or the path; a key in the body is read
-    // once the body is in (step 3).
-    let early = match read_early(&req, options, route) {
-        Ok(None) => return run_without_key(Arc::clone(config), req, payload, handler).await,
-        Ok(Some(early)) => early,
-        Err((kind, detail)) => return reject(kind, &detail),
-    };
-    // 2. The subject.
-    let subject = match (options.scope, &config.subject) {
-        (Scope::User, None) => {
-            tracing::error!(route = %route, "scope = \"user\" needs Idem::subject(..) to resolve the subject");
-            let detail = format!(
-                "the route {route} has scope = \"user\" (the default), which needs a subject resolver: \
-                 register one with Idem::subject(..), or give the route scope = \"route\" or \"global\""
-            );
-            return reject(ProblemKind::NotConfigured, &detail);
-        }
-        (Scope::User, Some(resolve)) => match resolve(&req) {
-            Some(subject) => Some(subject),
-            None => return reject(ProblemKind::MissingSubject, "this request needs an authenticated user"),
-        },
-        _ => None,
-    };
-    // 3. The body.
-    let body = match buffer(&req, payload, config.body_limit).await {
-        Ok(body) => body,
-        Err(response) => return refuse(Outcome::Rejected, response),
-    };
-    let key = match early {
-        Early::Key(key) => key,
-        Early::InBody(pointer) => match from_body(&body, pointer, options.required) {
-            Ok(Some(key)) => key,
-            Ok(None) => return run_without_key(Arc::clone(config), req, Payload::from(body), handler).await,
-            Err((kind, detail)) => return reject(kind, &detail),
-        },
-    };
-    let span = tracing::Span::current();
-    if !span.is_disabled() {
-        // A short hash identifies the key in traces; never the key itself.
-        span.record("key", key.short_hash());
-    }
-    // 4. The fingerprint, with the route's fingerprint headers.
-    let headers: Vec<(&str, Vec<&[u8]>)> = options
-        .fingerprint_headers
-        .iter()
-        .map(|&name| (name, req.headers().get_all(name).map(|value| value.as_bytes()).collect()))
-        .collect();
-    let mut hashed = Hashed::of(&RequestParts {
-        method: req.method().as_str(),
-        path: req.path(),
-        query: req.query_string(),
-        headers: &headers,
-        host: config.fingerprint_host.then(|| host_of(&req)),
-        content_type: req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
-        body: &body,
-    });
-    // 5. The handler's own extractors, over the buffered body. The runtime's
-    // own extractors (execution context, transaction) learn from the mark
-    // that they run under #[idempotent].
-    req.extensions_mut().insert(Annotated::Keyed);
-    let args = match Args::from_request(&req, &mut Payload::from(body)).await {
-        Ok(args) => args,
-        Err(error) => return refuse(Outcome::Rejected, error.into().error_response()),
+    let (key, subject, mut hashed, args) = match read(options, route, config, &req, payload).await {
+        Ok(Read::Keyed { key, subject, hashed, args }) => (key, subject, hashed, args),
+        Ok(Read::Keyless(payload)) => return run_without_key(Arc::clone(config), req, payload, handler).await,
+        Err(refused) => return refused,
     };
     // 6 to 9. Claim (waiting while another execution holds the key, if the
     // route waits), then execute, replay or refuse.
@@ -195,6 +137,93 @@ where
         };
         return answer(claim);
     }
+}
+
+/// What steps 1 to 5 of a request made of it.
+enum Read<Args> {
+    /// Its key, subject, fingerprint, and the handler's arguments.
+    Keyed { key: IdempotencyKey, subject: Option<String>, hashed: Hashed, args: Args },
+    /// No key, and none required: the body, for the handler as it is.
+    Keyless(Payload),
+}
+
+/// Steps 1 to 5: the key, the subject, the body, the fingerprint and the
+/// handler's own extractors; a refusal on the way is the request's answer.
+async fn read<Args>(
+    options: &'static RouteOptions,
+    route: &str,
+    config: &Config,
+    req: &HttpRequest,
+    payload: Payload,
+) -> Result<Read<Args>, Answer>
+where
+    Args: FromRequest + 'static,
+{
+    // 1. The key, from the header or the path; a key in the body is read
+    // once the body is in (step 3).
+    let early = match read_early(req, options, route) {
+        Ok(None) => return Ok(Read::Keyless(payload)),
+        Ok(Some(early)) => early,
+        Err((kind, detail)) => return Err(reject(kind, &detail)),
+    };
+    // 2. The subject.
+    let subject = match (options.scope, &config.subject) {
+        (Scope::User, None) => {
+            tracing::error!(route = %route, "scope = \"user\" needs Idem::subject(..) to resolve the subject");
+            let detail = format!(
+                "the route {route} has scope = \"user\" (the default), which needs a subject resolver: \
+                 register one with Idem::subject(..), or give the route scope = \"route\" or \"global\""
+            );
+            return Err(reject(ProblemKind::NotConfigured, &detail));
+        }
+        (Scope::User, Some(resolve)) => match resolve(req) {
+            Some(subject) => Some(subject),
+            None => return Err(reject(ProblemKind::MissingSubject, "this request needs an authenticated user")),
+        },
+        _ => None,
+    };
+    // 3. The body.
+    let body = match buffer(req, payload, config.body_limit).await {
+        Ok(body) => body,
+        Err(response) => return Err(refuse(Outcome::Rejected, response)),
+    };
+    let key = match early {
+        Early::Key(key) => key,
+        Early::InBody(pointer) => match from_body(&body, pointer, options.required) {
+            Ok(Some(key)) => key,
+            Ok(None) => return Ok(Read::Keyless(Payload::from(body))),
+            Err((kind, detail)) => return Err(reject(kind, &detail)),
+        },
+    };
+    let span = tracing::Span::current();
+    if !span.is_disabled() {
+        // A short hash identifies the key in traces; never the key itself.
+        span.record("key", key.short_hash());
+    }
+    // 4. The fingerprint, with the route's fingerprint headers.
+    let headers: Vec<(&str, Vec<&[u8]>)> = options
+        .fingerprint_headers
+        .iter()
+        .map(|&name| (name, req.headers().get_all(name).map(|value| value.as_bytes()).collect()))
+        .collect();
+    let hashed = Hashed::of(&RequestParts {
+        method: req.method().as_str(),
+        path: req.path(),
+        query: req.query_string(),
+        headers: &headers,
+        host: config.fingerprint_host.then(|| host_of(req)),
+        content_type: req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()),
+        body: &body,
+    });
+    // 5. The handler's own extractors, over the buffered body. The runtime's
+    // own extractors (execution context, transaction) learn from the mark
+    // that they run under #[idempotent].
+    req.extensions_mut().insert(Annotated::Keyed);
+    let args = match Args::from_request(req, &mut Payload::from(body)).await {
+        Ok(args) => args,
+        Err(error) => return Err(refuse(Outcome::Rejected, error.into().error_response())),
+    };
+    Ok(Read::Keyed { key, subject, hashed, args })
 }
 
 /// The answer to a claim this request did not win.
