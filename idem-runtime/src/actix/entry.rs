@@ -3,11 +3,12 @@
 //! steps 1 to 9.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix_web::dev::Payload;
 use actix_web::http::header::{CONTENT_TYPE, HOST};
 use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse, web};
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::IdempotentHandler;
@@ -53,8 +54,8 @@ where
     );
     let served = async move {
         let (response, counted) = process(options, &route, req, payload.into_inner(), handler).await;
-        // The request ends here: counted once (unless its completion goes
-        // on in the background, which counts it when it lands).
+        // The request ends here: counted now, unless its execution counted
+        // it where it settled (see `Counted`).
         counted.tally(&route);
         response
     };
@@ -109,7 +110,7 @@ where
     let until = match options.in_flight {
         InFlight::Reject => None,
         // Saturating: the attribute takes any whole number of days.
-        InFlight::Wait(wait) => Some(later(Instant::now(), wait)),
+        InFlight::Wait(wait) => Some(Instant::from_std(later(Instant::now().into_std(), wait))),
     };
     let terms = Terms { lease: options.lock_ttl, ttl: options.ttl, timeout: config.store_timeout };
     let mut fingerprint = hashed.fingerprint;

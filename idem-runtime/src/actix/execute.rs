@@ -18,7 +18,7 @@ use super::IdempotentHandler;
 use super::capture::{REPLAYED, problem_record};
 use super::config::Config;
 use super::context::Annotated;
-use super::finish::{Answer, Counted, Ending, Won, call, releases, settle};
+use super::finish::{Answer, Counted, Ending, Won, call, releases, settle, settled};
 use super::problem::{self, ProblemKind};
 use crate::observe::Outcome;
 
@@ -32,16 +32,17 @@ where
     F: IdempotentHandler<Args>,
     Args: 'static,
 {
-    let route = claimed.route.clone();
-    let work = run(claimed, req, handler, args).instrument(tracing::Span::current());
-    Detached { route, work: Some(Box::pin(work)) }.await
+    let (route, span) = (claimed.route.clone(), tracing::Span::current());
+    let work = run(claimed, req, handler, args).instrument(span.clone());
+    Detached { route, span, work: Some(Box::pin(work)) }.await
 }
 
 /// An execution polled by the request's future until that future is
 /// dropped; then spawned, to finish on its own.
 struct Detached {
-    /// Its route, to count it by if it finishes on its own.
+    /// Its route and span, to count it by if it finishes on its own.
     route: String,
+    span: tracing::Span,
     work: Option<Pin<Box<dyn Future<Output = Answer>>>>,
 }
 
@@ -97,7 +98,8 @@ impl Drop for Detached {
                     tracing::error!("the idempotent execution panicked outside the handler after its client left")
                 }
             }
-        };
+        }
+        .instrument(self.span.clone());
         // Outside a task set (a plain Tokio runtime) there is nowhere to
         // finish it: say so rather than panic in a destructor.
         if std::panic::catch_unwind(AssertUnwindSafe(|| drop(actix_web::rt::spawn(finish)))).is_err() {
@@ -125,7 +127,7 @@ where
         let detail = "the idempotency store answered too slowly to hold this key; the request was not processed, \
                       retry later";
         let response = problem::retry_after(ProblemKind::StoreUnavailable, detail, std::time::Duration::from_secs(1));
-        return (response, Counted::Now(Outcome::StoreError));
+        return (response, settled(&route, Outcome::StoreError));
     }
     #[cfg(feature = "postgres")]
     if let Some(pending) = super::tx_extractor::PendingTx::take(&req) {

@@ -29,15 +29,16 @@ pub(crate) struct Won {
 /// What a run answers: the response, and how the request is counted.
 pub(super) type Answer = (HttpResponse, Counted);
 
-/// How a request is counted (`idem_requests_total`): once, with its
-/// outcome, where it ends; or by the completion that goes on in the
-/// background, when that lands.
+/// How a request is counted (`idem_requests_total`), once: where it ends,
+/// or, for one that ran, where its execution settled (at once, or in the
+/// background when its completion lands), while the execution still
+/// counts as running, so that a drain never ends before its count.
 #[must_use]
 pub(super) enum Counted {
     /// With this outcome, now.
     Now(Outcome),
-    /// By the completion still under way in the background.
-    InBackground,
+    /// Where its execution settled.
+    Settled,
     /// Not at all: a request without a key, or one interrupted outside its
     /// handler.
     Not,
@@ -79,6 +80,13 @@ pub(super) fn releases(captured: &Captured, config: &Config) -> bool {
         || (config.server_errors == ServerErrorPolicy::Release && captured.is_plain_server_error())
 }
 
+/// Counts the request whose execution settled with `outcome`, while the
+/// execution still counts as running.
+pub(super) fn settled(route: &str, outcome: Outcome) -> Counted {
+    count(route, outcome);
+    Counted::Settled
+}
+
 /// How an execution ends.
 pub(super) enum Ending {
     /// Keep this response for replay.
@@ -89,8 +97,8 @@ pub(super) enum Ending {
 
 /// Ends the execution: one attempt now, and if that fails, more in the
 /// background for as long as the lease holds, while the response goes to
-/// the client. The request is counted when that is settled: now, or in
-/// the background.
+/// the client. The request is counted when that is settled (now, or in
+/// the background), before the execution ends.
 pub(super) async fn settle(route: &str, execution: Execution, ending: Ending) -> Counted {
     let processed = || {
         not_kept(
@@ -111,7 +119,7 @@ pub(super) async fn settle(route: &str, execution: Execution, ending: Ending) ->
         Ending::Release => execution.try_release().await.ok_or(Tried::Failed),
     };
     let first = match first {
-        Ok(outcome) => return Counted::Now(outcome),
+        Ok(outcome) => return settled(route, outcome),
         Err(first) => first,
     };
     let route = route.to_owned();
@@ -126,5 +134,5 @@ pub(super) async fn settle(route: &str, execution: Execution, ending: Ending) ->
     // On the keeper's runtime: the worker that ran the handler may stop
     // before the store is back; the drain still waits for this.
     background::spawn(rest.instrument(span));
-    Counted::InBackground
+    Counted::Settled
 }

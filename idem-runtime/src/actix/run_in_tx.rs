@@ -10,7 +10,7 @@ use actix_web::{HttpRequest, HttpResponse, Responder};
 use super::IdempotentHandler;
 use super::capture::REPLAYED;
 use super::config::Config;
-use super::finish::{Answer, Counted, Ending, Won, call, releases, settle};
+use super::finish::{Answer, Ending, Won, call, releases, settle, settled};
 use super::problem::{self, ProblemKind};
 use super::retryable::MarkRetryable;
 use super::tx_extractor::{PendingTx, transactional};
@@ -46,7 +46,7 @@ where
             let _ = execution.try_release().await;
             let detail = "the idempotency store is unavailable; the request was not processed, retry later";
             let response = problem::retry_after(ProblemKind::StoreUnavailable, detail, Duration::from_secs(1));
-            return (response, Counted::Now(Outcome::StoreError));
+            return (response, settled(&route, Outcome::StoreError));
         }
     };
     let lent = pending.lend(tx);
@@ -77,10 +77,10 @@ where
     let stored = captured.to_stored(&config);
     let Some(Commit { committed, execution, response: stored }) = execution.commit(store, tx, stored).await else {
         let response = problem::retry_after(ProblemKind::StoreUnavailable, UNKNOWN, Duration::from_secs(1));
-        return (response, Counted::Now(Outcome::StoreError));
+        return (response, settled(&route, Outcome::StoreError));
     };
     match committed {
-        Committed::Done => (captured.into_response(), Counted::Now(Outcome::Executed)),
+        Committed::Done => (captured.into_response(), settled(&route, Outcome::Executed)),
         Committed::LeaseLost => {
             // Rolled back: if the key is still ours after all (only our
             // clock said the lease ran out), a tombstone lets the retry run.
@@ -88,7 +88,7 @@ where
             let detail = "this request's lease was lost while it ran, so its transaction was rolled back and \
                           nothing was kept; retry to get the key's outcome";
             let response = problem::retry_after(ProblemKind::LeaseLost, detail, Duration::from_secs(1));
-            (response, Counted::Now(Outcome::LeaseLost))
+            (response, settled(&route, Outcome::LeaseLost))
         }
         // The handler's own writes are gone. A failure it answered is kept
         // like any failure (it may have had effects outside Postgres); a
@@ -120,7 +120,7 @@ where
             // otherwise the commit went through, and the retry replays it.
             let _ = execution.try_release().await;
             let response = problem::retry_after(ProblemKind::StoreUnavailable, UNKNOWN, Duration::from_secs(1));
-            (response, Counted::Now(Outcome::StoreError))
+            (response, settled(&route, Outcome::StoreError))
         }
     }
 }

@@ -4,7 +4,9 @@
 //! the wait is over.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::drain::Running;
 use super::{Claimed, Terms, claim};
@@ -23,7 +25,8 @@ const MAX_PAUSE: Duration = Duration::from_millis(250);
 
 /// Claims `key` as [`claim`] does; while the answer is in flight and
 /// `until` is ahead, waits and claims again. `until` of `None` claims once.
-/// No claim runs past `until`: one that is cut short there is answered in
+/// No claim runs past `until` (on Tokio's clock, so that a test that
+/// pauses time waits in virtual time): one that is cut short there is answered in
 /// flight (the first execution runs, as far as anyone knows).
 pub(crate) async fn claim_until(
     store: &Arc<dyn Store>,
