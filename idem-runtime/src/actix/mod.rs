@@ -9,16 +9,18 @@
 //!   claims the key and dispatches on the answer: execute, replay, 409,
 //!   422 or 503. `key_source.rs` reads the key where the route says: the
 //!   header, a path parameter or a JSON pointer into the body.
-//! - `execute.rs`: runs a claimed request on a task of its own (its lease
-//!   kept by the engine's keeper thread), then completes (stores the
-//!   response, fenced) or releases the claim, through `crate::engine`.
+//! - `execute.rs`: runs a claimed request in its own future (on a task of
+//!   its own if the client leaves), its lease kept by the engine's keeper,
+//!   and a request without a key as if not annotated; `run_in_tx.rs`: the
+//!   same for a handler that takes a `Tx` (feature `postgres`), its writes
+//!   and its completion committed together. Both end through `finish.rs`:
+//!   the handler called and captured, then the fenced completion (the
+//!   response stored) or the release, and the request counted.
 //! - `capture.rs`: turns the handler's response into a stored one, and a
 //!   stored one back into a replay marked `Idempotent-Replayed: true`.
 //! - `context.rs`: the [`ExecutionContext`] extractor (token, attempt,
-//!   derived keys), filled after the claim; `transaction.rs`: the `Tx`
-//!   extractor of the transactional mode (feature `postgres`), and
-//!   `transactional.rs`: running a handler that takes one, its writes and
-//!   its completion committed together.
+//!   derived keys), filled after the claim; `tx_extractor.rs`: the `Tx`
+//!   extractor of the transactional mode (feature `postgres`).
 //! - `retryable.rs`: the mark a handler puts on a response that changed
 //!   nothing; `problem.rs`: the problem+json answers (§5).
 //! - `shutdown.rs`: the drain wired into actix's shutdown.
