@@ -1,11 +1,12 @@
 //! Stored responses and idempotency records.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::Fingerprint;
+use crate::store::{Attempt, StateName, Step};
 use crate::token::FencingToken;
 
 /// Leading byte of every encoded [`StoredResponse`]; bumped on layout changes.
@@ -64,11 +65,63 @@ impl StoredResponse {
 
 /// What a store holds for one key, as [`Store::get`](crate::store::Store::get) reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Record {
     /// Fingerprint of the request that claimed the key.
     pub fingerprint: Fingerprint,
-    /// In flight or completed.
+    /// In flight, held, completed or released.
     pub state: RecordState,
+    /// The route that claimed it (`POST /orders`), when the claim named one
+    /// and the record was written by a version that keeps it.
+    pub route: Option<String>,
+    /// When its execution's claim was made, by the claiming process's
+    /// clock (for operators: a record's age; never used for expiry).
+    pub claimed_at: Option<SystemTime>,
+    /// Which execution of the key holds it, or last held it.
+    pub attempt: Option<Attempt>,
+    /// The durable steps its execution recorded, in order (in flight or
+    /// held; a completed or released record keeps none).
+    pub steps: Vec<Step>,
+}
+
+impl Record {
+    /// A record with nothing known beyond its fingerprint and state.
+    pub fn new(fingerprint: Fingerprint, state: RecordState) -> Self {
+        Self { fingerprint, state, route: None, claimed_at: None, attempt: None, steps: Vec::new() }
+    }
+
+    /// Its state's name.
+    pub fn state_name(&self) -> StateName {
+        match self.state {
+            RecordState::InFlight { .. } => StateName::InFlight,
+            RecordState::Held { .. } => StateName::Held,
+            RecordState::Completed { .. } => StateName::Completed,
+            RecordState::Released { .. } => StateName::Released,
+        }
+    }
+
+    /// The token of its execution, in flight or held.
+    pub fn token(&self) -> Option<FencingToken> {
+        match self.state {
+            RecordState::InFlight { token, .. } | RecordState::Held { token, .. } => Some(token),
+            _ => None,
+        }
+    }
+
+    /// Time left before it expires.
+    pub fn ttl_left(&self) -> Duration {
+        match self.state {
+            RecordState::InFlight { ttl_left, .. }
+            | RecordState::Held { ttl_left, .. }
+            | RecordState::Completed { ttl_left, .. }
+            | RecordState::Released { ttl_left } => ttl_left,
+        }
+    }
+
+    /// How long ago its execution was claimed, when known.
+    pub fn age(&self) -> Option<Duration> {
+        self.claimed_at.map(|at| SystemTime::now().duration_since(at).unwrap_or_default())
+    }
 }
 
 /// The lives of a record.
@@ -83,6 +136,15 @@ pub enum RecordState {
         /// (the owner crashed or stalled), when the same request may take
         /// the key over.
         lease_left: Duration,
+        /// Time left before the record expires, by the store's clock.
+        ttl_left: Duration,
+    },
+    /// Its lease lapsed unfinished on a route with `on_lapse = "hold"`: no
+    /// claim runs it again; its holder may still complete, an operator may
+    /// release or resolve it.
+    Held {
+        /// The holder's fencing token.
+        token: FencingToken,
         /// Time left before the record expires, by the store's clock.
         ttl_left: Duration,
     },

@@ -100,7 +100,11 @@ impl StorageKey {
             hasher.update(b":");
             hasher.update(part.as_bytes());
         }
-        let digest: [u8; 32] = hasher.finalize().into();
+        Self::from_digest(hasher.finalize().into())
+    }
+
+    /// The key whose SHA-256 is `digest`.
+    pub(crate) fn from_digest(digest: [u8; 32]) -> Self {
         let mut encoded = [0; ENCODED_LEN];
         let (prefix, rest) = encoded.split_at_mut(PREFIX.len());
         prefix.copy_from_slice(PREFIX.as_bytes());
@@ -145,6 +149,26 @@ impl StorageKey {
     /// The Redis Cluster hash tag, braces included (`{3f2a...}`).
     pub fn hash_tag(&self) -> &str {
         &self.as_str()[PREFIX.len()..PREFIX.len() + 34]
+    }
+
+    /// The record's id for operators and logs: the hash tag without its
+    /// braces, 32 hex digits (half the key's SHA-256). The span of every
+    /// idempotent request carries it as `record`, and the `idem` tool finds
+    /// a record by it.
+    pub fn record_id(&self) -> &str {
+        &self.as_str()[PREFIX.len() + 1..PREFIX.len() + 33]
+    }
+
+    /// A storage key as a store wrote it ([`StorageKey::as_str`]), read
+    /// back; `None` for anything else.
+    pub fn from_stored(stored: &str) -> Option<Self> {
+        let rest = stored.strip_prefix(PREFIX)?.strip_prefix('{')?;
+        let (tag, rest) = rest.split_at_checked(32)?;
+        let rest = rest.strip_prefix("}:")?;
+        let mut digest = [0; 32];
+        hex::decode_to_slice(format!("{tag}{rest}"), &mut digest).ok()?;
+        // Upper-case digits decode too: only the key as written is one.
+        Some(Self::from_digest(digest)).filter(|key| key.as_str() == stored)
     }
 }
 
@@ -211,6 +235,27 @@ mod tests {
             let (tag, rest) = digest.split_at(32);
             let expected = format!("idem:v1:{{{tag}}}:{rest}");
             assert_eq!(StorageKey::from_parts(scope, subject, method, route, key).as_str(), expected);
+        }
+    }
+
+    #[test]
+    fn a_stored_key_reads_back_and_nothing_else_does() {
+        let key = StorageKey::from_parts("user", "alice", "POST", "/orders", "abc");
+        let read = StorageKey::from_stored(key.as_str()).expect("a stored key");
+        assert_eq!(read, key);
+        assert_eq!(read.digest(), key.digest());
+        assert_eq!(key.record_id().len(), 32);
+        assert_eq!(format!("{{{}}}", key.record_id()), key.hash_tag());
+        let text = key.as_str();
+        for bad in [
+            String::new(),
+            text[1..].to_owned(),
+            text.replacen("idem:v1", "idem:v2", 1),
+            text.to_uppercase(),
+            text.replacen('{', "(", 1),
+            format!("{}g", &text[..text.len() - 1]),
+        ] {
+            assert!(StorageKey::from_stored(&bad).is_none(), "{bad}");
         }
     }
 

@@ -63,15 +63,19 @@
 //! # Ok(()) }
 //! ```
 
+mod operable;
 #[cfg(feature = "testing")]
 pub mod testing;
 #[cfg(feature = "postgres")]
 mod transactions;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 
+pub use self::operable::{ListFilter, Operable, Settlement, StateName};
 #[cfg(feature = "postgres")]
 pub use self::transactions::{Opening, PgTransaction, Transactional};
 pub use crate::error::{BoxError, StoreError};
@@ -94,6 +98,10 @@ pub enum Claim {
         token: FencingToken,
         /// What the key held before: which execution of it this is.
         attempt: Attempt,
+        /// The durable steps the executions before this one recorded, in
+        /// the order they were recorded: empty unless this is a
+        /// [`Attempt::Takeover`] (§8 of the behaviour contract).
+        steps: Vec<Step>,
     },
     /// The key holds a completed response for the same fingerprint.
     Replay(StoredResponse),
@@ -105,6 +113,102 @@ pub enum Claim {
     /// The key's record (in flight, completed, released or lapsed) belongs
     /// to a different request.
     Mismatch,
+    /// The same request's execution lapsed unfinished on a route whose
+    /// lapse policy is [`OnLapse::Hold`]: it will not run again by itself
+    /// (409 `execution-held`) until an operator releases or resolves it
+    /// ([`Operable`]).
+    Held {
+        /// This claim is the one that found the lease lapsed past its
+        /// grace and held the record: the first to know (the runtime logs
+        /// it at error level, once).
+        newly: bool,
+    },
+}
+
+/// What a claim does with an execution of the same request whose lease
+/// lapsed unfinished (its process crashed, or went silent past the lease
+/// and its grace): `on_lapse` of the attribute (§2 and §14 of the
+/// behaviour contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum OnLapse {
+    /// Take the key over and run the handler again: crash recovery. Its
+    /// recorded steps are handed back, not run again, and its derived keys
+    /// keep a deduplicating downstream from acting twice.
+    #[default]
+    Takeover,
+    /// Never run it again by itself: the record is *held* and answers
+    /// [`Claim::Held`] (409 `execution-held`) until an operator releases or
+    /// resolves it. The holder's token still owns it: an execution that was
+    /// only slow and completes after all lands its response.
+    Hold,
+}
+
+impl OnLapse {
+    /// `takeover` or `hold`, as the attribute spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Takeover => "takeover",
+            Self::Hold => "hold",
+        }
+    }
+}
+
+/// The terms of a claim besides its key, fingerprint and token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClaimTerms {
+    /// The new owner's lease.
+    pub lease: Duration,
+    /// How long the record (and so its fingerprint) lives from now; at
+    /// least as long as the lease.
+    pub ttl: Duration,
+    /// What to do with a lapsed execution of the same request.
+    pub on_lapse: OnLapse,
+    /// The route of the claiming request (`POST /orders/{id}/payments`),
+    /// kept in the record for operators ([`Operable::list`]); `None` for a
+    /// claim that has none (a message of the inbox names its consumer).
+    pub route: Option<Arc<str>>,
+}
+
+impl ClaimTerms {
+    /// A claim with `lease` and `ttl`, taking lapsed executions over, with
+    /// no route.
+    pub fn new(lease: Duration, ttl: Duration) -> Self {
+        Self { lease, ttl, on_lapse: OnLapse::Takeover, route: None }
+    }
+
+    /// The same terms with `on_lapse`.
+    pub fn on_lapse(mut self, on_lapse: OnLapse) -> Self {
+        self.on_lapse = on_lapse;
+        self
+    }
+
+    /// The same terms with `route` kept in the record.
+    pub fn route(mut self, route: impl Into<Arc<str>>) -> Self {
+        self.route = Some(route.into());
+        self
+    }
+}
+
+/// A durable step's recorded result (§8 of the behaviour contract): what
+/// [`Store::record_step`] kept and a takeover's claim hands back.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Step {
+    /// The step's name, unique within its execution (`"charge"`).
+    pub name: String,
+    /// Its serialized result (the runtime writes JSON).
+    pub result: Bytes,
+}
+
+impl Step {
+    /// Longest step name, in bytes.
+    pub const MAX_NAME_BYTES: usize = 200;
+
+    /// Bytes this step takes in a record, for size limits.
+    pub fn size(&self) -> usize {
+        self.name.len() + self.result.len() + 16
+    }
 }
 
 /// Which execution of its key a won claim starts, by what the key held
@@ -203,7 +307,8 @@ pub trait Store: Send + Sync {
     /// | none, or past its TTL | acquired ([`Attempt::First`]) | acquired ([`Attempt::First`]) |
     /// | in flight, lease live | [`Claim::InFlight`] | [`Claim::Mismatch`] |
     /// | in flight, lease ran out, no claim found it so yet | [`Claim::InFlight`]: the holder gets a [`grace`] (below) | [`Claim::Mismatch`] |
-    /// | in flight, lease ran out after a grace | acquired ([`Attempt::Takeover`]) | [`Claim::Mismatch`] |
+    /// | in flight, lease ran out after a grace | acquired ([`Attempt::Takeover`]); with [`OnLapse::Hold`], held: [`Claim::Held`] | [`Claim::Mismatch`] |
+    /// | held | [`Claim::Held`] | [`Claim::Mismatch`] |
     /// | released (tombstone) | acquired ([`Attempt::AfterRelease`]) | [`Claim::Mismatch`] |
     /// | completed | [`Claim::Replay`] | [`Claim::Mismatch`] |
     ///
@@ -239,12 +344,42 @@ pub trait Store: Send + Sync {
         token: FencingToken,
         lease: Duration,
         ttl: Duration,
+    ) -> Result<Claim, StoreError> {
+        self.claim_with(key, fingerprint, token, &ClaimTerms::new(lease, ttl)).await
+    }
+
+    /// [`Store::claim_as`] with every term: what to do with a lapsed
+    /// execution of the same request ([`OnLapse`]: with [`OnLapse::Hold`],
+    /// the claim that would take it over turns it into a held record and
+    /// answers [`Claim::Held`] instead, and every later claim of the same
+    /// request answers held too), and the route kept in the record.
+    ///
+    /// A takeover's [`Claim::Acquired`] carries the steps recorded before
+    /// it; a held record keeps its token, its steps and its fingerprint: its
+    /// holder may still renew, record steps, complete or release.
+    async fn claim_with(
+        &self,
+        key: &StorageKey,
+        fingerprint: &Fingerprint,
+        token: FencingToken,
+        terms: &ClaimTerms,
     ) -> Result<Claim, StoreError>;
+
+    /// Records a durable step's `result` under `name` in the record, if it
+    /// holds `token` (in flight, its lease live or not, or held): one
+    /// fenced append, [`Fence::Held`] when the record holds the token. A
+    /// name already recorded keeps its first result (the same step sent
+    /// again after a lost answer is answered held, and changes nothing).
+    /// The steps stay with the record through takeovers, and go when it
+    /// completes or is released.
+    async fn record_step(&self, key: &StorageKey, token: FencingToken, step: &Step) -> Result<Fence, StoreError>;
 
     /// Extends the lease of the record `token` owns to `lease` from now (and
     /// the record's life with it, if the lease would outlive it), whether
     /// or not the lease had run out: [`Fence::Held`] while the record holds
-    /// `token`.
+    /// `token`. A held record stays held (its lease is no longer what keeps
+    /// it): the renewal answers [`Fence::Held`], so that its holder runs on
+    /// and may still complete.
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError>;
 
     /// Renews many leases at once, answering one [`Fence`] per renewal, in

@@ -11,6 +11,12 @@ async fn memory_store() -> Option<Arc<dyn Store>> {
 
 idem_runtime::store::testing::store_conformance_tests!(memory_store);
 
+async fn operable_memory_store() -> Option<Arc<dyn idem_runtime::store::Operable>> {
+    Some(Arc::new(MemoryStore::new()))
+}
+
+idem_runtime::store::testing::operable_conformance_tests!(operable_memory_store);
+
 /// Purging, which the memory store offers (`PurgeExpired`).
 #[tokio::test(flavor = "multi_thread")]
 async fn purge_keeps_live_records() {

@@ -114,7 +114,7 @@ pub(crate) async fn claim(
         }
     };
     match claimed {
-        Claim::Acquired { token, attempt } => {
+        Claim::Acquired { token, attempt, .. } => {
             // A claim answered after its lease would have ended (a stalled
             // worker, a slow store) is held by nobody safely: the lease is
             // born lost, and the execution refuses to run (see `is_held`).

@@ -1,6 +1,6 @@
 //! The embedded, process-local store.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -8,11 +8,14 @@ use parking_lot::Mutex;
 use self::shard::{RESERVED, Shard, State, Totals};
 use crate::clock::later;
 use crate::fingerprint::Fingerprint;
-use crate::record::{Record, RecordState, StoredResponse};
+use crate::record::{Record, StoredResponse};
 use crate::scope::StorageKey;
-use crate::store::{Attempt, Claim, Fence, FencingToken, PurgeExpired, Store, StoreError, grace};
+use crate::store::{
+    Attempt, Claim, ClaimTerms, Fence, FencingToken, OnLapse, PurgeExpired, Step, Store, StoreError, grace,
+};
 
 mod deadlines;
+mod operable;
 mod shard;
 
 /// A record's key: the storage key's digest (see `StorageKey::digest`).
@@ -185,13 +188,12 @@ impl MemoryStore {
         key: &StorageKey,
         fingerprint: &Fingerprint,
         token: FencingToken,
-        lease: Duration,
-        ttl: Duration,
+        terms: &ClaimTerms,
         swept: bool,
     ) -> Option<Result<Claim, StoreError>> {
         let now = Instant::now();
-        let lease_until = later(now, lease);
-        let expires_at = later(now, ttl).max(lease_until);
+        let lease_until = later(now, terms.lease);
+        let expires_at = later(now, terms.ttl).max(lease_until);
         let mut shard = self.shard(key).lock();
         shard.free_expired(now, FREE_PER_CALL, &self.totals);
         if let Some(entry) = shard.records.get_mut(key.digest())
@@ -204,9 +206,11 @@ impl MemoryStore {
                 State::Completed { response } => return Some(Ok(Claim::Replay(response.clone()))),
                 // This very claim, made again (its token is new to every
                 // other claim): still its own, whatever is left of its lease.
-                &mut State::InFlight { token: held, attempt, .. } if held == token => {
-                    return Some(Ok(Claim::Acquired { token, attempt }));
+                State::InFlight { token: held, steps, .. } if *held == token => {
+                    let steps = steps.clone();
+                    return Some(Ok(Claim::Acquired { token, attempt: entry.attempt, steps }));
                 }
+                State::InFlight { held: true, .. } => return Some(Ok(Claim::Held { newly: false })),
                 &mut State::InFlight { lease_until, .. } if lease_until > now => {
                     return Some(Ok(Claim::InFlight { retry_after: lease_until - now }));
                 }
@@ -214,11 +218,17 @@ impl MemoryStore {
                 // grace to renew or complete (it may only have been cut off
                 // from the store); the first claim after it takes over.
                 State::InFlight { lease_until, graced: graced @ false, .. } => {
-                    let grace = grace(lease);
+                    let grace = grace(terms.lease);
                     *lease_until = later(now, grace);
                     *graced = true;
                     entry.expires_at = entry.expires_at.max(*lease_until);
                     return Some(Ok(Claim::InFlight { retry_after: grace }));
+                }
+                // Lapsed past its grace, on a route that never runs an
+                // execution twice by itself: held for an operator.
+                State::InFlight { held, .. } if terms.on_lapse == OnLapse::Hold => {
+                    *held = true;
+                    return Some(Ok(Claim::Held { newly: true }));
                 }
                 // A tombstone or a lapsed lease of this same request: take it over.
                 State::Released => Attempt::AfterRelease,
@@ -234,9 +244,17 @@ impl MemoryStore {
                 self.free_all_expired();
                 return None;
             }
+            // A takeover keeps the steps recorded before it (and their room).
+            let steps = match std::mem::replace(&mut entry.state, State::Released) {
+                State::InFlight { steps, .. } => steps,
+                _ => Vec::new(),
+            };
             let earlier = expires_at < entry.expires_at;
             entry.expires_at = expires_at;
-            entry.state = State::InFlight { token, lease_until, attempt, graced: false };
+            entry.state = State::InFlight { token, lease_until, graced: false, held: false, steps: steps.clone() };
+            entry.attempt = attempt;
+            entry.route.clone_from(&terms.route);
+            entry.claimed_at = SystemTime::now();
             if earlier {
                 shard.index(*key.digest(), expires_at);
             }
@@ -244,7 +262,7 @@ impl MemoryStore {
             self.sweep_beside(key, now);
             self.has_room();
             self.publish();
-            return Some(Ok(Claim::Acquired { token, attempt }));
+            return Some(Ok(Claim::Acquired { token, attempt, steps }));
         }
         // No record, or an expired one.
         shard.remove(key.digest(), &self.totals);
@@ -265,15 +283,22 @@ impl MemoryStore {
             }
             shard.remove(key.digest(), &self.totals);
         }
-        let state = State::InFlight { token, lease_until, attempt: Attempt::First, graced: false };
-        let entry = shard::Entry { fingerprint: *fingerprint, expires_at, state };
+        let state = State::InFlight { token, lease_until, graced: false, held: false, steps: Vec::new() };
+        let entry = shard::Entry {
+            fingerprint: *fingerprint,
+            expires_at,
+            state,
+            route: terms.route.clone(),
+            claimed_at: SystemTime::now(),
+            attempt: Attempt::First,
+        };
         shard.records.insert(*key.digest(), entry);
         shard.index(*key.digest(), expires_at);
         drop(shard);
         self.sweep_beside(key, now);
         self.has_room();
         self.publish();
-        Some(Ok(Claim::Acquired { token, attempt: Attempt::First }))
+        Some(Ok(Claim::Acquired { token, attempt: Attempt::First, steps: Vec::new() }))
     }
 }
 
@@ -283,17 +308,16 @@ impl Store for MemoryStore {
         "memory"
     }
 
-    async fn claim_as(
+    async fn claim_with(
         &self,
         key: &StorageKey,
         fingerprint: &Fingerprint,
         token: FencingToken,
-        lease: Duration,
-        ttl: Duration,
+        terms: &ClaimTerms,
     ) -> Result<Claim, StoreError> {
         let mut swept = false;
         loop {
-            if let Some(claim) = self.try_claim(key, fingerprint, token, lease, ttl, swept) {
+            if let Some(claim) = self.try_claim(key, fingerprint, token, terms, swept) {
                 return claim;
             }
             swept = true;
@@ -306,7 +330,7 @@ impl Store for MemoryStore {
         match shard.records.get_mut(key.digest()) {
             Some(entry) if entry.owned_by(token, now) => {
                 let lease_until = later(now, lease);
-                if let State::InFlight { lease_until: until, graced, .. } = &mut entry.state {
+                if let State::InFlight { lease_until: until, graced, held: false, .. } = &mut entry.state {
                     *until = lease_until;
                     // The holder is alive: a grace a claim gave ends.
                     *graced = false;
@@ -363,6 +387,10 @@ impl Store for MemoryStore {
         if size <= RESERVED {
             self.totals.free(RESERVED - size, false);
         }
+        // The steps go with the completion (and their room).
+        if let State::InFlight { steps, .. } = &entry.state {
+            self.totals.free(shard::steps_size(steps), false);
+        }
         // The body copied: the caller's may be a slice of a larger buffer,
         // or carry spare capacity, which the bound would not count.
         let kept = StoredResponse {
@@ -391,8 +419,8 @@ impl Store for MemoryStore {
         let mut shard = self.shard(key).lock();
         match shard.records.get_mut(key.digest()) {
             Some(entry) if entry.owned_by(token, now) => {
-                entry.state = State::Released;
-                self.totals.free(RESERVED, false);
+                let before = std::mem::replace(&mut entry.state, State::Released);
+                self.totals.free(RESERVED + shard::steps_size(before.steps()), false);
                 drop(shard);
                 self.publish();
                 Ok(Fence::Held)
@@ -401,23 +429,42 @@ impl Store for MemoryStore {
         }
     }
 
+    async fn record_step(&self, key: &StorageKey, token: FencingToken, step: &Step) -> Result<Fence, StoreError> {
+        let now = Instant::now();
+        let mut shard = self.shard(key).lock();
+        let Some(entry) = shard.records.get_mut(key.digest()).filter(|entry| entry.owned_by(token, now)) else {
+            return Ok(Fence::Lost);
+        };
+        let State::InFlight { steps, .. } = &mut entry.state else { return Ok(Fence::Lost) };
+        if steps.iter().any(|kept| kept.name == step.name) {
+            return Ok(Fence::Held);
+        }
+        if !self.totals.reserve(step.size(), false, self.max_bytes, usize::MAX) {
+            return Err(StoreError::Full {
+                store: "memory",
+                detail: format!(
+                    "a step result of {} bytes does not fit: {} bytes of at most {} in use \
+                     (MemoryStore::with_max_bytes)",
+                    step.result.len(),
+                    self.totals.bytes(),
+                    self.max_bytes
+                ),
+            });
+        }
+        // Copied, as a response is: the caller's may be a slice of more.
+        steps.push(Step { name: step.name.clone(), result: bytes::Bytes::copy_from_slice(&step.result) });
+        drop(shard);
+        self.publish();
+        Ok(Fence::Held)
+    }
+
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         let now = Instant::now();
         let shard = self.shard(key).lock();
         let Some(entry) = shard.records.get(key.digest()).filter(|e| e.expires_at > now) else {
             return Ok(None);
         };
-        let ttl_left = entry.expires_at - now;
-        let state = match &entry.state {
-            State::InFlight { token, lease_until, .. } => RecordState::InFlight {
-                token: *token,
-                lease_left: lease_until.saturating_duration_since(now),
-                ttl_left,
-            },
-            State::Completed { response } => RecordState::Completed { response: response.clone(), ttl_left },
-            State::Released => RecordState::Released { ttl_left },
-        };
-        Ok(Some(Record { fingerprint: entry.fingerprint, state }))
+        Ok(Some(entry.record(now)))
     }
 }
 

@@ -9,8 +9,8 @@ use std::time::Instant;
 use super::Key;
 use super::deadlines::Deadlines;
 use crate::fingerprint::Fingerprint;
-use crate::record::StoredResponse;
-use crate::store::{Attempt, FencingToken};
+use crate::record::{Record, RecordState, StoredResponse};
+use crate::store::{Attempt, FencingToken, Step};
 
 /// What a record costs besides its key and state, an estimate on the
 /// generous side: its map slot (with the map's slack) and key, two entries
@@ -152,6 +152,12 @@ pub(super) struct Entry {
     /// End of the record (its TTL), whatever its state.
     pub(super) expires_at: Instant,
     pub(super) state: State,
+    /// For operators: the claiming route, when the claim named one.
+    pub(super) route: Option<std::sync::Arc<str>>,
+    /// For operators: when the execution was claimed.
+    pub(super) claimed_at: std::time::SystemTime,
+    /// Which execution holds or held it.
+    pub(super) attempt: Attempt,
 }
 
 #[derive(Debug)]
@@ -159,16 +165,29 @@ pub(super) enum State {
     InFlight {
         token: FencingToken,
         lease_until: Instant,
-        /// Which execution of the key the claim started.
-        attempt: Attempt,
         /// A claim found the lease lapsed and gave the holder a grace: the
         /// next claim after it takes over.
         graced: bool,
+        /// A claim found it lapsed past its grace on a route that holds
+        /// such executions: no claim takes it over.
+        held: bool,
+        /// Its durable steps, in the order recorded.
+        steps: Vec<Step>,
     },
     Completed {
         response: StoredResponse,
     },
     Released,
+}
+
+impl State {
+    /// The steps recorded, in flight or held; none otherwise.
+    pub(super) fn steps(&self) -> &[Step] {
+        match self {
+            State::InFlight { steps, .. } => steps,
+            _ => &[],
+        }
+    }
 }
 
 impl Entry {
@@ -184,9 +203,28 @@ impl Entry {
     pub(super) fn state_size(&self) -> usize {
         match &self.state {
             State::Completed { response } => response.size(),
-            State::InFlight { .. } => RESERVED,
+            State::InFlight { steps, .. } => RESERVED + steps_size(steps),
             State::Released => 0,
         }
+    }
+
+    /// The record as [`Store::get`](crate::store::Store::get) reports it at `now`.
+    pub(super) fn record(&self, now: Instant) -> Record {
+        let ttl_left = self.expires_at.saturating_duration_since(now);
+        let state = match &self.state {
+            &State::InFlight { token, held: true, .. } => RecordState::Held { token, ttl_left },
+            &State::InFlight { token, lease_until, .. } => {
+                RecordState::InFlight { token, lease_left: lease_until.saturating_duration_since(now), ttl_left }
+            }
+            State::Completed { response } => RecordState::Completed { response: response.clone(), ttl_left },
+            State::Released => RecordState::Released { ttl_left },
+        };
+        let mut record = Record::new(self.fingerprint, state);
+        record.route = self.route.as_deref().map(str::to_owned);
+        record.claimed_at = Some(self.claimed_at);
+        record.attempt = Some(self.attempt);
+        record.steps = self.state.steps().to_vec();
+        record
     }
 
     /// Whether this is a live in-flight record held by `token`, its lease
@@ -194,6 +232,11 @@ impl Entry {
     pub(super) fn owned_by(&self, token: FencingToken, now: Instant) -> bool {
         self.expires_at > now && matches!(self.state, State::InFlight { token: t, .. } if t == token)
     }
+}
+
+/// Bytes the steps take, as the bound counts them.
+pub(super) fn steps_size(steps: &[Step]) -> usize {
+    steps.iter().map(Step::size).sum()
 }
 
 /// Records whose keys fall in this shard.

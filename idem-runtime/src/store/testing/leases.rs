@@ -131,7 +131,7 @@ pub async fn the_same_claim_sent_again_is_its_own(store: Arc<dyn Store>) {
     let key = fresh_key();
     let token = FencingToken::generate();
     let first = store.claim_as(&key, &fingerprint("a"), token, SHORT, TTL).await.unwrap();
-    assert_eq!(first, Claim::Acquired { token, attempt: crate::store::Attempt::First });
+    assert_eq!(first, Claim::Acquired { token, attempt: crate::store::Attempt::First, steps: Vec::new() });
     assert_eq!(store.claim_as(&key, &fingerprint("a"), token, SHORT, TTL).await.unwrap(), first);
     assert!(matches!(store.claim(&key, &fingerprint("a"), SHORT, TTL).await.unwrap(), Claim::InFlight { .. }));
     in_flight(&*store, &key, token).await;

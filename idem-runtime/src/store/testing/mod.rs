@@ -23,7 +23,9 @@
 
 mod cases;
 mod leases;
+mod operable;
 mod race;
+mod steps;
 mod tombstones;
 
 use std::future::Future;
@@ -42,9 +44,18 @@ pub use self::leases::{
     renew_keeps_the_lease_alive, renew_many_answers_each_lease, renew_many_tells_a_stale_token_from_the_live_one,
     stale_owner_can_neither_complete_nor_release, the_same_claim_sent_again_is_its_own,
 };
+pub use self::operable::{
+    a_record_is_found_by_its_id, listing_filters_by_state_route_and_age,
+    settling_applies_only_to_the_record_as_inspected,
+};
 pub use self::race::{
     CLAIMERS, concurrent_claims_after_completion_all_replay, different_requests_racing_for_one_key_one_wins,
     sixty_four_claimers_one_winner, sixty_four_claimers_take_over_a_tombstone_once,
+};
+pub use self::steps::{
+    a_lapsed_execution_under_hold_is_held_for_its_holder, a_record_tells_its_route_attempt_and_age,
+    a_stale_token_cannot_record_a_step, a_step_name_recorded_twice_keeps_the_first,
+    a_takeover_sees_every_recorded_step_and_no_other, hold_waits_for_the_lease_and_its_grace, step,
 };
 pub use self::tombstones::{
     a_won_claim_tells_which_attempt_it_is, lapsed_lease_keeps_its_fingerprint,
@@ -56,6 +67,32 @@ pub use self::tombstones::{
 pub use crate::__store_conformance_tests as store_conformance_tests;
 
 use crate::store::Store;
+
+/// Instantiates the [`Operable`](crate::store::Operable) cases as `#[test]`
+/// functions; the argument is the path of an
+/// `async fn() -> Option<Arc<dyn Operable>>`.
+#[doc(inline)]
+pub use crate::__operable_conformance_tests as operable_conformance_tests;
+
+/// Runs one [`Operable`](crate::store::Operable) case, like [`run`].
+pub fn run_operable<M, MF, C, CF>(make: M, case: C)
+where
+    M: FnOnce() -> MF,
+    MF: Future<Output = Option<Arc<dyn crate::store::Operable>>>,
+    C: FnOnce(Arc<dyn crate::store::Operable>) -> CF,
+    CF: Future<Output = ()>,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("building a tokio runtime");
+    runtime.block_on(async move {
+        if let Some(store) = make().await {
+            case(store).await;
+        }
+    });
+}
 
 /// Runs one conformance case on a fresh multi-threaded runtime.
 ///
@@ -120,16 +157,40 @@ macro_rules! __store_conformance_tests {
             sixty_four_claimers_one_winner,
             sixty_four_claimers_take_over_a_tombstone_once,
             concurrent_claims_after_completion_all_replay,
+            a_step_name_recorded_twice_keeps_the_first,
+            a_stale_token_cannot_record_a_step,
+            a_takeover_sees_every_recorded_step_and_no_other,
+            a_lapsed_execution_under_hold_is_held_for_its_holder,
+            hold_waits_for_the_lease_and_its_grace,
+            a_record_tells_its_route_attempt_and_age,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
+        $crate::__store_conformance_tests!(@each run $make; $($case),*);
+    };
+    (@each $run:ident $make:path; $($case:ident),*) => {
         $(
             #[test]
             fn $case() {
-                $crate::store::testing::run($make, |store| async move {
+                $crate::store::testing::$run($make, |store| async move {
                     $crate::store::testing::$case(store).await
                 });
             }
         )*
+    };
+}
+
+/// Instantiates the [`Operable`](crate::store::Operable) cases as `#[test]`
+/// functions. Reached as
+/// `idem_runtime::store::testing::operable_conformance_tests!`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __operable_conformance_tests {
+    ($make:path) => {
+        $crate::__store_conformance_tests!(@each run_operable $make;
+            listing_filters_by_state_route_and_age,
+            a_record_is_found_by_its_id,
+            settling_applies_only_to_the_record_as_inspected
+        );
     };
 }

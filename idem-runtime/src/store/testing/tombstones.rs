@@ -92,7 +92,9 @@ pub async fn a_won_claim_tells_which_attempt_it_is(store: Arc<dyn Store>) {
     };
     let key = fresh_key();
     let first = store.claim(&key, &fingerprint("a"), LONG, TTL).await.unwrap();
-    let Claim::Acquired { token, attempt: Attempt::First } = first else { panic!("expected a first claim: {first:?}") };
+    let Claim::Acquired { token, attempt: Attempt::First, .. } = first else {
+        panic!("expected a first claim: {first:?}")
+    };
     assert_eq!(store.release(&key, token).await.unwrap(), Fence::Held);
     let again = store.claim(&key, &fingerprint("a"), SHORT, TTL).await.unwrap();
     assert_eq!(attempt(again), Attempt::AfterRelease);

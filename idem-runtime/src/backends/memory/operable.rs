@@ -1,0 +1,104 @@
+//! The operator's view of the memory store ([`Operable`]): the only way to
+//! look into it, since it lives in the application's process.
+
+use std::time::Instant;
+
+use async_trait::async_trait;
+
+use super::MemoryStore;
+use super::shard::{RESERVED, State, steps_size};
+use crate::record::Record;
+use crate::scope::StorageKey;
+use crate::store::{Fence, FencingToken, ListFilter, Operable, Settlement, StateName, StoreError};
+
+/// Listing visits every shard under its lock, one at a time: a cost in
+/// proportion to the records held, for an operator's occasional look.
+#[async_trait]
+impl Operable for MemoryStore {
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<(StorageKey, Record)>, StoreError> {
+        let now = Instant::now();
+        let mut found = Vec::new();
+        for shard in &self.shards {
+            let shard = shard.lock();
+            for (digest, entry) in &shard.records {
+                if entry.expires_at <= now {
+                    continue;
+                }
+                let record = entry.record(now);
+                if filter.admits(&record) {
+                    found.push((StorageKey::from_digest(*digest), record));
+                }
+            }
+        }
+        // Oldest first, as the other stores list.
+        found.sort_by_key(|(_, record)| record.claimed_at);
+        found.truncate(filter.limit);
+        Ok(found)
+    }
+
+    async fn find(&self, id: &str) -> Result<Option<StorageKey>, StoreError> {
+        let now = Instant::now();
+        for shard in &self.shards {
+            let shard = shard.lock();
+            let found = shard
+                .records
+                .iter()
+                .find(|(digest, entry)| entry.expires_at > now && StorageKey::from_digest(**digest).record_id() == id);
+            if let Some((digest, _)) = found {
+                return Ok(Some(StorageKey::from_digest(*digest)));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn settle(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        state: StateName,
+        settlement: &Settlement,
+    ) -> Result<Fence, StoreError> {
+        let now = Instant::now();
+        let mut shard = self.shard(key).lock();
+        let Some(entry) = shard.records.get_mut(key.digest()).filter(|entry| entry.expires_at > now) else {
+            return Ok(Fence::Lost);
+        };
+        let State::InFlight { token: holder, held, steps, .. } = &entry.state else { return Ok(Fence::Lost) };
+        let inspected = match state {
+            StateName::InFlight => !held,
+            StateName::Held => *held,
+            StateName::Completed | StateName::Released => false,
+        };
+        if *holder != token || !inspected {
+            return Ok(Fence::Lost);
+        }
+        let held_bytes = RESERVED + steps_size(steps);
+        match settlement {
+            Settlement::Release => {
+                self.totals.free(held_bytes, false);
+                entry.state = State::Released;
+            }
+            Settlement::Resolve(response) => {
+                let size = response.size();
+                if size > held_bytes && !self.totals.reserve(size - held_bytes, false, self.max_bytes, usize::MAX) {
+                    return Err(StoreError::Full {
+                        store: "memory",
+                        detail: format!("a response of {size} bytes does not fit (MemoryStore::with_max_bytes)"),
+                    });
+                }
+                if size < held_bytes {
+                    self.totals.free(held_bytes - size, false);
+                }
+                let kept = crate::record::StoredResponse {
+                    status: response.status,
+                    headers: response.headers.clone(),
+                    body: bytes::Bytes::copy_from_slice(&response.body),
+                };
+                entry.state = State::Completed { response: kept };
+            }
+        }
+        drop(shard);
+        self.publish();
+        Ok(Fence::Held)
+    }
+}

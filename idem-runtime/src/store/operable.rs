@@ -1,0 +1,151 @@
+//! What operators need of a store (§14 of the behaviour contract): listing
+//! records, finding one by its id, and settling an execution that will not
+//! finish by itself.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{Fence, FencingToken, Record, StorageKey, Store, StoreError, StoredResponse};
+
+/// A record's state, as operators name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StateName {
+    /// An execution runs under a lease, or ran under one that lapsed.
+    InFlight,
+    /// An execution lapsed unfinished on a route that holds such
+    /// executions (`on_lapse = "hold"`): it waits for an operator.
+    Held,
+    /// The response is stored and replayed.
+    Completed,
+    /// A tombstone: the same request may run again.
+    Released,
+}
+
+impl StateName {
+    /// Every state, in the order of a record's life.
+    pub const ALL: [Self; 4] = [Self::InFlight, Self::Held, Self::Completed, Self::Released];
+
+    /// `in-flight`, `held`, `completed` or `released`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InFlight => "in-flight",
+            Self::Held => "held",
+            Self::Completed => "completed",
+            Self::Released => "released",
+        }
+    }
+}
+
+impl fmt::Display for StateName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A state name that is none of [`StateName::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown state `{0}`: expected in-flight, held, completed or released")]
+pub struct UnknownState(pub String);
+
+impl FromStr for StateName {
+    type Err = UnknownState;
+
+    fn from_str(name: &str) -> Result<Self, UnknownState> {
+        Self::ALL.into_iter().find(|state| state.as_str() == name).ok_or_else(|| UnknownState(name.to_owned()))
+    }
+}
+
+/// Which records [`Operable::list`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListFilter {
+    /// Only records in this state.
+    pub state: Option<StateName>,
+    /// Only records whose execution was claimed longer ago than this.
+    pub older_than: Option<Duration>,
+    /// Only records claimed on this route (`POST /orders`).
+    pub route: Option<String>,
+    /// At most this many records.
+    pub limit: usize,
+}
+
+impl Default for ListFilter {
+    fn default() -> Self {
+        Self { state: None, older_than: None, route: None, limit: 100 }
+    }
+}
+
+impl ListFilter {
+    /// Every record, at most `limit`.
+    pub fn new(limit: usize) -> Self {
+        Self { limit, ..Self::default() }
+    }
+
+    /// Only records in `state`.
+    pub fn state(mut self, state: StateName) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// Only records claimed longer than `age` ago.
+    pub fn older_than(mut self, age: Duration) -> Self {
+        self.older_than = Some(age);
+        self
+    }
+
+    /// Only records of `route` (`POST /orders`).
+    pub fn route(mut self, route: impl Into<String>) -> Self {
+        self.route = Some(route.into());
+        self
+    }
+
+    /// Whether `record` passes the filter (for stores that filter as they
+    /// read).
+    pub fn admits(&self, record: &Record) -> bool {
+        self.state.is_none_or(|state| record.state_name() == state)
+            && self.route.as_deref().is_none_or(|route| record.route.as_deref() == Some(route))
+            && self.older_than.is_none_or(|age| record.age().is_some_and(|its| its > age))
+    }
+}
+
+/// What an operator settles an execution with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Settlement {
+    /// Ends it without a response, leaving a tombstone: the same request
+    /// may run again, another one is refused.
+    Release,
+    /// Completes it with the response the operator established: retries
+    /// replay it. The record keeps its expiry.
+    Resolve(StoredResponse),
+}
+
+/// A store an operator can look into and repair: the `idem` tool and
+/// [`Operator`](crate::Operator) work through it. Every store of this crate
+/// implements it.
+#[async_trait]
+pub trait Operable: Store {
+    /// Live records that `filter` admits, at most `filter.limit` of them.
+    /// Stores say in their docs what a listing costs.
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<(StorageKey, Record)>, StoreError>;
+
+    /// The storage key of the live record whose id
+    /// ([`StorageKey::record_id`]) is `id`, if there is one.
+    async fn find(&self, id: &str) -> Result<Option<StorageKey>, StoreError>;
+
+    /// Settles the record of `key` if it still is as the operator inspected
+    /// it: held by `token`, in `state` ([`StateName::InFlight`] or
+    /// [`StateName::Held`]). [`Fence::Held`] when it was applied,
+    /// [`Fence::Lost`] when the record changed meanwhile (or is gone) and
+    /// nothing was written.
+    async fn settle(
+        &self,
+        key: &StorageKey,
+        token: FencingToken,
+        state: StateName,
+        settlement: &Settlement,
+    ) -> Result<Fence, StoreError>;
+}
