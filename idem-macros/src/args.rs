@@ -18,6 +18,7 @@
 //! - `headers.rs`: `header` and `fingerprint_headers`, the header names;
 //! - `required.rs`: `required`;
 //! - `in_flight.rs`: `in_flight`;
+//! - `on_lapse.rs`: `on_lapse`;
 //! - `crate_path.rs`: `crate`, the path of the runtime crate.
 
 mod arg;
@@ -26,6 +27,7 @@ mod durations;
 mod headers;
 mod in_flight;
 mod key;
+mod on_lapse;
 mod required;
 mod scope;
 mod unknown;
@@ -38,13 +40,25 @@ use syn::parse::Parser;
 use self::arg::Arg;
 pub(crate) use self::in_flight::InFlightMode;
 pub(crate) use self::key::KeySource;
+pub(crate) use self::on_lapse::OnLapse;
 pub(crate) use self::scope::Scope;
 use self::unknown::unknown_argument;
 use crate::errors::combine;
 
 /// Every argument, in the order the docs list them.
-const NAMES: [&str; 10] =
-    ["ttl", "scope", "key", "fingerprint_headers", "lock_ttl", "header", "required", "in_flight", "wait", "crate"];
+const NAMES: [&str; 11] = [
+    "ttl",
+    "scope",
+    "key",
+    "fingerprint_headers",
+    "lock_ttl",
+    "header",
+    "required",
+    "in_flight",
+    "wait",
+    "on_lapse",
+    "crate",
+];
 
 /// A value given in the attribute, with the spans of its name and literal.
 pub(crate) struct Given<T> {
@@ -68,6 +82,7 @@ pub(crate) struct Args {
     pub(crate) required: Option<Given<bool>>,
     pub(crate) in_flight: Option<Given<InFlightMode>>,
     pub(crate) wait: Option<Given<Duration>>,
+    pub(crate) on_lapse: Option<Given<OnLapse>>,
     pub(crate) krate: Option<Given<syn::Path>>,
 }
 
@@ -108,6 +123,7 @@ impl Args {
             Some("required") => self.set_required(arg),
             Some("in_flight") => self.set_in_flight(arg),
             Some("wait") => self.set_wait(arg),
+            Some("on_lapse") => self.set_on_lapse(arg),
             Some("crate") => self.set_crate(arg),
             _ => {
                 let path = &arg.path;
@@ -166,6 +182,7 @@ mod tests {
             required = false,
             in_flight = "wait",
             wait = "5s",
+            on_lapse = "hold",
             crate = "::my_app::idem",
         ));
         assert_eq!(args.ttl.map(|g| g.value), Some(Duration::from_secs(5_400)));
@@ -175,6 +192,7 @@ mod tests {
         assert_eq!(args.required.map(|g| g.value), Some(false));
         assert_eq!(args.in_flight.map(|g| g.value), Some(InFlightMode::Wait));
         assert_eq!(args.wait.map(|g| g.value), Some(Duration::from_secs(5)));
+        assert_eq!(args.on_lapse.map(|g| g.value), Some(OnLapse::Hold));
         let path = args.krate.map(|g| g.value);
         assert_eq!(quote!(#path).to_string(), ":: my_app :: idem");
     }
@@ -182,7 +200,7 @@ mod tests {
     #[test]
     fn unknown_argument_lists_the_allowed_ones() {
         let allowed = "`ttl`, `scope`, `key`, `fingerprint_headers`, `lock_ttl`, `header`, `required`, `in_flight`, \
-                       `wait`, `crate`";
+                       `wait`, `on_lapse`, `crate`";
         assert_eq!(
             error(quote!(tll = "24h")),
             format!("unknown argument `tll`; expected one of {allowed} (did you mean `ttl`?)")
@@ -190,6 +208,7 @@ mod tests {
         assert_eq!(error(quote!(expiry = "24h")), format!("unknown argument `expiry`; expected one of {allowed}"));
         assert!(error(quote!(inflight = "wait")).ends_with("(did you mean `in_flight`?)"));
         assert!(error(quote!(Lock_TTL = "1m")).ends_with("(did you mean `lock_ttl`?)"));
+        assert!(error(quote!(on_lapses = "hold")).ends_with("(did you mean `on_lapse`?)"));
     }
 
     #[test]
@@ -214,6 +233,17 @@ mod tests {
     }
 
     #[test]
+    fn reads_lapse_policies() {
+        assert_eq!(parse(quote!(on_lapse = "takeover")).on_lapse.map(|g| g.value), Some(OnLapse::Takeover));
+        assert_eq!(parse(quote!(on_lapse = "hold")).on_lapse.map(|g| g.value), Some(OnLapse::Hold));
+        assert_eq!(
+            error(quote!(on_lapse = "retry")),
+            "unknown `on_lapse` policy \"retry\"; expected \"takeover\" or \"hold\""
+        );
+        assert!(error(quote!(on_lapse = "Hold")).starts_with("unknown `on_lapse` policy \"Hold\""));
+    }
+
+    #[test]
     fn reports_every_bad_value_at_once() {
         let message = error(quote!(ttl = "5w", scope = "users", header = "Idempotency Key"));
         assert!(message.contains("unknown duration unit `w`"), "{message}");
@@ -224,6 +254,11 @@ mod tests {
     #[test]
     fn refuses_duplicates_and_missing_values() {
         assert!(error(quote!(ttl = "1h", ttl = "2h")).starts_with("duplicate argument `ttl`"));
+        assert_eq!(
+            error(quote!(on_lapse = "hold", on_lapse = "hold")),
+            "duplicate argument `on_lapse`; each argument may be given once"
+        );
+        assert_eq!(error(quote!(on_lapse)), "`on_lapse` needs a value, for example `on_lapse = \"hold\"`");
         assert_eq!(error(quote!(ttl)), "`ttl` needs a value, for example `ttl = \"24h\"`");
     }
 
@@ -242,5 +277,9 @@ mod tests {
         assert!(error(quote!(required = "false")).contains("without quotes"));
         assert!(error(quote!(required = 1)).starts_with("`required` expects a bool literal"));
         assert!(error(quote!(crate = "not a path")).starts_with("`crate` expects a path"));
+        assert_eq!(
+            error(quote!(on_lapse = hold)),
+            "`on_lapse` expects a string literal, for example `on_lapse = \"hold\"`"
+        );
     }
 }

@@ -6,7 +6,7 @@ use proc_macro2::{Delimiter, Group, Ident, Literal, Span, TokenStream, TokenTree
 use quote::{ToTokens, format_ident, quote};
 use syn::{Attribute, GenericParam, ItemFn, Visibility};
 
-use crate::args::{KeySource, Scope};
+use crate::args::{KeySource, OnLapse, Scope};
 use crate::attrs::{Place, is_lint_level, place};
 use crate::validate::{InFlight, Options};
 
@@ -214,6 +214,11 @@ fn route_options_value(options: &Options, private: &TokenStream) -> TokenStream 
             quote!(#private::InFlight::Wait(#wait))
         }
     };
+    let on_lapse = match options.on_lapse {
+        None => quote!(::core::option::Option::None),
+        Some(OnLapse::Takeover) => quote!(::core::option::Option::Some(#private::OnLapse::Takeover)),
+        Some(OnLapse::Hold) => quote!(::core::option::Option::Some(#private::OnLapse::Hold)),
+    };
     quote! {
         #private::RouteOptions {
             ttl: #ttl,
@@ -224,6 +229,7 @@ fn route_options_value(options: &Options, private: &TokenStream) -> TokenStream 
             header: #header,
             required: #required,
             in_flight: #in_flight,
+            on_lapse: #on_lapse,
         }
     }
 }
@@ -266,6 +272,7 @@ mod tests {
             "# [tracing :: instrument] async fn create_order (body : web :: Json < NewOrder >) -> impl Responder";
         assert!(out.contains(inner), "the handler, whole, inside: {out}");
         assert!(out.contains("scope : :: idem_runtime :: __private :: Scope :: User"), "{out}");
+        assert!(out.contains("on_lapse : :: core :: option :: Option :: None"), "the `Idem` default: {out}");
         assert!(out.contains("__idem_payload_"), "{out}");
         assert!(out.ends_with(", create_order) . await } }") || out.contains(", create_order) . await"), "{out}");
     }
@@ -375,6 +382,7 @@ mod tests {
                 required = false,
                 in_flight = "wait",
                 wait = "15s",
+                on_lapse = "hold",
                 crate = "my_idem"
             ),
             quote!(
@@ -388,6 +396,7 @@ mod tests {
             "header : \"X-Key\"",
             "required : false",
             "my_idem :: __private :: InFlight :: Wait (my_idem :: __private :: Duration :: from_secs (15))",
+            "on_lapse : :: core :: option :: Option :: Some (my_idem :: __private :: OnLapse :: Hold)",
         ] {
             assert!(out.contains(part), "{part} missing from {out}");
         }

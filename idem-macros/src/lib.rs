@@ -51,6 +51,7 @@ use syn::Item;
 /// | `required = true` | `false`: a request without the key runs without idempotency | `true` |
 /// | `in_flight = "reject"` | a concurrent duplicate gets `409` at once (`"reject"`), or waits for the first one's response (`"wait"`) | `"reject"` |
 /// | `wait = "10s"` | longest wait in `in_flight = "wait"` mode, then `409`; only allowed with that mode | `"10s"` |
+/// | `on_lapse = "takeover"` | what a retry finds when an execution's lease lapsed without completing (its process crashed or went silent): `"takeover"` runs the handler again (crash recovery; its recorded durable steps are not repeated), `"hold"` never re-runs it by itself: the key answers `409` `execution-held` until an operator releases or resolves it with the `idem` tool | the `Idem` default, itself `"takeover"` |
 /// | `crate = "idem_runtime"` | path of the runtime crate, when it is renamed or re-exported | `::idem_runtime` |
 ///
 /// Durations are one or more `<number><unit>` parts, units `d`, `h`, `m`,

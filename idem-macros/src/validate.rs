@@ -7,7 +7,7 @@ use proc_macro2::{Ident, TokenStream, TokenTree};
 use quote::quote;
 use syn::ItemFn;
 
-use crate::args::{Args, Given, InFlightMode, KeySource, Scope};
+use crate::args::{Args, Given, InFlightMode, KeySource, OnLapse, Scope};
 use crate::errors::combine;
 
 /// Default of `ttl`.
@@ -33,6 +33,9 @@ pub(crate) struct Options {
     pub(crate) header: String,
     pub(crate) required: bool,
     pub(crate) in_flight: InFlight,
+    /// What a retry does with an execution whose lease lapsed unfinished;
+    /// `None` leaves it to the `Idem` default, decided at run time.
+    pub(crate) on_lapse: Option<OnLapse>,
     /// Path of the runtime crate (`::idem_runtime` unless `crate = ".."`).
     pub(crate) krate: TokenStream,
 }
@@ -113,6 +116,7 @@ impl Args {
             } else {
                 InFlight::Reject
             },
+            on_lapse: self.on_lapse.map(|given| given.value),
             krate: match self.krate {
                 Some(given) => {
                     let path = given.value;
@@ -278,6 +282,7 @@ mod tests {
         assert!(options.fingerprint_headers.is_empty());
         assert!(options.required);
         assert!(matches!(options.in_flight, InFlight::Reject));
+        assert_eq!(options.on_lapse, None, "the `Idem` default decides");
         assert_eq!(options.krate.to_string(), ":: idem_runtime");
     }
 
@@ -287,6 +292,14 @@ mod tests {
         assert!(matches!(options.in_flight, InFlight::Wait(wait) if wait == Duration::from_secs(10)));
         let Ok(options) = build(quote!(in_flight = "wait", wait = "1m")) else { panic!("must build") };
         assert!(matches!(options.in_flight, InFlight::Wait(wait) if wait == Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn an_explicit_lapse_policy_is_kept() {
+        let Ok(options) = build(quote!(on_lapse = "hold")) else { panic!("must build") };
+        assert_eq!(options.on_lapse, Some(OnLapse::Hold));
+        let Ok(options) = build(quote!(on_lapse = "takeover")) else { panic!("must build") };
+        assert_eq!(options.on_lapse, Some(OnLapse::Takeover), "given, even when it is the usual default");
     }
 
     #[test]

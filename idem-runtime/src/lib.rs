@@ -131,6 +131,7 @@ mod fingerprint;
 pub mod inbox;
 mod key;
 mod observe;
+pub mod operate;
 pub mod outbox;
 mod record;
 #[cfg(any(feature = "redis", feature = "postgres"))]
@@ -153,7 +154,7 @@ pub use backends::MemoryStore;
 pub use backends::{InvalidKeyPrefix, OnEviction, RedisConnection, RedisStore};
 #[cfg(feature = "postgres")]
 pub use backends::{InvalidTableName, OnAsyncStandby, PostgresStore};
-pub use engine::Drained;
+pub use engine::{Drained, StepError};
 pub use error::StoreError;
 /// Makes an actix-web handler idempotent.
 ///
@@ -168,7 +169,8 @@ pub use error::StoreError;
 /// documentation](crate) shows a complete program.
 #[cfg(feature = "actix")]
 pub use idem_macros::idempotent;
-pub use store::Attempt;
+pub use operate::Operator;
+pub use store::{Attempt, OnLapse};
 pub use sweeper::SweeperHandle;
 
 /// The problem+json responses the runtime produces by itself (§5 of the
@@ -185,6 +187,7 @@ pub mod problem {
 /// `method`, `route`, `scope`, `key` (a short hash, never the key) and
 /// `outcome`, and is counted once, where it ends, in [`REQUESTS_METRIC`](observability::REQUESTS_METRIC).
 pub mod observability {
+    pub use crate::engine::HELD_METRIC;
     pub use crate::observe::{Outcome, REQUESTS_METRIC, RUNNING_METRIC, STORE_LATENCY_METRIC};
 }
 
@@ -198,6 +201,7 @@ pub mod __private {
 
     pub use crate::actix::{InFlight, KeySource, RouteOptions, handle};
     pub use crate::scope::Scope;
+    pub use crate::store::OnLapse;
 }
 
 /// What the repository's fuzz targets and their corpus replay reach that is

@@ -37,6 +37,9 @@ pub enum Outcome {
     /// Refused before the claim (503): as many executions ran in the
     /// process as its bound allows.
     Overloaded,
+    /// The execution lapsed unfinished on a route that holds such
+    /// executions (409 `execution-held`).
+    Held,
 }
 
 impl Outcome {
@@ -51,6 +54,7 @@ impl Outcome {
             Self::StoreError => "store_error",
             Self::LeaseLost => "lease_lost",
             Self::Overloaded => "overloaded",
+            Self::Held => "held",
         }
     }
 }

@@ -75,7 +75,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-pub use self::operable::{ListFilter, Operable, Settlement, StateName};
+pub use self::operable::{ListFilter, Operable, Settlement, StateName, UnknownState};
 #[cfg(feature = "postgres")]
 pub use self::transactions::{Opening, PgTransaction, Transactional};
 pub use crate::error::{BoxError, StoreError};

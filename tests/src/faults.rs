@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use idem_runtime::store::{Claim, Fence, FencingToken, Fingerprint, Record, StorageKey, Store, StoredResponse};
+use idem_runtime::store::{
+    Claim, ClaimTerms, Fence, FencingToken, Fingerprint, Record, Step, StorageKey, Store, StoredResponse,
+};
 use idem_runtime::{MemoryStore, StoreError};
 
 /// What claims do.
@@ -140,13 +142,12 @@ impl Store for FaultyStore {
         "faulty"
     }
 
-    async fn claim_as(
+    async fn claim_with(
         &self,
         key: &StorageKey,
         fingerprint: &Fingerprint,
         token: FencingToken,
-        lease: Duration,
-        ttl: Duration,
+        terms: &ClaimTerms,
     ) -> Result<Claim, StoreError> {
         match self.claims {
             Claims::Refused => return Err(outage(std::io::ErrorKind::ConnectionRefused)),
@@ -162,11 +163,15 @@ impl Store for FaultyStore {
         if let Some(delay) = self.claim_delay.filter(|_| later) {
             tokio::time::sleep(delay).await;
         }
-        let claim = self.inner.claim_as(key, fingerprint, token, lease, ttl).await;
+        let claim = self.inner.claim_with(key, fingerprint, token, terms).await;
         if let Some(delay) = self.late_answers {
             tokio::time::sleep(delay).await;
         }
         claim
+    }
+
+    async fn record_step(&self, key: &StorageKey, token: FencingToken, step: &Step) -> Result<Fence, StoreError> {
+        self.inner.record_step(key, token, step).await
     }
 
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {

@@ -39,4 +39,5 @@ pub mod restart_checks;
 pub mod server;
 pub mod service;
 pub mod slow_store;
+pub mod tool_checks;
 pub mod webhook_checks;

@@ -1,9 +1,10 @@
 //! Command-line flags, each with an environment variable and a default.
 
 use clap::builder::BoolishValueParser;
-use clap::{ArgAction, Parser};
+use clap::{ArgAction, Parser, ValueEnum};
+use idem_runtime::OnLapse;
 
-use crate::faults::Faults;
+use crate::faults::{DurableStep, Faults};
 use order_service::signature::WebhookSecret;
 
 /// The order service's configuration: flag, then environment, then default.
@@ -39,6 +40,23 @@ pub struct Config {
     #[arg(long = "max-running", env = "ORDER_SERVICE_MAX_RUNNING")]
     pub max_running: Option<usize>,
 
+    /// Whether the simulated payment provider deduplicates charges by the
+    /// idempotency key it is given, as Stripe does. `off` makes it charge
+    /// on every call, even with a key it has seen: a downstream without
+    /// idempotency, which only the payment's durable step `charge` keeps
+    /// from charging twice after a crash.
+    #[arg(long = "provider-dedup", env = "ORDER_SERVICE_PROVIDER_DEDUP", value_enum, default_value_t = Switch::On)]
+    pub provider_dedup: Switch,
+
+    /// What a retry does with a payment or order whose execution lapsed
+    /// unfinished (its process crashed): `takeover` runs it again, handing
+    /// back its recorded durable steps; `hold` never runs it again by
+    /// itself: the key answers 409 `execution-held` until an operator
+    /// releases or resolves it with the `idem` tool. The `Idem` default for
+    /// every route.
+    #[arg(long = "on-lapse", env = "ORDER_SERVICE_ON_LAPSE", value_enum, default_value_t = LapsePolicy::Takeover)]
+    pub on_lapse: LapsePolicy,
+
     /// The secret the payment provider signs its webhook deliveries with.
     /// Prefer the environment variable: the value is never printed.
     #[arg(
@@ -57,6 +75,12 @@ pub struct Config {
     #[arg(long, env = "ORDER_SERVICE_CRASH_AFTER_CHARGE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub crash_after_charge: bool,
 
+    /// Fault injection, for tests: abort the process right after the runtime
+    /// recorded the payment's durable step NAME (`charge`, the provider's
+    /// call), before the handler returns.
+    #[arg(long, env = "ORDER_SERVICE_CRASH_AFTER_STEP", value_name = "NAME", value_enum)]
+    pub crash_after_step: Option<DurableStep>,
+
     /// Fault injection, for tests: abort the process right after the order
     /// row is written (on Postgres: before its transaction commits), before
     /// the handler returns. The variable takes `1`/`true`.
@@ -67,7 +91,45 @@ pub struct Config {
 impl Config {
     /// The armed crash points.
     pub fn faults(&self) -> Faults {
-        Faults { crash_after_charge: self.crash_after_charge, crash_after_order_insert: self.crash_after_order_insert }
+        Faults {
+            crash_after_charge: self.crash_after_charge,
+            crash_after_step: self.crash_after_step,
+            crash_after_order_insert: self.crash_after_order_insert,
+        }
+    }
+}
+
+/// A setting that is `on` or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    /// On.
+    On,
+    /// Off.
+    Off,
+}
+
+impl Switch {
+    /// Whether it is on.
+    pub fn is_on(self) -> bool {
+        self == Self::On
+    }
+}
+
+/// `--on-lapse`: the runtime's [`OnLapse`], as the flag spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LapsePolicy {
+    /// Run the lapsed execution again ([`OnLapse::Takeover`]).
+    Takeover,
+    /// Hold it for an operator ([`OnLapse::Hold`]).
+    Hold,
+}
+
+impl From<LapsePolicy> for OnLapse {
+    fn from(policy: LapsePolicy) -> Self {
+        match policy {
+            LapsePolicy::Takeover => Self::Takeover,
+            LapsePolicy::Hold => Self::Hold,
+        }
     }
 }
 
@@ -200,6 +262,30 @@ mod tests {
         assert!(config.crash_after_charge && !config.crash_after_order_insert);
         let config = Config::try_parse_from(["order-service", "--crash-after-order-insert"]).unwrap();
         assert!(!config.crash_after_charge && config.crash_after_order_insert);
+    }
+
+    #[test]
+    fn a_crash_after_a_step_names_a_known_step() {
+        let config = Config::try_parse_from(["order-service"]).unwrap();
+        assert_eq!(config.faults().crash_after_step, None);
+        let config = Config::try_parse_from(["order-service", "--crash-after-step", "charge"]).unwrap();
+        assert_eq!(config.faults().crash_after_step, Some(DurableStep::Charge));
+        assert!(!config.crash_after_charge, "a knob of its own");
+        // An unknown step is refused at start, with the steps there are.
+        let refused = Config::try_parse_from(["order-service", "--crash-after-step", "refund"]).unwrap_err();
+        let message = refused.to_string();
+        assert!(message.contains("refund") && message.contains("[possible values: charge]"), "{message}");
+    }
+
+    #[test]
+    fn the_provider_deduplicates_and_lapses_are_taken_over_by_default() {
+        let config = Config::try_parse_from(["order-service"]).unwrap();
+        assert_eq!((config.provider_dedup, OnLapse::from(config.on_lapse)), (Switch::On, OnLapse::Takeover));
+        let config =
+            Config::try_parse_from(["order-service", "--provider-dedup", "off", "--on-lapse", "hold"]).unwrap();
+        assert_eq!((config.provider_dedup, OnLapse::from(config.on_lapse)), (Switch::Off, OnLapse::Hold));
+        assert!(Config::try_parse_from(["order-service", "--provider-dedup", "maybe"]).is_err());
+        assert!(Config::try_parse_from(["order-service", "--on-lapse", "retry"]).is_err());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use actix_web::http::StatusCode;
 use actix_web::http::header::RETRY_AFTER;
 use actix_web::{HttpResponse, ResponseError};
-use idem_runtime::MarkRetryable;
+use idem_runtime::{MarkRetryable, StepError};
 use serde::Serialize;
 
 use crate::repo::RepoError;
@@ -39,6 +39,10 @@ pub enum ApiError {
     /// recorded).
     #[error(transparent)]
     Signature(#[from] order_service::signature::SignatureError),
+    /// A durable step failed: the runtime's own problem (500 `step-failed`,
+    /// or 409 `lease-lost` when another execution owns the key).
+    #[error(transparent)]
+    Step(#[from] StepError),
     /// The service is set up wrong (500).
     #[error("the service is misconfigured: {0}")]
     Misconfigured(&'static str),
@@ -56,6 +60,8 @@ impl ApiError {
             Self::ProviderTimeout => ("provider-timeout", "Payment provider timed out"),
             Self::Signature(_) => ("invalid-signature", "Invalid webhook signature"),
             Self::Misconfigured(_) => ("misconfigured", "Service misconfigured"),
+            // Answered by the runtime's problem (see `error_response`).
+            Self::Step(_) => ("step-failed", "Durable step failed"),
         }
     }
 }
@@ -70,6 +76,7 @@ impl ResponseError for ApiError {
             Self::Backend(_) | Self::ProviderUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Declined => StatusCode::PAYMENT_REQUIRED,
             Self::ProviderTimeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::Step(error) => error.status_code(),
         }
     }
 
@@ -92,6 +99,9 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         if let Self::Backend(error) = self {
             tracing::error!(%error, "backend call failed");
+        }
+        if let Self::Step(error) = self {
+            return error.error_response();
         }
         let (slug, title) = self.slug();
         let status = self.status_code();

@@ -41,13 +41,17 @@ async fn main() -> std::io::Result<()> {
         // The memory store's events stay in this process: notify here.
         actix_web::rt::spawn(async move { notifier.run(std::future::pending()).await });
     }
-    let mut idem = Idem::from_arc(backend.store).subject(user_id);
+    let mut idem = Idem::from_arc(backend.store).subject(user_id).on_lapse(config.on_lapse.into());
     if let Some(max_running) = config.max_running {
         idem = idem.max_running(max_running);
     }
     let state = web::Data::new(AppState {
         repo: backend.repo,
-        provider: Provider::new(backend.ledger, Duration::from_millis(config.charge_delay_ms)),
+        provider: Provider::new(
+            backend.ledger,
+            Duration::from_millis(config.charge_delay_ms),
+            config.provider_dedup.is_on(),
+        ),
         faults: config.faults(),
         post_charge_delay: Duration::from_millis(config.post_charge_delay_ms),
         outlet: backend.outlet,

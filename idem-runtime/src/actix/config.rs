@@ -8,7 +8,7 @@ use actix_web::HttpRequest;
 use actix_web::http::header::HeaderName;
 
 use crate::engine::{Drained, Running};
-use crate::store::Store;
+use crate::store::{OnLapse, Store};
 
 /// Resolves the authenticated subject of a request for `scope = "user"`.
 pub(crate) type SubjectResolver = dyn Fn(&HttpRequest) -> Option<String> + Send + Sync;
@@ -62,6 +62,8 @@ pub(crate) struct Config {
     pub(crate) drain_timeout: Duration,
     /// Whether the request's host name is part of its fingerprint.
     pub(crate) fingerprint_host: bool,
+    /// What a retry does with a lapsed execution, on routes that do not say.
+    pub(crate) on_lapse: OnLapse,
     /// Shared by every clone of the configuration.
     pub(crate) running: Arc<Running>,
     /// The store's transactional mode, if it has one.
@@ -121,6 +123,7 @@ impl Idem {
                 skipped_headers: DEFAULT_SKIPPED.iter().map(|h| HeaderName::from_static(h)).collect(),
                 drain_timeout: Self::DEFAULT_DRAIN_TIMEOUT,
                 fingerprint_host: true,
+                on_lapse: OnLapse::Takeover,
                 running: Arc::default(),
             }),
         }
@@ -190,6 +193,17 @@ impl Idem {
     /// through another name is then the same request).
     pub fn fingerprint_host(self, included: bool) -> Self {
         self.with(|c| c.fingerprint_host = included)
+    }
+
+    /// What a retry does with an execution whose lease lapsed unfinished
+    /// (its process crashed, or went silent past its lease), on routes whose
+    /// attribute does not say (`on_lapse = ".."`): [`OnLapse::Takeover`] (the
+    /// default) runs it again, handing back its recorded durable steps;
+    /// [`OnLapse::Hold`] never runs it again by itself: the key answers 409
+    /// `execution-held` until an operator releases or resolves it (the
+    /// `idem` tool, [`Operator`](crate::Operator)).
+    pub fn on_lapse(self, policy: OnLapse) -> Self {
+        self.with(|c| c.on_lapse = policy)
     }
 
     /// What to do with 5xx responses not marked retryable (default: store
@@ -283,6 +297,7 @@ impl fmt::Debug for Idem {
             .field("skipped_headers", &c.skipped_headers)
             .field("drain_timeout", &c.drain_timeout)
             .field("max_running", &c.running.max())
+            .field("on_lapse", &c.on_lapse)
             .field("fingerprint_host", &c.fingerprint_host)
             .finish_non_exhaustive()
     }

@@ -7,17 +7,21 @@
 //! runtime fills it once the claim is won, before the handler starts.
 
 use std::fmt;
-use std::future::{Ready, ready};
+use std::future::{Future, Ready, ready};
 use std::sync::{Arc, OnceLock};
 
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpMessage, HttpRequest};
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
 use super::problem::{ProblemError, ProblemKind};
+use crate::engine::{Execution, StepError, Steps};
 use crate::fingerprint::Fingerprint;
 use crate::key::IdempotencyKey;
 use crate::scope::StorageKey;
-use crate::store::{Attempt, FencingToken};
+use crate::store::{Attempt, FencingToken, Step};
 
 /// Put in the request's extensions by the runtime before the handler's
 /// extractors run: the request is served by `#[idempotent]`.
@@ -68,6 +72,7 @@ pub(crate) struct Context {
     fingerprint: Fingerprint,
     token: FencingToken,
     attempt: Attempt,
+    steps: Steps,
 }
 
 /// The slot an [`ExecutionContext`] extractor left for the runtime.
@@ -76,21 +81,23 @@ pub(crate) struct PendingContext(Arc<OnceLock<Context>>);
 
 impl PendingContext {
     /// Fills the context of `req`, if its handler takes one.
+    /// Step results up to `limit` bytes are recorded.
     pub(crate) fn fill(
         req: &HttpRequest,
         key: &IdempotencyKey,
         storage_key: &StorageKey,
         fingerprint: &Fingerprint,
-        token: FencingToken,
-        attempt: Attempt,
+        execution: &mut Execution,
+        limit: usize,
     ) {
         let Some(Self(slot)) = req.extensions_mut().remove::<Self>() else { return };
         let context = Context {
             key_hash: key.short_hash(),
             storage_key: storage_key.clone(),
             fingerprint: *fingerprint,
-            token,
-            attempt,
+            token: execution.token(),
+            attempt: execution.attempt(),
+            steps: execution.steps(limit),
         };
         // Filled once per request: the claim is won once.
         let _ = slot.set(context);
@@ -138,6 +145,71 @@ impl ExecutionContext {
     pub fn derived_key(&self, label: &str) -> String {
         let context = self.context();
         context.storage_key.derive(&context.fingerprint, label)
+    }
+}
+
+impl ExecutionContext {
+    /// Runs `work` once per key, as the durable step `name` (§8 of the
+    /// behaviour contract): its result is serialized (JSON) and recorded in
+    /// the key's record, fenced by this execution's token, before this
+    /// returns it. An execution that takes the key over after a crash gets
+    /// the recorded result back without running `work` again; only the
+    /// steps that never finished run.
+    ///
+    /// ```
+    /// use actix_web::{HttpResponse, post};
+    /// use idem_runtime::{ExecutionContext, idempotent};
+    /// # async fn provider_charge(_key: &str, _cents: u64) -> String { "ch_1".into() }
+    ///
+    /// #[idempotent]
+    /// #[post("/payments")]
+    /// async fn pay(execution: ExecutionContext) -> Result<HttpResponse, idem_runtime::StepError> {
+    ///     // The provider deduplicates by the derived key too: a crash between
+    ///     // its charge and the step's record runs the step again.
+    ///     let key = execution.derived_key("charge");
+    ///     let charge: String = execution.step("charge", provider_charge(&key, 500)).await?;
+    ///     Ok(HttpResponse::Created().json(charge))
+    /// }
+    /// ```
+    ///
+    /// Give each step of a handler its own name (up to
+    /// [`Step::MAX_NAME_BYTES`]) and run them one after another. The
+    /// result is bounded by the stored-response limit. A step cannot make
+    /// its effect and its record one: a crash between them runs the step
+    /// again, so a step that calls a provider passes it
+    /// [`derived_key`](ExecutionContext::derived_key). In the
+    /// transactional mode the record is written outside the handler's
+    /// transaction (a rollback does not undo the step's effect).
+    ///
+    /// Errors ([`StepError`], answered as a 500 problem if returned from the
+    /// handler): the execution lost its key (stop: another one owns it),
+    /// the result could not be recorded, or a recorded result does not read
+    /// back as `T`.
+    pub async fn step<T, F>(&self, name: &str, work: F) -> Result<T, StepError>
+    where
+        F: Future<Output = T>,
+        T: Serialize + DeserializeOwned,
+    {
+        if name.is_empty() || name.len() > Step::MAX_NAME_BYTES {
+            return Err(StepError::InvalidName(name.len()));
+        }
+        let steps = &self.context().steps;
+        if let Some(recorded) = steps.recorded(name) {
+            tracing::info!(step = name, "durable step recorded by an earlier execution: not run again");
+            return serde_json::from_slice(&recorded)
+                .map_err(|source| StepError::Unreadable { name: name.to_owned(), source });
+        }
+        let result = work.await;
+        let encoded = serde_json::to_vec(&result)
+            .map_err(|source| StepError::Unserializable { name: name.to_owned(), source })?;
+        steps.record(Step { name: name.to_owned(), result: encoded.into() }).await?;
+        Ok(result)
+    }
+
+    /// How many durable steps are recorded for this key, those of earlier
+    /// executions included.
+    pub fn steps_recorded(&self) -> usize {
+        self.context().steps.count()
     }
 }
 

@@ -50,6 +50,7 @@ where
         route = %route,
         scope = options.scope.as_str(),
         key = tracing::field::Empty,
+        record = tracing::field::Empty,
         outcome = tracing::field::Empty,
     );
     let served = async move {
@@ -112,13 +113,24 @@ where
         // Saturating: the attribute takes any whole number of days.
         InFlight::Wait(wait) => Some(Instant::from_std(later(Instant::now().into_std(), wait))),
     };
-    let terms = Terms { lease: options.lock_ttl, ttl: options.ttl, timeout: config.store_timeout };
+    let span = tracing::Span::current();
+    if !span.is_disabled() {
+        // The record's id, as operators find it (`idem inspect`).
+        span.record("record", storage_key.record_id());
+    }
+    let terms = Terms {
+        lease: options.lock_ttl,
+        ttl: options.ttl,
+        timeout: config.store_timeout,
+        on_lapse: options.on_lapse.unwrap_or(config.on_lapse),
+        route: Some(format!("{} {route}", req.method()).into()),
+    };
     let mut fingerprint = hashed.fingerprint;
     loop {
         let claimed = engine::claim_until(&config.store, &storage_key, &fingerprint, &terms, &config.running, until);
         let claim = match claimed.await {
-            Ok(engine::Claimed::Acquired(execution)) => {
-                PendingContext::fill(&req, &key, &storage_key, &fingerprint, execution.token(), execution.attempt());
+            Ok(engine::Claimed::Acquired(mut execution)) => {
+                PendingContext::fill(&req, &key, &storage_key, &fingerprint, &mut execution, config.response_limit);
                 let claimed = Won { config: Arc::clone(config), route: route.to_owned(), execution };
                 return execute(claimed, req, handler, args).await;
             }
@@ -240,6 +252,12 @@ fn answer(claim: Result<engine::Claimed, StoreError>) -> Answer {
         Ok(engine::Claimed::Other(Claim::InFlight { retry_after })) => {
             let detail = "a request with this idempotency key is still being processed; retry later";
             refuse(Outcome::InFlight, problem::retry_after(ProblemKind::InFlight, detail, retry_after))
+        }
+        Ok(engine::Claimed::Other(Claim::Held { .. })) => {
+            let detail = "an earlier execution of this request stopped before it finished, and this route never \
+                          runs it again by itself: it will not run again until an operator releases or resolves \
+                          it; retrying does not help";
+            refuse(Outcome::Held, problem::response(ProblemKind::ExecutionHeld, detail))
         }
         Ok(engine::Claimed::Draining) => {
             let detail = "the server is shutting down; the request was not processed, retry";

@@ -24,6 +24,9 @@ pub struct RouteOptions {
     pub required: bool,
     /// What a concurrent duplicate gets.
     pub in_flight: InFlight,
+    /// What a retry does with an execution whose lease lapsed unfinished;
+    /// `None`: the default of [`Idem`](crate::Idem).
+    pub on_lapse: Option<crate::store::OnLapse>,
 }
 
 /// What a duplicate of an in-flight request gets.

@@ -55,6 +55,14 @@ pub enum ProblemKind {
     /// 500 (stored, replayed): the request was processed but its response
     /// could not be kept (over the limit, or refused by the store).
     ResponseNotStored,
+    /// 409 without `Retry-After`: the execution lapsed unfinished on a route
+    /// with `on_lapse = "hold"`; it will not run again by itself, and waits
+    /// for an operator to release or resolve it.
+    ExecutionHeld,
+    /// 500 (stored, replayed): a durable step ran but its result could not
+    /// be recorded (too large, refused by the store), or a recorded result
+    /// no longer reads back as the step's type.
+    StepFailed,
     /// 409 with `Retry-After`, transactional mode: the lease was lost while
     /// the handler ran, so its transaction was rolled back; another
     /// execution owns the key.
@@ -121,6 +129,8 @@ impl ProblemKind {
                 "Original response could not be kept for replay",
             ),
             Self::LeaseLost => (StatusCode::CONFLICT, "lease-lost", "Request taken over by another execution"),
+            Self::ExecutionHeld => (StatusCode::CONFLICT, "execution-held", "Execution held for an operator"),
+            Self::StepFailed => (StatusCode::INTERNAL_SERVER_ERROR, "step-failed", "Durable step failed"),
             Self::TransactionFailed => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "transaction-failed", "Handler transaction rolled back")
             }
@@ -196,5 +206,30 @@ impl actix_web::ResponseError for ProblemError {
 
     fn error_response(&self) -> HttpResponse {
         response(self.kind, &self.detail)
+    }
+}
+
+/// A durable step's failure, returned from a handler with `?`: the
+/// execution lost its key (409 `lease-lost`: another execution owns it), or
+/// the step's result could not be recorded or read back (500
+/// `step-failed`, stored and replayed like any failure: the step may have
+/// had its effect).
+impl actix_web::ResponseError for crate::engine::StepError {
+    fn status_code(&self) -> StatusCode {
+        self.kind().status()
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        tracing::error!(error = %self, "a durable step failed");
+        response(self.kind(), &self.to_string())
+    }
+}
+
+impl crate::engine::StepError {
+    fn kind(&self) -> ProblemKind {
+        match self {
+            Self::Lost(_) => ProblemKind::LeaseLost,
+            _ => ProblemKind::StepFailed,
+        }
     }
 }

@@ -2,6 +2,7 @@
 
 mod error;
 mod kept;
+mod operable;
 mod operations;
 mod renewals;
 mod replication;
@@ -48,7 +49,9 @@ const MAX_INTERVAL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// its own clock. Rows past their TTL count as absent, and are deleted by
 /// [`PurgeExpired::purge_expired`](crate::store::PurgeExpired::purge_expired)
 /// or the background task of [`PostgresStore::spawn_sweeper`]. The store
-/// offers the transactional mode ([`Store::transactional`]).
+/// offers the transactional mode ([`Store::transactional`]) and the
+/// operator's view ([`Operable`](crate::store::Operable): what its listings
+/// cost is said there).
 ///
 /// Every statement runs at READ COMMITTED, whatever the database's default:
 /// the store sets it as a startup option of each connection it opens, in
@@ -227,7 +230,7 @@ impl PostgresStore {
         self.table.to_string()
     }
 
-    /// Creates the table and its index if they do not exist, adds the
+    /// Creates the table and its indexes if they do not exist, adds the
     /// columns of this version to a table an earlier one made, and makes
     /// the claim function anew. Safe to run at every start, from many
     /// processes at once (they take turns on an advisory lock). Run it
@@ -236,6 +239,14 @@ impl PostgresStore {
     /// ([`StoreError::Misconfigured`], 503). A migration that waits more
     /// than 5 s for a lock on the table (a long transaction on it) fails:
     /// run it again.
+    ///
+    /// The first migration of a table made by an earlier version also
+    /// builds the index of executions in flight (for
+    /// [`Operable::list`](crate::store::Operable::list)), which reads the
+    /// whole table while writes to it wait (a time in proportion to the
+    /// table's size). Processes of the earlier version may go on serving meanwhile
+    /// and after: they call their own claim function, which this one never
+    /// replaces, and they see a held execution as a running one.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let result = async {
             let mut tx = self.pool.begin().await?;

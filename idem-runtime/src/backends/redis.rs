@@ -7,6 +7,7 @@ mod error;
 mod groups;
 pub(crate) mod layout;
 mod local;
+mod operable;
 mod operations;
 mod primaries;
 mod renewals;
@@ -35,13 +36,17 @@ use crate::record::StoredResponse;
 use crate::redact::Redacted;
 use crate::scope::StorageKey;
 #[cfg(doc)]
-use crate::store::Store;
+use crate::store::{Operable, Store};
 use crate::store::StoreError;
 
 /// A [`Store`] in Redis or Valkey, on one server or a Redis Cluster: a
-/// claim is one `SET NX GET` (a claim that finds the key in flight or
+/// claim is one `SET NX GET` (a claim that finds the key in flight, held or
 /// released takes a second round trip, a Lua script), every other operation
 /// one Lua script, and expiry by the server's clock.
+///
+/// It is [`Operable`]: an operator lists records and finds one by its id
+/// with `SCAN` (O(keyspace) on the server, every primary of a cluster: for
+/// occasional use), and settles an execution with one script.
 ///
 /// Connect with [`RedisStore::connect`], or [`RedisStore::connect_with`]
 /// for timeouts of your own: one server (`redis://`, `rediss://`,

@@ -20,6 +20,7 @@
 //! | 409 with `Retry-After` (the first attempt still runs) | waits as asked, retries |
 //! | 429, 502, 503, 504 | retries, after `Retry-After` if given, else after its backoff |
 //! | 422 `key-reused` | stops: [`KeyReused`] |
+//! | 409 `execution-held` (an earlier attempt stopped half way on a route that holds such executions) | stops: [`ExecutionHeld`] |
 //! | anything else (2xx, other 4xx, 500) | returns it |
 //!
 //! Backoff is exponential with full jitter; attempts stop at the policy's
@@ -47,6 +48,9 @@ const REPLAYED: &str = "idempotent-replayed";
 
 /// The problem type of a key reused for another request.
 const KEY_REUSED: &str = "urn:idem:problem:key-reused";
+
+/// The problem type of an execution held for an operator.
+const EXECUTION_HELD: &str = "urn:idem:problem:execution-held";
 
 /// Adds one `Idempotency-Key` per logical request and retries it (see the
 /// [module](self)). A key the caller set on the request (a natural key,
@@ -104,6 +108,31 @@ pub struct KeyReused {
     pub key: String,
     /// The server's explanation.
     pub detail: String,
+}
+
+/// The server holds the request's execution for an operator (409
+/// `execution-held`): an earlier attempt stopped half way on a route that
+/// never runs such an execution again by itself. Final: retrying does not
+/// help until an operator releases or resolves it (then the same key gets
+/// the operator's answer, or runs once more). Find it with
+/// [`ExecutionHeld::of`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the execution of idempotency key {key} is held for an operator: {detail}")]
+pub struct ExecutionHeld {
+    /// The key.
+    pub key: String,
+    /// The server's explanation.
+    pub detail: String,
+}
+
+impl ExecutionHeld {
+    /// The held execution `error` reports, if that is what it is.
+    pub fn of(error: &reqwest_middleware::Error) -> Option<&ExecutionHeld> {
+        match error {
+            reqwest_middleware::Error::Middleware(error) => error.downcast_ref::<ExecutionHeld>(),
+            _ => None,
+        }
+    }
 }
 
 /// The middleware gave up: every attempt failed without an answer to
@@ -196,7 +225,8 @@ fn is_replay(response: &Response) -> bool {
 /// The largest problem document read to find a key reuse.
 const PROBLEM_LIMIT: u64 = 64 << 10;
 
-/// A 422 `key-reused` as the typed error; any other response as it is.
+/// A 422 `key-reused` or a 409 `execution-held` as the typed error; any
+/// other response as it is.
 /// Only a small `application/problem+json` body is read; the response is
 /// then rebuilt whole (status, version, URL, headers, body).
 async fn refused(response: Response, key: &str) -> reqwest_middleware::Result<Response> {
@@ -205,7 +235,8 @@ async fn refused(response: Response, key: &str) -> reqwest_middleware::Result<Re
         .get(http::header::CONTENT_TYPE)
         .is_some_and(|value| value.as_bytes().starts_with(b"application/problem+json"));
     let small = response.content_length().is_some_and(|length| length <= PROBLEM_LIMIT);
-    if response.status() != StatusCode::UNPROCESSABLE_ENTITY || !problem || !small {
+    let refusal = matches!(response.status(), StatusCode::UNPROCESSABLE_ENTITY | StatusCode::CONFLICT);
+    if !refusal || !problem || !small {
         return Ok(response);
     }
     let (status, version, url) = (response.status(), response.version(), response.url().clone());
@@ -216,6 +247,10 @@ async fn refused(response: Response, key: &str) -> reqwest_middleware::Result<Re
     if problem["type"] == KEY_REUSED {
         let detail = problem["detail"].as_str().unwrap_or("key reused").to_owned();
         return Err(reqwest_middleware::Error::middleware(KeyReused { key: key.to_owned(), detail }));
+    }
+    if problem["type"] == EXECUTION_HELD {
+        let detail = problem["detail"].as_str().unwrap_or("execution held").to_owned();
+        return Err(reqwest_middleware::Error::middleware(ExecutionHeld { key: key.to_owned(), detail }));
     }
     // Another 422 (a validation error, say): handed back unchanged.
     let builder = http::Response::builder().status(status).version(version);

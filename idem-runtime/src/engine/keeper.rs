@@ -170,6 +170,12 @@ impl Lease {
     pub(crate) fn state(&self) -> &LeaseState {
         &self.state
     }
+
+    /// The lease, shared: for the execution's durable steps, which record
+    /// with its token while it is held.
+    pub(crate) fn shared(&self) -> Arc<LeaseState> {
+        Arc::clone(&self.state)
+    }
 }
 
 impl Drop for Lease {

@@ -16,7 +16,7 @@ use crate::fingerprint::{Fingerprint, RequestParts};
 use crate::key::IdempotencyKey;
 use crate::record::{Record, StoredResponse};
 use crate::scope::{Scope, StorageKey};
-use crate::store::{Claim, Fence, FencingToken, Renewal, Store, StoreError};
+use crate::store::{Claim, ClaimTerms, Fence, FencingToken, Renewal, Step, Store, StoreError};
 
 /// A memory store that counts renewal batches, and refuses them while
 /// `refusing` is set, or answers the first one only after `stall_first`.
@@ -36,15 +36,18 @@ impl Store for Flaky {
         "flaky"
     }
 
-    async fn claim_as(
+    async fn claim_with(
         &self,
         key: &StorageKey,
         fp: &Fingerprint,
         token: FencingToken,
-        lease: Duration,
-        ttl: Duration,
+        terms: &ClaimTerms,
     ) -> Result<Claim, StoreError> {
-        self.inner.claim_as(key, fp, token, lease, ttl).await
+        self.inner.claim_with(key, fp, token, terms).await
+    }
+
+    async fn record_step(&self, key: &StorageKey, token: FencingToken, step: &Step) -> Result<Fence, StoreError> {
+        self.inner.record_step(key, token, step).await
     }
 
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {
@@ -266,15 +269,18 @@ impl Store for NoBatch {
         "no-batch"
     }
 
-    async fn claim_as(
+    async fn claim_with(
         &self,
         key: &StorageKey,
         fp: &Fingerprint,
         token: FencingToken,
-        lease: Duration,
-        ttl: Duration,
+        terms: &ClaimTerms,
     ) -> Result<Claim, StoreError> {
-        self.inner.claim_as(key, fp, token, lease, ttl).await
+        self.inner.claim_with(key, fp, token, terms).await
+    }
+
+    async fn record_step(&self, key: &StorageKey, token: FencingToken, step: &Step) -> Result<Fence, StoreError> {
+        self.inner.record_step(key, token, step).await
     }
 
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {

@@ -22,8 +22,10 @@
 //! the same request to run again just as a release does.
 
 mod drain;
+mod held;
 pub(crate) mod keeper;
 mod lease;
+mod steps;
 #[cfg(feature = "postgres")]
 pub(crate) mod tx_commit;
 #[cfg_attr(not(feature = "actix"), allow(dead_code, unused_imports))]
@@ -33,6 +35,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use self::drain::Drained;
+pub use self::held::HELD_METRIC;
+pub use self::steps::StepError;
+pub(crate) use self::steps::Steps;
 pub(crate) use self::drain::{Refused, Running, RunningGuard};
 use self::keeper::Lease;
 #[cfg(feature = "actix")]
@@ -43,10 +48,10 @@ use crate::fingerprint::Fingerprint;
 use crate::observe::{Outcome, store_call, store_call_since};
 use crate::record::{RecordState, StoredResponse};
 use crate::scope::StorageKey;
-use crate::store::{Attempt, Claim, Fence, FencingToken, Store, StoreError};
+use crate::store::{Attempt, Claim, ClaimTerms, Fence, FencingToken, OnLapse, Step, Store, StoreError};
 
 /// The terms of one claim.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Terms {
     /// The lease of an execution, renewed by the keeper.
     pub(crate) lease: Duration,
@@ -54,6 +59,21 @@ pub(crate) struct Terms {
     pub(crate) ttl: Duration,
     /// Longest wait for one store call.
     pub(crate) timeout: Duration,
+    /// What a claim does with a lapsed execution of the same request.
+    pub(crate) on_lapse: OnLapse,
+    /// The claiming route, kept in the record for operators.
+    pub(crate) route: Option<Arc<str>>,
+}
+
+impl Terms {
+    /// The store's terms of the claim.
+    fn claim_terms(&self) -> ClaimTerms {
+        let terms = ClaimTerms::new(self.lease, self.ttl).on_lapse(self.on_lapse);
+        match &self.route {
+            Some(route) => terms.route(Arc::clone(route)),
+            None => terms,
+        }
+    }
 }
 
 /// What a claim came to.
@@ -99,7 +119,8 @@ pub(crate) async fn claim(
     }
     let token = FencingToken::generate();
     let sent = Instant::now();
-    let call = store.claim_as(key, fingerprint, token, terms.lease, terms.ttl);
+    let claim_terms = terms.claim_terms();
+    let call = store.claim_with(key, fingerprint, token, &claim_terms);
     let claimed = match store_call_since(sent, store.kind(), "claim", timeout, call).await {
         Ok(claimed) => claimed,
         Err(error) => {
@@ -114,7 +135,7 @@ pub(crate) async fn claim(
         }
     };
     match claimed {
-        Claim::Acquired { token, attempt, .. } => {
+        Claim::Acquired { token, attempt, steps } => {
             // A claim answered after its lease would have ended (a stalled
             // worker, a slow store) is held by nobody safely: the lease is
             // born lost, and the execution refuses to run (see `is_held`).
@@ -122,6 +143,7 @@ pub(crate) async fn claim(
             let execution = Execution {
                 lease,
                 attempt,
+                steps,
                 claimed: sent,
                 length: terms.lease,
                 ttl: terms.ttl,
@@ -129,6 +151,10 @@ pub(crate) async fn claim(
                 _running: entered.keep(),
             };
             Ok(Claimed::Acquired(execution))
+        }
+        Claim::Held { newly } => {
+            held::seen(store, key, newly);
+            Ok(Claimed::Other(Claim::Held { newly }))
         }
         other => Ok(Claimed::Other(other)),
     }
@@ -191,6 +217,8 @@ pub(crate) struct Execution {
     lease: Lease,
     /// Which execution of the key this is.
     attempt: Attempt,
+    /// The durable steps recorded before it.
+    steps: Vec<Step>,
     /// When its claim was sent: the record lives `ttl` from about then.
     claimed: Instant,
     /// The lease's length.
@@ -228,6 +256,13 @@ impl Execution {
     /// Which execution of the key this is.
     pub(crate) fn attempt(&self) -> Attempt {
         self.attempt
+    }
+
+    /// Its durable steps, those recorded before it included: results up to
+    /// `limit` bytes are recorded.
+    pub(crate) fn steps(&mut self, limit: usize) -> Steps {
+        let steps = std::mem::take(&mut self.steps);
+        Steps::new(self.lease.shared(), steps, limit, later(self.claimed, self.ttl))
     }
 
     /// Whether this process owns the key with a confirmed lease.

@@ -30,7 +30,7 @@ use crate::key::{IdempotencyKey, KeyError};
 use crate::observe::Outcome;
 use crate::record::StoredResponse;
 use crate::scope::{Scope, StorageKey};
-use crate::store::{Attempt, Claim, FencingToken, Store, StoreError};
+use crate::store::{Attempt, Claim, FencingToken, OnLapse, Store, StoreError};
 
 #[cfg(feature = "postgres")]
 mod in_tx;
@@ -135,6 +135,16 @@ pub enum InboxError<E, T = ()> {
     /// nothing ran, as no lease could be kept. Do not acknowledge.
     #[error("the idempotency lease keeper has stopped; the message was not processed")]
     KeeperStopped,
+    /// An earlier delivery stopped before it finished, and this inbox never
+    /// runs such a message again by itself ([`Inbox::on_lapse`] with
+    /// [`OnLapse::Hold`]): nothing ran. It waits for an operator to release
+    /// or resolve its record (`idem inspect <record>`); do not acknowledge
+    /// it, or move it to a dead-letter queue.
+    #[error("the message's earlier delivery stopped half way and is held for an operator (record {record})")]
+    Held {
+        /// The record's id, as the `idem` tool finds it.
+        record: String,
+    },
 }
 
 /// What the work of one delivery knows about it.
@@ -173,8 +183,13 @@ impl Inbox {
 
     /// [`Inbox::new`] over a shared store.
     pub fn from_arc(store: Arc<dyn Store>, consumer: &str) -> Self {
-        let terms =
-            Terms { lease: Duration::from_secs(30), ttl: Duration::from_secs(86_400), timeout: Duration::from_secs(5) };
+        let terms = Terms {
+            lease: Duration::from_secs(30),
+            ttl: Duration::from_secs(86_400),
+            timeout: Duration::from_secs(5),
+            on_lapse: OnLapse::Takeover,
+            route: Some(format!("message {consumer}").into()),
+        };
         Self { store, consumer: consumer.into(), terms, running: Arc::default() }
     }
 
@@ -193,6 +208,16 @@ impl Inbox {
     /// Longest wait for one store call.
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.terms.timeout = timeout;
+        self
+    }
+
+    /// What a delivery does with an earlier one whose lease lapsed
+    /// unfinished (its consumer crashed or stalled): [`OnLapse::Takeover`]
+    /// (the default) runs the work again; [`OnLapse::Hold`] never does by
+    /// itself: the delivery is refused with [`InboxError::Held`] until an
+    /// operator releases or resolves the record.
+    pub fn on_lapse(mut self, policy: OnLapse) -> Self {
+        self.terms.on_lapse = policy;
         self
     }
 
@@ -253,7 +278,8 @@ impl Inbox {
         &self,
         id: &str,
     ) -> Result<(Execution, MessageContext), Result<Delivery<T>, InboxError<E, T>>> {
-        let Terms { lease, timeout, .. } = self.terms;
+        let Terms { lease, timeout, .. } = &self.terms;
+        let (lease, timeout) = (*lease, *timeout);
         if timeout.saturating_mul(3) > lease {
             return Err(Err(InboxError::Misconfigured { timeout, lease }));
         }
@@ -267,6 +293,9 @@ impl Inbox {
             Claimed::Acquired(execution) => execution,
             Claimed::Other(Claim::InFlight { retry_after }) => return Err(Ok(Delivery::InProgress { retry_after })),
             Claimed::Other(Claim::Replay(_)) => return Err(Ok(Delivery::Duplicate)),
+            Claimed::Other(Claim::Held { .. }) => {
+                return Err(Err(InboxError::Held { record: key.record_id().to_owned() }));
+            }
             Claimed::Other(_) => return Err(Err(InboxError::Conflict)),
             Claimed::Draining => return Err(Err(InboxError::Draining)),
             Claimed::Overloaded => return Err(Err(InboxError::Overloaded)),

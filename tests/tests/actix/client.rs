@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use idem_runtime::client::{GaveUp, IdempotencyMiddleware, KeyReused, Report, RetryPolicy};
+use idem_runtime::client::{ExecutionHeld, GaveUp, IdempotencyMiddleware, KeyReused, Report, RetryPolicy};
 use idem_runtime::{Idem, MemoryStore};
 use idem_tests::server::TestServer;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
@@ -116,6 +116,17 @@ async fn a_reused_key_is_a_typed_error_and_other_4xx_are_returned() {
     let keys = keys(&script);
     assert_eq!(keys.len(), 4, "none of them retried");
     assert_eq!(keys[0].as_deref(), Some(natural), "the caller's natural key is kept");
+}
+
+#[actix_web::test]
+async fn a_held_execution_is_final_and_reported_as_such() {
+    let held = r#"{"type":"urn:idem:problem:execution-held","title":"Execution held","status":409,"detail":"held"}"#;
+    let (server, script) = scripted_server(&[(409, None, held), (201, None, "never reached")]);
+    let error = client(fast()).post(server.at("/pay")).header("Idempotency-Key", "pay-7").send().await.unwrap_err();
+    let refused = ExecutionHeld::of(&error).expect("an ExecutionHeld error");
+    assert_eq!((refused.key.as_str(), refused.detail.as_str()), ("pay-7", "held"));
+    assert!(KeyReused::of(&error).is_none());
+    assert_eq!(keys(&script).len(), 1, "never retried");
 }
 
 #[actix_web::test]

@@ -12,4 +12,5 @@ mod observability;
 mod problems;
 mod requests;
 mod running_bound;
+mod steps;
 mod store_faults;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use idem_runtime::store::{PurgeExpired, Store};
+use idem_runtime::store::{Operable, PurgeExpired, Store};
 use idem_tests::backend::postgres_store;
 
 /// Connections per case: the 64-claimer race holds one per claimer.
@@ -15,6 +15,13 @@ async fn pg_store() -> Option<Arc<dyn Store>> {
 }
 
 idem_runtime::store::testing::store_conformance_tests!(pg_store);
+
+async fn operable_pg_store() -> Option<Arc<dyn Operable>> {
+    let url = idem_tests::backend::url("IDEM_POSTGRES_URL", "postgres_conformance")?;
+    Some(Arc::new(postgres_store(&url, POOL_SIZE).await))
+}
+
+idem_runtime::store::testing::operable_conformance_tests!(operable_pg_store);
 
 /// Purging, which the Postgres store offers ([`PurgeExpired`]).
 #[test]

@@ -20,5 +20,6 @@ mod replication;
 mod slow_store;
 mod statements;
 mod sweeper;
+mod tool;
 mod transactional;
 mod upgrade;

@@ -16,8 +16,11 @@ async fn claims_on_a_table_migrate_has_not_brought_up_to_date_are_refused() {
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     sqlx::query("DROP TABLE IF EXISTS idem_upgrade CASCADE").execute(&pool).await.unwrap();
     PostgresStore::with_table(pool.clone(), "idem_upgrade").unwrap().migrate().await.unwrap();
-    // What an earlier version's table looks like.
-    sqlx::query("ALTER TABLE idem_upgrade DROP COLUMN graced").execute(&pool).await.unwrap();
+    // What the previous version's table looks like (its index of in-flight
+    // rows goes with the column it indexes).
+    let previous = "ALTER TABLE idem_upgrade DROP COLUMN held, DROP COLUMN steps, DROP COLUMN route, \
+                    DROP COLUMN claimed_at";
+    sqlx::query(previous).execute(&pool).await.unwrap();
 
     let store = PostgresStore::with_table(pool.clone(), "idem_upgrade").unwrap();
     let (key, lease, ttl) = (fresh_key(), Duration::from_secs(30), Duration::from_secs(60));
@@ -30,6 +33,9 @@ async fn claims_on_a_table_migrate_has_not_brought_up_to_date_are_refused() {
     assert_eq!(store.get(&key).await.unwrap(), None, "nothing was claimed");
     store.migrate().await.unwrap();
     assert!(matches!(store.claim(&key, &fingerprint("a"), lease, ttl).await.unwrap(), Claim::Acquired { .. }));
+    let index: Option<String> =
+        sqlx::query_scalar("SELECT to_regclass('idem_upgrade_in_flight_idx')::text").fetch_one(&pool).await.unwrap();
+    assert!(index.is_some(), "the index of executions in flight is built");
     sqlx::query("DROP TABLE idem_upgrade CASCADE").execute(&pool).await.unwrap();
-    sqlx::query("DROP FUNCTION idem_upgrade_claim_v2").execute(&pool).await.unwrap();
+    sqlx::query("DROP FUNCTION idem_upgrade_claim_v3").execute(&pool).await.unwrap();
 }

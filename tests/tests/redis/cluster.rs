@@ -24,6 +24,34 @@ async fn cluster_store() -> Option<Arc<dyn Store>> {
 
 idem_runtime::store::testing::store_conformance_tests!(cluster_store);
 
+/// What operators do on the cluster: list (every primary scanned), find
+/// (the one slot an id names) and settle records, with and without replica
+/// acknowledgements.
+mod operable {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use idem_runtime::store::Operable;
+    use idem_tests::backend::redis_cluster_store;
+
+    async fn operable_store() -> Option<Arc<dyn Operable>> {
+        Some(Arc::new(redis_cluster_store("redis_cluster_operable_conformance").await?))
+    }
+
+    idem_runtime::store::testing::operable_conformance_tests!(operable_store);
+
+    mod replica_acks {
+        use super::*;
+
+        async fn acked_store() -> Option<Arc<dyn Operable>> {
+            let store = redis_cluster_store("redis_cluster_operable_conformance_with_replica_acks").await?;
+            Some(Arc::new(store.with_replica_acks(1, Duration::from_secs(1))))
+        }
+
+        idem_runtime::store::testing::operable_conformance_tests!(acked_store);
+    }
+}
+
 /// The suite again with every claim, completion and renewal acknowledged by
 /// a replica (`WAIT 1`).
 mod replica_acks {
@@ -181,4 +209,30 @@ async fn a_burst_in_wait_mode_gets_one_response_for_all_on_the_cluster() {
     let (server, hits) = serve(Idem::new(store.with_replica_acks(1, Duration::from_secs(1))));
     assert_burst_waits(&server.url, &hits).await;
     server.stop().await;
+}
+
+/// A listing scans every primary, and a record is found by its id on the
+/// primary of its slot: records spread over the whole cluster are all
+/// listed and each is found.
+#[tokio::test(flavor = "multi_thread")]
+async fn operators_see_records_on_every_primary() {
+    use idem_runtime::store::{ClaimTerms, ListFilter, Operable};
+
+    let Some(store) = redis_cluster_store("operators_see_records_on_every_primary").await else { return };
+    let route = format!("POST /spread-{}", FencingToken::generate().to_hex());
+    let terms = ClaimTerms::new(LEASE, TTL).route(route.as_str());
+    let keys: Vec<_> = (0..48).map(|_| fresh_key()).collect();
+    for key in &keys {
+        let claimed = store.claim_with(key, &fingerprint("a"), FencingToken::generate(), &terms).await.unwrap();
+        assert!(matches!(claimed, Claim::Acquired { .. }), "{claimed:?}");
+    }
+    let listed = store.list(&ListFilter::new(100).route(route.as_str())).await.unwrap();
+    let mut listed: Vec<_> = listed.into_iter().map(|(key, _)| key.as_str().to_owned()).collect();
+    let mut expected: Vec<_> = keys.iter().map(|key| key.as_str().to_owned()).collect();
+    listed.sort();
+    expected.sort();
+    assert_eq!(listed, expected);
+    for key in &keys {
+        assert_eq!(store.find(key.record_id()).await.unwrap().as_ref(), Some(key));
+    }
 }

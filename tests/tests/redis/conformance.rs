@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use idem_runtime::store::Store;
+use idem_runtime::store::{Operable, Store};
 use idem_tests::backend::redis_store;
 
 async fn shared_store() -> Option<Arc<dyn Store>> {
@@ -12,6 +12,30 @@ async fn shared_store() -> Option<Arc<dyn Store>> {
 }
 
 idem_runtime::store::testing::store_conformance_tests!(shared_store);
+
+/// What operators do on the same server: list, find and settle records.
+mod operable {
+    use super::*;
+
+    async fn operable_store() -> Option<Arc<dyn Operable>> {
+        Some(Arc::new(redis_store("redis_operable_conformance").await?))
+    }
+
+    idem_runtime::store::testing::operable_conformance_tests!(operable_store);
+
+    /// With a key prefix holding `SCAN`'s pattern characters, the listing
+    /// and the search still see this store's records, and only them.
+    mod prefixed {
+        use super::*;
+
+        async fn prefixed_store() -> Option<Arc<dyn Operable>> {
+            let store = redis_store("redis_operable_conformance_prefixed").await?;
+            Some(Arc::new(store.with_key_prefix("idem-test*[op]?:").expect("a prefix without braces")))
+        }
+
+        idem_runtime::store::testing::operable_conformance_tests!(prefixed_store);
+    }
+}
 
 /// The same suite on a RESP3 connection (`?protocol=resp3`).
 mod resp3 {

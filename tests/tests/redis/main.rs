@@ -22,3 +22,4 @@ mod round_trips;
 mod settings;
 mod slow_store;
 mod thread_connections;
+mod tool;

@@ -9,7 +9,11 @@ use idem_runtime::store::{Attempt, Claim, Fence, FencingToken, Store};
 use idem_tests::backend::{redis_store, url};
 use redis::Value;
 
-const CLAIM: &str = include_str!("../../../idem-runtime/src/backends/redis/claim.lua");
+/// `claim.lua` as the store loads it: the record layout's functions first.
+const CLAIM: &str = concat!(
+    include_str!("../../../idem-runtime/src/backends/redis/layout.lua"),
+    include_str!("../../../idem-runtime/src/backends/redis/claim.lua")
+);
 const LEASE_MS: u64 = 30_000;
 
 async fn claim(connection: &mut redis::aio::MultiplexedConnection, key: &str, token: &[u8]) -> Value {
@@ -21,9 +25,16 @@ async fn claim(connection: &mut redis::aio::MultiplexedConnection, key: &str, to
         .arg(token)
         .arg(LEASE_MS)
         .arg(LEASE_MS * 2)
+        .arg("takeover")
+        .arg("00000000000000000")
         .query_async(connection)
         .await
         .expect("EVAL claim.lua")
+}
+
+/// `claim.lua`'s answer for a key it acquired as `attempt`, no step recorded.
+fn acquired(attempt: i64) -> Value {
+    Value::Array(vec![Value::Int(attempt), Value::BulkString(Vec::new())])
 }
 
 /// The shared Redis's store and a plain connection to it, or `None` when
@@ -50,9 +61,8 @@ async fn a_claim_sent_again_with_its_own_token_still_owns_the_key() {
     let key = fresh_key();
     let record = store.record_key(&key);
     let token = FencingToken::generate().to_bytes();
-    let acquired = Value::Int(0);
-    assert_eq!(claim(&mut connection, &record, &token).await, acquired);
-    assert_eq!(claim(&mut connection, &record, &token).await, acquired, "the same claim, sent again");
+    assert_eq!(claim(&mut connection, &record, &token).await, acquired(0));
+    assert_eq!(claim(&mut connection, &record, &token).await, acquired(0), "the same claim, sent again");
     let other = FencingToken::generate().to_bytes();
     let Value::Array(answer) = claim(&mut connection, &record, &other).await else { panic!("an array") };
     assert_eq!(answer.first(), Some(&Value::Int(3)), "another claim finds the key in flight");
@@ -71,7 +81,7 @@ async fn a_claim_sent_again_keeps_its_attempt() {
     let first = acquire(&store, &key).await;
     assert_eq!(store.release(&key, first).await.unwrap(), Fence::Held);
     let token = FencingToken::generate().to_bytes();
-    let after_release = Value::Int(1);
+    let after_release = acquired(1);
     let record = store.record_key(&key);
     assert_eq!(claim(&mut connection, &record, &token).await, after_release);
     assert_eq!(claim(&mut connection, &record, &token).await, after_release, "sent again: still after a release");
@@ -172,7 +182,7 @@ async fn records_of_the_earlier_layout_are_answered_and_taken_over() {
     assert_eq!(store.claim(&released, &fingerprint("b"), LEASE, LEASE).await.unwrap(), Claim::Mismatch);
     for (key, expected) in [(&lapsed, Attempt::Takeover), (&released, Attempt::AfterRelease)] {
         let token = match store.claim(key, &fp, LEASE, LEASE).await.unwrap() {
-            Claim::Acquired { token, attempt } => {
+            Claim::Acquired { token, attempt, .. } => {
                 assert_eq!(attempt, expected);
                 token
             }
@@ -211,4 +221,72 @@ async fn a_key_holding_no_record_is_refused_and_kept() {
     assert_eq!(kept, "v");
     let kept: i64 = redis::cmd("LLEN").arg(store.record_key(&list)).query_async(&mut connection).await.unwrap();
     assert_eq!(kept, 1);
+}
+
+/// Records of the upper-case string layout (`L`, `G`, `C`, `R`: no claim
+/// time, route or steps), as processes of the previous version write them
+/// during a rolling upgrade: answered as they were, and written in the
+/// lower-case layout once an operation changes them (here a step, then a
+/// takeover).
+#[tokio::test(flavor = "multi_thread")]
+async fn records_of_the_upper_case_layout_are_answered_and_rewritten() {
+    let Some((store, mut connection)) = shared("records_of_the_upper_case_layout_are_answered_and_rewritten").await
+    else {
+        return;
+    };
+    let fp = fingerprint("a");
+    let upper = |state: u8, token: &[u8], rest: &[u8]| [&[state][..], fp.as_bytes(), token, rest].concat();
+    let (completed, running, lapsed, released) = (fresh_key(), fresh_key(), fresh_key(), fresh_key());
+    let holder = FencingToken::generate();
+    let values = [
+        (&completed, upper(b'C', &holder.to_bytes(), &response(b"done").to_bytes())),
+        // A lease of 60 s in a TTL of 600 s, just claimed.
+        (&running, upper(b'L', &holder.to_bytes(), b"0540000")),
+        // Graced, and lapsed: its mark is above the key's PTTL.
+        (&lapsed, upper(b'G', &holder.to_bytes(), b"0700000")),
+        (&released, [&b"R"[..], fp.as_bytes()].concat()),
+    ];
+    for (key, value) in &values {
+        let () = redis::cmd("SET")
+            .arg(store.record_key(key))
+            .arg(value.as_slice())
+            .arg("PX")
+            .arg(600_000)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+    }
+    let value = |key: &idem_runtime::store::StorageKey| redis::cmd("GET").arg(store.record_key(key)).clone();
+
+    assert_eq!(store.claim(&completed, &fp, LEASE, LEASE).await.unwrap(), Claim::Replay(response(b"done")));
+    assert_eq!(store.claim(&completed, &fingerprint("b"), LEASE, LEASE).await.unwrap(), Claim::Mismatch);
+    assert_eq!(store.claim(&released, &fingerprint("b"), LEASE, LEASE).await.unwrap(), Claim::Mismatch);
+    match store.claim(&running, &fp, LEASE, LEASE).await.unwrap() {
+        Claim::InFlight { retry_after } => assert!(retry_after.as_secs() > 50, "{retry_after:?}"),
+        other => panic!("a previous version's lease in flight, not {other:?}"),
+    }
+    let record = store.get(&running).await.unwrap().expect("a record");
+    assert_eq!((record.token(), record.attempt, record.route, record.claimed_at), (Some(holder), None, None, None));
+
+    // Its holder records a step: the record is rewritten in this layout,
+    // everything else kept.
+    let step = idem_runtime::store::testing::step("charge", "1");
+    assert_eq!(store.record_step(&running, holder, &step).await.unwrap(), Fence::Held);
+    let now: Vec<u8> = value(&running).query_async(&mut connection).await.unwrap();
+    assert_eq!(now[0], b'l', "rewritten in the lower-case layout");
+    let record = store.get(&running).await.unwrap().expect("a record");
+    assert_eq!((record.token(), record.steps.clone()), (Some(holder), vec![step]));
+    assert!(record.ttl_left().as_secs() > 500, "its expiry kept: {record:?}");
+    assert_eq!(store.renew(&running, holder, LEASE).await.unwrap(), Fence::Held);
+    assert_eq!(store.complete(&running, holder, &response(b"ran"), LEASE).await.unwrap(), Fence::Held);
+    assert_eq!(store.claim(&running, &fp, LEASE, LEASE).await.unwrap(), Claim::Replay(response(b"ran")));
+
+    for (key, expected) in [(&lapsed, Attempt::Takeover), (&released, Attempt::AfterRelease)] {
+        match store.claim(key, &fp, LEASE, LEASE).await.unwrap() {
+            Claim::Acquired { attempt, steps, .. } => assert_eq!((attempt, steps), (expected, Vec::new())),
+            other => panic!("the same request takes the key, not {other:?}"),
+        }
+        let now: Vec<u8> = value(key).query_async(&mut connection).await.unwrap();
+        assert_eq!(now[0], b'l', "replaced by a record of this layout");
+    }
 }

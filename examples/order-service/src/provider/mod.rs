@@ -1,6 +1,7 @@
 //! The simulated payment provider: an external system that takes a while to
 //! answer, fails on some test amounts, and deduplicates charges by the
-//! idempotency key it is given, as Stripe does.
+//! idempotency key it is given, as Stripe does (unless told not to:
+//! `--provider-dedup off`).
 //!
 //! Its ledger lives in the backend, apart from the service's rows: on Redis
 //! under keys of its own, on Postgres in a table of its own written outside
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 
 pub use self::memory::MemoryLedger;
 pub use self::postgres::PostgresLedger;
@@ -34,36 +36,64 @@ pub trait Ledger: Send + Sync + 'static {
     async fn charges(&self) -> Result<u64, RepoError>;
 }
 
+/// What the provider answered to a charge: what it did with the money. The
+/// payment records it as its durable step `charge` (JSON, tagged by
+/// `outcome`, as `idem inspect` shows it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The charge was captured.
+    Captured(Charge),
+    /// The card was declined: nothing was charged.
+    Declined,
+    /// The provider charged, then its answer timed out: the charge stands,
+    /// unseen.
+    TimedOutAfterCharge,
+}
+
 /// The provider as the routes call it.
 #[derive(Clone)]
 pub struct Provider {
     ledger: Arc<dyn Ledger>,
     delay: Duration,
+    dedup: bool,
 }
 
 impl Provider {
-    /// A provider keeping its charges in `ledger`, answering after `delay`.
-    pub fn new(ledger: Arc<dyn Ledger>, delay: Duration) -> Self {
-        Self { ledger, delay }
+    /// A provider keeping its charges in `ledger`, answering after `delay`,
+    /// deduplicating charges by key if `dedup`.
+    pub fn new(ledger: Arc<dyn Ledger>, delay: Duration, dedup: bool) -> Self {
+        Self { ledger, delay, dedup }
     }
 
     /// Charges `amount_cents` for `order_id`, once per idempotency `key`: a
-    /// key seen before gets its first charge back, never a second one.
-    /// Special amounts behave like a provider's test cards.
-    pub async fn charge(&self, key: &str, order_id: &str, amount_cents: i64) -> Result<Charge, ApiError> {
+    /// key seen before gets its first charge back, never a second one
+    /// (without `dedup`, every call charges anew). Special amounts behave
+    /// like a provider's test cards.
+    ///
+    /// An error is a call that got no answer: the provider was unreachable
+    /// before charging, or its ledger failed.
+    pub async fn charge(&self, key: &str, order_id: &str, amount_cents: i64) -> Result<Outcome, ApiError> {
         if amount_cents == test_cards::UNAVAILABLE {
             // Refused before any charge: nothing happened.
             return Err(ApiError::ProviderUnavailable);
         }
         tokio::time::sleep(self.delay).await;
         if amount_cents == test_cards::DECLINED {
-            return Err(ApiError::Declined);
+            return Ok(Outcome::Declined);
         }
-        let charge = self.ledger.charge_once(key, &Charge::captured(order_id, amount_cents)).await?;
+        let charge = Charge::captured(order_id, amount_cents);
+        let charge = if self.dedup {
+            self.ledger.charge_once(key, &charge).await?
+        } else {
+            // A downstream without idempotency: the key is made unique per
+            // call, so the ledger records every call as a charge of its own.
+            self.ledger.charge_once(&format!("{key}.{}", uuid::Uuid::new_v4().simple()), &charge).await?
+        };
         if amount_cents == test_cards::TIMEOUT_AFTER_CHARGE {
-            return Err(ApiError::ProviderTimeout);
+            return Ok(Outcome::TimedOutAfterCharge);
         }
-        Ok(charge)
+        Ok(Outcome::Captured(charge))
     }
 
     /// How many charges the provider captured.
@@ -82,4 +112,54 @@ mod test_cards {
     /// The provider charges, then times out: one charge, 504 (stored and
     /// replayed, never charged again).
     pub const TIMEOUT_AFTER_CHARGE: i64 = 504;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider(dedup: bool) -> Provider {
+        Provider::new(Arc::new(MemoryLedger::default()), Duration::ZERO, dedup)
+    }
+
+    #[actix_web::test]
+    async fn with_dedup_a_key_charges_once_and_without_it_every_call_charges() {
+        let deduplicating = provider(true);
+        let first = deduplicating.charge("k1", "o1", 100).await.unwrap();
+        assert_eq!(deduplicating.charge("k1", "o1", 100).await.unwrap(), first, "the first charge, again");
+        assert_eq!(deduplicating.charges().await.unwrap(), 1);
+        let careless = provider(false);
+        let first = careless.charge("k1", "o1", 100).await.unwrap();
+        assert_ne!(careless.charge("k1", "o1", 100).await.unwrap(), first, "another charge");
+        assert_eq!(careless.charges().await.unwrap(), 2);
+    }
+
+    #[actix_web::test]
+    async fn the_test_amounts_answer_or_fail_as_documented() {
+        let provider = provider(false);
+        assert_eq!(provider.charge("k", "o1", test_cards::DECLINED).await.unwrap(), Outcome::Declined);
+        assert!(matches!(
+            provider.charge("k", "o1", test_cards::UNAVAILABLE).await,
+            Err(ApiError::ProviderUnavailable)
+        ));
+        assert_eq!(provider.charges().await.unwrap(), 0, "neither charged");
+        let timed_out = provider.charge("k", "o1", test_cards::TIMEOUT_AFTER_CHARGE).await.unwrap();
+        assert_eq!((timed_out, provider.charges().await.unwrap()), (Outcome::TimedOutAfterCharge, 1));
+    }
+
+    /// The step's records outlive a deployment: their JSON stays readable.
+    #[test]
+    fn outcomes_are_recorded_as_tagged_json() {
+        let charge = Charge { id: "ch_1".into(), order_id: "o1".into(), amount_cents: 800, status: "captured".into() };
+        let recorded = serde_json::to_string(&Outcome::Captured(charge.clone())).unwrap();
+        assert_eq!(
+            recorded,
+            r#"{"outcome":"captured","id":"ch_1","order_id":"o1","amount_cents":800,"status":"captured"}"#
+        );
+        assert_eq!(serde_json::from_str::<Outcome>(&recorded).unwrap(), Outcome::Captured(charge));
+        assert_eq!(
+            serde_json::to_string(&Outcome::TimedOutAfterCharge).unwrap(),
+            r#"{"outcome":"timed-out-after-charge"}"#
+        );
+    }
 }

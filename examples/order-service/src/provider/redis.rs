@@ -35,7 +35,8 @@ pub struct RedisLedger {
 }
 
 fn charge_key(key: &str) -> String {
-    // The keys come from `derived_key`: hex digits, no separator to escape.
+    // The keys come from `derived_key`: hex digits (with `--provider-dedup
+    // off`, a dot and hex digits more), no separator to escape.
     format!("{{order-service}}:provider:charge:{key}")
 }
 

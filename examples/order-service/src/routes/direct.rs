@@ -5,7 +5,7 @@
 use actix_web::{HttpResponse, post, web};
 use idem_runtime::{ExecutionContext, idempotent};
 
-use super::{AppState, User, charge_key, created, order_id, owned, payment_id};
+use super::{AppState, User, charge, created, order_id, owned, payment_id};
 use crate::error::ApiError;
 use crate::model::{NewOrder, NewPayment, Order, Payment};
 use crate::repo::InsertOrder;
@@ -27,7 +27,7 @@ pub(super) async fn create_order(
     Ok(created(&order))
 }
 
-/// Pays an order through the simulated provider.
+/// Pays an order through the simulated provider (the durable step `charge`).
 #[idempotent(ttl = "24h", scope = "user")]
 #[post("/orders/{id}/payments")]
 pub(super) async fn create_payment(
@@ -39,8 +39,7 @@ pub(super) async fn create_payment(
 ) -> Result<HttpResponse, ApiError> {
     body.validate().map_err(ApiError::Invalid)?;
     let order = owned(state.repo.order(&id).await?, &user, &id)?;
-    let charge = state.provider.charge(&charge_key(&execution), &order.id, body.amount_cents).await?;
-    state.faults.after_charge();
+    let charge = charge(&execution, &state, &order.id, body.amount_cents).await?;
     let payment = Payment::new(payment_id(&execution), charge);
     tokio::time::sleep(state.post_charge_delay).await;
     Ok(HttpResponse::Created().json(payment.body()))

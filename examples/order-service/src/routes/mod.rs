@@ -19,9 +19,9 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use order_notifier::Outlet;
 
 use crate::error::ApiError;
-use crate::faults::Faults;
-use crate::model::{Order, Stats, uuid_shaped};
-use crate::provider::Provider;
+use crate::faults::{DurableStep, Faults};
+use crate::model::{Charge, Order, Stats, uuid_shaped};
+use crate::provider::{Outcome, Provider};
 use crate::repo::{Repo, RepoError, Writes};
 
 /// Shared state of the routes.
@@ -95,6 +95,59 @@ fn payment_id(execution: &ExecutionContext) -> String {
 /// The idempotency key the provider gets for an execution's charge.
 fn charge_key(execution: &ExecutionContext) -> String {
     execution.derived_key("charge")
+}
+
+/// Charges `amount_cents` for `order_id` through the provider, as the
+/// payment's durable step `charge`: at most one charge per idempotency key,
+/// even with a provider that does not deduplicate.
+///
+/// The step records the provider's answer about the money, whatever it is:
+/// a captured charge, a declined card, a timeout after the charge (504). A
+/// takeover after a crash gets that answer back and does not call the
+/// provider again: a captured or timed-out charge is never made twice, and
+/// the takeover answers as the first execution would have. A call that got
+/// no answer (the provider unreachable before charging, its ledger failing:
+/// a 503 marked retryable) is not recorded: nothing happened, and a
+/// recorded failure would only hand a stale one to the takeover; the next
+/// execution asks the provider again.
+///
+/// The step runs again if the crash came between the charge and its record
+/// (`--crash-after-charge`), which is why the provider still gets the
+/// execution's derived key.
+async fn charge(
+    execution: &ExecutionContext,
+    state: &AppState,
+    order_id: &str,
+    amount_cents: i64,
+) -> Result<Charge, ApiError> {
+    let key = charge_key(execution);
+    let (fail, failed) = tokio::sync::oneshot::channel();
+    let call = async {
+        match state.provider.charge(&key, order_id, amount_cents).await {
+            Ok(outcome) => {
+                if let Outcome::Captured(_) = outcome {
+                    state.faults.after_charge();
+                }
+                outcome
+            }
+            Err(error) => {
+                // No answer to record: hand the error over and never finish,
+                // so the step is dropped before it records anything.
+                let _ = fail.send(error);
+                std::future::pending().await
+            }
+        }
+    };
+    let outcome = tokio::select! {
+        recorded = execution.step(DurableStep::Charge.name(), call) => recorded?,
+        Ok(error) = failed => return Err(error),
+    };
+    state.faults.after_step(DurableStep::Charge);
+    match outcome {
+        Outcome::Captured(charge) => Ok(charge),
+        Outcome::Declined => Err(ApiError::Declined),
+        Outcome::TimedOutAfterCharge => Err(ApiError::ProviderTimeout),
+    }
 }
 
 /// 201 with `order` and its `Location`.

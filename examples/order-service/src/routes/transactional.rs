@@ -6,7 +6,7 @@
 use actix_web::{HttpResponse, post, web};
 use idem_runtime::{ExecutionContext, Tx, idempotent};
 
-use super::{AppState, User, charge_key, created, order_id, owned, payment_id};
+use super::{AppState, User, charge, created, order_id, owned, payment_id};
 use crate::error::ApiError;
 use crate::model::{NewOrder, NewPayment, Order, Payment};
 use crate::repo::transactional as rows;
@@ -30,7 +30,8 @@ pub(super) async fn create_order(
     Ok(created(&order))
 }
 
-/// Pays an order through the simulated provider, and records the payment.
+/// Pays an order through the simulated provider (the durable step
+/// `charge`), and records the payment.
 #[idempotent(ttl = "24h", scope = "user")]
 #[post("/orders/{id}/payments")]
 pub(super) async fn create_payment(
@@ -43,10 +44,11 @@ pub(super) async fn create_payment(
 ) -> Result<HttpResponse, ApiError> {
     body.validate().map_err(ApiError::Invalid)?;
     let order = owned(rows::order(&mut tx, &id).await?, &user, &id)?;
-    let charge = state.provider.charge(&charge_key(&execution), &order.id, body.amount_cents).await?;
+    // The step's record is written outside `tx`, by the runtime: a rollback
+    // does not undo the charge.
+    let charge = charge(&execution, &state, &order.id, body.amount_cents).await?;
     let payment = Payment::new(payment_id(&execution), charge);
     rows::insert_payment(&mut tx, &payment).await?;
-    state.faults.after_charge();
     tokio::time::sleep(state.post_charge_delay).await;
     Ok(HttpResponse::Created().json(payment.body()))
 }

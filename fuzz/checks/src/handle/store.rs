@@ -8,7 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use idem_runtime::MemoryStore;
 use idem_runtime::store::{
-    Claim, Fence, FencingToken, Fingerprint, Record, Renewal, StorageKey, Store, StoreError, StoredResponse,
+    Claim, ClaimTerms, Fence, FencingToken, Fingerprint, Record, Renewal, Step, StorageKey, Store, StoreError,
+    StoredResponse,
 };
 
 /// A [`MemoryStore`] that [`FreshStore::reset`] replaces by an empty one.
@@ -32,15 +33,18 @@ impl Store for FreshStore {
         "memory"
     }
 
-    async fn claim_as(
+    async fn claim_with(
         &self,
         key: &StorageKey,
         fingerprint: &Fingerprint,
         token: FencingToken,
-        lease: Duration,
-        ttl: Duration,
+        terms: &ClaimTerms,
     ) -> Result<Claim, StoreError> {
-        self.current().claim_as(key, fingerprint, token, lease, ttl).await
+        self.current().claim_with(key, fingerprint, token, terms).await
+    }
+
+    async fn record_step(&self, key: &StorageKey, token: FencingToken, step: &Step) -> Result<Fence, StoreError> {
+        self.current().record_step(key, token, step).await
     }
 
     async fn renew(&self, key: &StorageKey, token: FencingToken, lease: Duration) -> Result<Fence, StoreError> {

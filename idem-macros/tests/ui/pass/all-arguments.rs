@@ -12,6 +12,7 @@ use idem_runtime::idempotent;
     required = false,
     in_flight = "wait",
     wait = "20s",
+    on_lapse = "hold",
     crate = "::idem_runtime"
 )]
 #[post("/orders")]

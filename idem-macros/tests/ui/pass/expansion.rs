@@ -48,6 +48,8 @@ async fn create_order(
         required: true,
         // `in_flight = "wait", wait = "10s"` is `InFlight::Wait(Duration::from_secs(10))`.
         in_flight: ::idem_runtime::__private::InFlight::Reject,
+        // `on_lapse = "hold"` is `Some(OnLapse::Hold)`; `None` leaves it to the `Idem` default.
+        on_lapse: ::core::option::Option::None,
     };
     ::idem_runtime::__private::handle(&__IDEM_OPTIONS, __idem_req, __idem_payload, create_order).await
 }

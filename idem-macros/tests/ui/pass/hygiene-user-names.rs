@@ -1,6 +1,7 @@
 //! Names the expansion uses cannot meet the user's: a unit struct, a
-//! function and a constant named like the generated ones, and a handler
-//! named like them. Runs once, then replays.
+//! function and a constant named like the generated ones, a `None` that
+//! shadows the prelude's, and a handler named like them. Runs once, then
+//! replays.
 #![deny(warnings)]
 #![allow(non_camel_case_types, non_upper_case_globals, dead_code)]
 
@@ -14,6 +15,10 @@ struct __idem_req;
 struct __idem_payload;
 const __IDEM_OPTIONS: u8 = 0;
 fn handle() {}
+enum Lapse {
+    None,
+}
+use Lapse::None;
 
 /// Places an order.
 #[idempotent]
@@ -36,7 +41,7 @@ mod named_like_them {
 }
 
 fn main() {
-    let _ = (__idem_req, __idem_payload, __IDEM_OPTIONS);
+    let _ = (__idem_req, __idem_payload, __IDEM_OPTIONS, None);
     replay::execute_then_replay(|config| {
         config.service(create_order);
     }, "/orders", "{}");

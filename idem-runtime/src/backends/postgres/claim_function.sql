@@ -1,14 +1,17 @@
 
 -- The claim (claim.sql calls it): one statement for the client, in which a
--- record that answers by itself (a replay, a 409, a 422) is only read, and
--- only a claim that must write runs the upsert. `$n` are the arguments:
--- $1 key, $2 fingerprint, $3 new token, $4 lease, $5 record TTL.
+-- record that answers by itself (a replay, a 409, a 422, a held execution)
+-- is only read, and only a claim that must write runs the upsert. `$n` are
+-- the arguments: $1 key, $2 fingerprint, $3 new token, $4 lease, $5 record
+-- TTL, $6 whether a lapsed execution is held rather than taken over
+-- (on_lapse = 'hold'), $7 the claiming route.
 -- Replaced in place, so that grants given on it survive `migrate()`. (A
--- version that changes what it returns must drop it first: CREATE OR
--- REPLACE cannot change a function's result type.)
-CREATE OR REPLACE FUNCTION {claim_function}(text, bytea, bytea, interval, interval)
-RETURNS TABLE (acquired boolean, attempt text, same_request boolean, state text, lease_left_us bigint,
-               status integer, header_names text[], header_values bytea[], body bytea)
+-- version that changes what it returns must drop it first, or take a new
+-- name: CREATE OR REPLACE cannot change a function's result type.)
+CREATE OR REPLACE FUNCTION {claim_function}(text, bytea, bytea, interval, interval, boolean, text)
+RETURNS TABLE (acquired boolean, attempt text, same_request boolean, state text, held boolean,
+               newly_held boolean, lease_left_us bigint, status integer, header_names text[],
+               header_values bytea[], body bytea, step_names text[], step_values bytea[])
 LANGUAGE plpgsql AS $claim$
 #variable_conflict use_column
 BEGIN

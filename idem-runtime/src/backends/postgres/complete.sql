@@ -5,12 +5,16 @@
 -- Also run inside the transaction of a transactional handler, where now()
 -- is the time of BEGIN: the record's life is checked against the
 -- statement's own start instead. Once this UPDATE holds the row, a concurrent claim waits
--- for the COMMIT and then finds the row completed.
+-- for the COMMIT and then finds the row completed. A held row completes as
+-- any other. The steps go; the route, the claim's time and its attempt stay,
+-- for operators.
 UPDATE {table}
 SET state = 'completed',
     token = NULL,
     lease_until = NULL,
     graced = NULL,
+    held = NULL,
+    steps = NULL,
     expires_at = statement_timestamp() + $3,
     status = $4,
     header_names = $5,

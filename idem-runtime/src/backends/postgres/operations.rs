@@ -12,20 +12,23 @@ use super::{KIND, PostgresStore, error, fence, interval, row, sql};
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, StoredResponse};
 use crate::scope::StorageKey;
-use crate::store::{Claim, Fence, FencingToken, Opening, PurgeExpired, Renewal, Store, StoreError, Transactional};
+use crate::store::{
+    Claim, ClaimTerms, Fence, FencingToken, OnLapse, Opening, PurgeExpired, Renewal, Step, Store, StoreError,
+    Transactional,
+};
+
 #[async_trait]
 impl Store for PostgresStore {
     fn kind(&self) -> &'static str {
         KIND
     }
 
-    async fn claim_as(
+    async fn claim_with(
         &self,
         key: &StorageKey,
         fingerprint: &Fingerprint,
         token: FencingToken,
-        lease: Duration,
-        ttl: Duration,
+        terms: &ClaimTerms,
     ) -> Result<Claim, StoreError> {
         self.open_renewals_ahead();
         if !self.columns_checked.load(Ordering::Acquire) {
@@ -38,8 +41,10 @@ impl Store for PostgresStore {
                     .bind(key.as_str())
                     .bind(&fingerprint.as_bytes()[..])
                     .bind(&token_bytes[..])
-                    .bind(interval(lease))
-                    .bind(interval(ttl.max(lease))),
+                    .bind(interval(terms.lease))
+                    .bind(interval(terms.ttl.max(terms.lease)))
+                    .bind(terms.on_lapse == OnLapse::Hold)
+                    .bind(terms.route.as_deref()),
             )
         };
         // Sent again on a dropped connection: the same token's claim is
@@ -100,6 +105,24 @@ impl Store for PostgresStore {
         let token_bytes = token.to_bytes();
         let query = sqlx::query(sql(&self.sql.release)).bind(key.as_str()).bind(&token_bytes[..]);
         Ok(fence(self.run(self.kept.execute(query)).await?.rows_affected()))
+    }
+
+    /// One fenced statement on the store's own connections: in the
+    /// transactional mode too, outside the handler's transaction (the step
+    /// records an effect that its rollback cannot undo).
+    async fn record_step(&self, key: &StorageKey, token: FencingToken, step: &Step) -> Result<Fence, StoreError> {
+        let token_bytes = token.to_bytes();
+        // Sent again on a dropped connection: the first result of a name
+        // stays, so a step recorded twice is recorded once.
+        let record = || {
+            let query = sqlx::query(sql(&self.sql.record_step))
+                .bind(key.as_str())
+                .bind(&token_bytes[..])
+                .bind(step.name.as_str())
+                .bind(&step.result[..]);
+            self.kept.execute(query)
+        };
+        Ok(fence(self.run(error::repeatable(record)).await?.rows_affected()))
     }
 
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {

@@ -1,7 +1,8 @@
 -- Renew many leases, fenced, one statement. $1 keys, $2 tokens, $3 leases
 -- in microseconds, one array element per renewal. Answers each renewal's
 -- (key, token) with its fence:
---   'held'     the record holds the token (its lease running or not): renewed;
+--   'held'     the record holds the token (its lease running or not, held
+--              or not): renewed;
 --   'lost'     it does not (taken over, completed, released, past its TTL);
 --   'unknown'  it did as of this statement's snapshot, but its row is locked
 --              by another transaction (a transactional completion waiting on
@@ -17,7 +18,11 @@ WITH renewal AS (
     FOR UPDATE OF cur SKIP LOCKED
 ), renewed AS (
     UPDATE {table} AS cur
-    SET lease_until = greatest(cur.lease_until, now() + renewal.lease_us * interval '1 microsecond'),
+    -- A held row stays held, its lease_until following its expires_at
+    -- (see renew.sql).
+    SET lease_until = CASE WHEN coalesce(cur.held, false)
+                           THEN greatest(cur.expires_at, now() + renewal.lease_us * interval '1 microsecond')
+                           ELSE greatest(cur.lease_until, now() + renewal.lease_us * interval '1 microsecond') END,
         expires_at = greatest(cur.expires_at, now() + renewal.lease_us * interval '1 microsecond'),
         graced = NULL
     FROM renewal

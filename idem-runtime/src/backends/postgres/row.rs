@@ -1,6 +1,6 @@
 //! Reading rows back into claims and records.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use sqlx::postgres::PgRow;
@@ -8,7 +8,8 @@ use sqlx::{Decode, Postgres, Row, Type};
 
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, RecordState, StoredResponse};
-use crate::store::{Attempt, Claim, FencingToken};
+use crate::scope::StorageKey;
+use crate::store::{Attempt, Claim, FencingToken, Step};
 
 /// Why a row could not be read; becomes [`crate::StoreError::Corrupt`].
 pub(super) type Decoded<T> = Result<T, String>;
@@ -64,39 +65,80 @@ fn response(row: &PgRow) -> Decoded<StoredResponse> {
     Ok(StoredResponse { status, headers: names.into_iter().zip(values).collect(), body: Bytes::from(body) })
 }
 
+fn attempt(row: &PgRow) -> Decoded<Option<Attempt>> {
+    match get::<Option<&str>>(row, "attempt")? {
+        None => Ok(None),
+        Some("first") => Ok(Some(Attempt::First)),
+        Some("after_release") => Ok(Some(Attempt::AfterRelease)),
+        Some("takeover") => Ok(Some(Attempt::Takeover)),
+        Some(other) => Err(format!("unknown attempt {other:?}")),
+    }
+}
+
+/// The steps, in order, from the `step_names` and `step_values` columns
+/// (none when they are NULL).
+fn steps(row: &PgRow) -> Decoded<Vec<Step>> {
+    let names = get::<Option<Vec<String>>>(row, "step_names")?.unwrap_or_default();
+    let values = get::<Option<Vec<Vec<u8>>>>(row, "step_values")?.unwrap_or_default();
+    if names.len() != values.len() {
+        return Err(format!("{} step names but {} step results", names.len(), values.len()));
+    }
+    Ok(names.into_iter().zip(values).map(|(name, result)| Step { name, result: Bytes::from(result) }).collect())
+}
+
+/// When the execution was claimed, from `claimed_at_us` (microseconds since
+/// the Unix epoch; NULL for a row an earlier version claimed).
+fn claimed_at(row: &PgRow) -> Decoded<Option<SystemTime>> {
+    let Some(micros) = get::<Option<i64>>(row, "claimed_at_us")? else { return Ok(None) };
+    let since_epoch = Duration::from_micros(micros.unsigned_abs());
+    let at = if micros >= 0 {
+        SystemTime::UNIX_EPOCH.checked_add(since_epoch)
+    } else {
+        SystemTime::UNIX_EPOCH.checked_sub(since_epoch)
+    };
+    at.map(Some).ok_or_else(|| format!("claimed at {micros} µs from the epoch, out of range"))
+}
+
 /// A row returned by the claim statement. `token` is the one the claim
 /// offered; the row says whether it won.
 pub(super) fn claim(row: &PgRow, token: FencingToken) -> Decoded<Claim> {
     if get::<bool>(row, "acquired")? {
-        let attempt = match get::<Option<&str>>(row, "attempt")? {
-            Some("first") | None => Attempt::First,
-            Some("after_release") => Attempt::AfterRelease,
-            Some("takeover") => Attempt::Takeover,
-            Some(other) => return Err(format!("unknown attempt {other:?}")),
-        };
-        return Ok(Claim::Acquired { token, attempt });
+        let attempt = attempt(row)?.unwrap_or(Attempt::First);
+        return Ok(Claim::Acquired { token, attempt, steps: steps(row)? });
     }
     if !get::<Option<bool>>(row, "same_request")?.unwrap_or(false) {
         return Ok(Claim::Mismatch);
     }
     match state(row)? {
         State::Completed => Ok(Claim::Replay(response(row)?)),
+        State::InFlight if get::<bool>(row, "held")? => Ok(Claim::Held { newly: get::<bool>(row, "newly_held")? }),
         State::InFlight => Ok(Claim::InFlight { retry_after: left(row, "lease_left_us")? }),
         // The claim statement takes a tombstone of the same request over.
         State::Released => Err("a claim left a tombstone of the same request in place".into()),
     }
 }
 
-/// A row returned by the lookup statement.
+/// A row returned by the lookup and listing statements (`record.sql`).
 pub(super) fn record(row: &PgRow) -> Decoded<Record> {
-    let fingerprint = fingerprint(row)?;
     let ttl_left = left(row, "ttl_left_us")?;
     let state = match state(row)? {
+        State::InFlight if get::<bool>(row, "held")? => RecordState::Held { token: token(row)?, ttl_left },
         State::InFlight => {
             RecordState::InFlight { token: token(row)?, lease_left: left(row, "lease_left_us")?, ttl_left }
         }
         State::Completed => RecordState::Completed { response: response(row)?, ttl_left },
         State::Released => RecordState::Released { ttl_left },
     };
-    Ok(Record { fingerprint, state })
+    let mut record = Record::new(fingerprint(row)?, state);
+    record.route = get::<Option<String>>(row, "route")?;
+    record.claimed_at = claimed_at(row)?;
+    record.attempt = attempt(row)?;
+    record.steps = steps(row)?;
+    Ok(record)
+}
+
+/// The storage key of a row of the listing or the lookup by id.
+pub(super) fn key(row: &PgRow) -> Decoded<StorageKey> {
+    let stored = get::<&str>(row, "key")?;
+    StorageKey::from_stored(stored).ok_or_else(|| format!("a key that no storage key spells: {stored:?}"))
 }

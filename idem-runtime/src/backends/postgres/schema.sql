@@ -29,6 +29,23 @@ CREATE TABLE IF NOT EXISTS {table} (
     -- extended by half a claim's lease): the next claim after the grace
     -- takes over. A renewal ends the grace (NULL again).
     graced        boolean,
+    -- In flight only: a claim under on_lapse = 'hold' found the lease lapsed
+    -- past its grace and held the execution for an operator: no claim takes
+    -- it over. A held row's lease_until is its expires_at, so that a claim
+    -- of an earlier version (which knows nothing of this column) sees a live
+    -- lease and never takes it over; this version decides by this column.
+    -- (On any other state it means nothing: an earlier version's completion
+    -- or release leaves it as it was.)
+    held          boolean,
+    -- In flight only: the durable steps the execution (and those it took
+    -- over from) recorded, in order: [{"n": name, "v": base64 of the
+    -- result}, ...]. A completion or a release clears them.
+    steps         jsonb,
+    -- For operators: the route that claimed the key ('POST /orders'), and
+    -- when its execution was claimed (the database's clock). Kept once
+    -- completed or released.
+    route         text,
+    claimed_at    timestamptz,
     CHECK ((state = 'in_flight') = (token IS NOT NULL)),
     CHECK ((state = 'in_flight') = (lease_until IS NOT NULL)),
     CHECK (lease_until <= expires_at),
@@ -38,20 +55,32 @@ CREATE TABLE IF NOT EXISTS {table} (
 -- fillfactor leaves room on each page so that renewals and claims of live
 -- keys are HOT updates.
 
--- A table made before the attempt or graced column gains it (checked
--- first, so that a table that has them takes no lock).
+-- A table made by an earlier version gains the columns it lacks (checked
+-- first, so that a table that has them takes no lock). Nullable, without a
+-- default: adding one rewrites nothing.
 DO $$
+DECLARE
+    added record;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute
-                   WHERE attrelid = '{table}'::regclass AND attname = 'attempt' AND NOT attisdropped) THEN
-        ALTER TABLE {table} ADD COLUMN attempt text;
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute
-                   WHERE attrelid = '{table}'::regclass AND attname = 'graced' AND NOT attisdropped) THEN
-        ALTER TABLE {table} ADD COLUMN graced boolean;
-    END IF;
+    FOR added IN SELECT * FROM (VALUES ('attempt', 'text'), ('graced', 'boolean'), ('held', 'boolean'),
+                                       ('steps', 'jsonb'), ('route', 'text'), ('claimed_at', 'timestamptz'))
+                               AS wanted (name, type)
+                 WHERE NOT EXISTS (SELECT 1 FROM pg_attribute
+                                   WHERE attrelid = '{table}'::regclass AND attname = wanted.name
+                                       AND NOT attisdropped)
+    LOOP
+        EXECUTE format('ALTER TABLE {table} ADD COLUMN %I %s', added.name, added.type);
+    END LOOP;
 END
 $$;
 
 -- Used by purge_expired: the oldest expired rows first, without a scan.
 CREATE INDEX IF NOT EXISTS {index} ON {table} (expires_at);
+
+-- Used by the operator's listing (Operable::list) of executions in flight or
+-- held, oldest first. It holds those rows only, so it stays small; writes
+-- that change the state (a claim, a completion, a release) update it, the
+-- others (renewals, steps, refusals) leave it alone. Built once when a table
+-- of an earlier version is migrated: the build reads the whole table, and
+-- writes to it wait meanwhile.
+CREATE INDEX IF NOT EXISTS {in_flight_index} ON {table} (claimed_at NULLS FIRST) WHERE state = 'in_flight';

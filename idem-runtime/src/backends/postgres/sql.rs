@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 
+use crate::store::StateName;
+
 /// Table used by [`PostgresStore::new`](super::PostgresStore::new).
 pub(super) const DEFAULT_TABLE: &str = "idem_records";
 
@@ -68,20 +70,27 @@ impl TableName {
     }
 
     /// The quoted, qualified name of the claim function
-    /// (`<table>_claim_v2`). The version is in the name: a process of an
+    /// (`<table>_claim_v3`). The version is in the name: a process of an
     /// earlier version that migrates the table again replaces its own
-    /// function (`<table>_claim`, which takes a lapsed lease over at once),
-    /// never this one, whose claims give a lapsed lease's holder a grace.
+    /// function (`<table>_claim_v2`, which knows nothing of held executions
+    /// and steps; `<table>_claim`, which takes a lapsed lease over at
+    /// once), never this one.
     fn claim_function(&self) -> String {
         match &self.schema {
-            Some(schema) => format!("\"{schema}\".\"{}_claim_v2\"", self.table),
-            None => format!("\"{}_claim_v2\"", self.table),
+            Some(schema) => format!("\"{schema}\".\"{}_claim_v3\"", self.table),
+            None => format!("\"{}_claim_v3\"", self.table),
         }
     }
 
     /// The quoted name of the expiry index (created in the table's schema).
     fn index(&self) -> String {
         format!("\"{}_expires_at_idx\"", self.table)
+    }
+
+    /// The quoted name of the partial index of in-flight rows, for the
+    /// operator's listing (created in the table's schema).
+    fn in_flight_index(&self) -> String {
+        format!("\"{}_in_flight_idx\"", self.table)
     }
 }
 
@@ -100,21 +109,55 @@ impl fmt::Debug for TableName {
     }
 }
 
+/// A lapsed lease of the same request whose holder had its grace, and that
+/// is not held (`excluded` is the claim; a claim sent again with its own
+/// token never replaces its row): what a claim takes over, or holds under
+/// `on_lapse = hold`. Fills `{lapsed}` in [`TAKE_OVER`] and [`HOLD`].
+const LAPSED: &str = "(cur.fingerprint = excluded.fingerprint AND cur.state = 'in_flight' \
+    AND cur.lease_until <= now() AND coalesce(cur.graced, false) AND NOT coalesce(cur.held, false) \
+    AND cur.token <> excluded.token)";
+
 /// When a claim replaces the row it conflicts with (`cur`): the row is past
-/// its TTL, or it is a tombstone of the same request, or a lapsed lease of
-/// the same request whose holder had its grace (`excluded` is the claim; a
-/// claim sent again with its own token never replaces its row). Fills
-/// `{take}` in `claim.sql`.
+/// its TTL, or it is a tombstone of the same request, or a [`LAPSED`] lease
+/// of the same request and the claim does not hold such executions (`$6`
+/// is the claim's `on_lapse = hold`). Fills `{take}` in `claim_upsert.sql`.
 const TAKE_OVER: &str = "(cur.expires_at <= now() OR (cur.fingerprint = excluded.fingerprint \
-    AND (cur.state = 'released' OR (cur.state = 'in_flight' AND cur.lease_until <= now() \
-    AND coalesce(cur.graced, false) AND cur.token <> excluded.token))))";
+    AND cur.state = 'released') OR ({lapsed} AND NOT $6))";
+
+/// When a claim holds the row it conflicts with instead of taking it over:
+/// a live, [`LAPSED`] lease of the same request, and the claim holds such
+/// executions (`$6`). Fills `{hold}` in `claim_upsert.sql`.
+const HOLD: &str = "(cur.expires_at > now() AND {lapsed} AND $6)";
 
 /// When a claim gives the holder of the row it conflicts with a grace: a
 /// lapsed lease of the same request that no claim had found so (see
-/// `Store::claim`). Fills `{grace}` in `claim.sql`.
+/// `Store::claim`), and that is not held. Fills `{grace}` in
+/// `claim_upsert.sql`.
 const GRACE: &str = "(cur.expires_at > now() AND cur.fingerprint = excluded.fingerprint \
     AND cur.state = 'in_flight' AND cur.lease_until <= now() AND NOT coalesce(cur.graced, false) \
-    AND cur.token <> excluded.token)";
+    AND NOT coalesce(cur.held, false) AND cur.token <> excluded.token)";
+
+/// The names of the steps of row `cur`, in the order recorded (`steps` is a
+/// JSON array of `{"n": name, "v": base64 of the result}`); an empty array
+/// for none. Fills `{step_names}`.
+const STEP_NAMES: &str = "ARRAY(SELECT s.step ->> 'n' FROM jsonb_array_elements(cur.steps) WITH ORDINALITY \
+    AS s (step, i) ORDER BY s.i)";
+
+/// The results of the steps of row `cur`, in the order of [`STEP_NAMES`],
+/// decoded by the server. Fills `{step_values}`.
+const STEP_VALUES: &str = "ARRAY(SELECT decode(s.step ->> 'v', 'base64') FROM jsonb_array_elements(cur.steps) \
+    WITH ORDINALITY AS s (step, i) ORDER BY s.i)";
+
+/// Each state filter of the operator's listing, as its condition on row
+/// `cur`, in the order of [`Statements::list`]. Held is in flight and
+/// `held` (see `schema.sql`).
+const STATE_CONDITIONS: [&str; 5] = [
+    "true",
+    "cur.state = 'in_flight' AND NOT coalesce(cur.held, false)",
+    "cur.state = 'in_flight' AND coalesce(cur.held, false)",
+    "cur.state = 'completed'",
+    "cur.state = 'released'",
+];
 
 /// The statements of one store, with its table name filled in.
 #[derive(Clone)]
@@ -128,8 +171,14 @@ pub(super) struct Statements {
     pub(super) renew_many: Arc<str>,
     pub(super) complete: Arc<str>,
     pub(super) release: Arc<str>,
+    pub(super) record_step: Arc<str>,
     pub(super) get: Arc<str>,
     pub(super) purge: Arc<str>,
+    /// The operator's listing, one per state filter: any state, in flight,
+    /// held, completed, released (see [`Statements::list`]).
+    list: [Arc<str>; 5],
+    pub(super) find: Arc<str>,
+    pub(super) settle: Arc<str>,
     /// Reads no row, and fails if the table lacks a column this version
     /// writes (a table `migrate()` has not brought up to date).
     pub(super) columns: Arc<str>,
@@ -137,12 +186,18 @@ pub(super) struct Statements {
 
 impl Statements {
     pub(super) fn new(table: &TableName) -> Self {
-        let (quoted, index, function) = (table.quoted(), table.index(), table.claim_function());
+        let (quoted, function) = (table.quoted(), table.claim_function());
         let fill = |sql: &str| -> String {
-            sql.replace("{table}", &quoted)
-                .replace("{index}", &index)
+            sql.replace("{record}", include_str!("record.sql").trim_end())
+                .replace("{table}", &quoted)
+                .replace("{index}", &table.index())
+                .replace("{in_flight_index}", &table.in_flight_index())
                 .replace("{take}", TAKE_OVER)
+                .replace("{hold}", HOLD)
+                .replace("{lapsed}", LAPSED)
                 .replace("{grace}", GRACE)
+                .replace("{step_names}", STEP_NAMES)
+                .replace("{step_values}", STEP_VALUES)
         };
         let render = |sql: &str| -> Arc<str> { fill(sql).into() };
         // The claim's two parts, in the function and in the one statement.
@@ -155,18 +210,36 @@ impl Statements {
         let claim_inline = include_str!("claim.sql")
             .replace("{answer}", answer.trim_end())
             .replace("{upsert}", upsert("WHERE NOT EXISTS (SELECT 1 FROM seen)").trim_end());
+        let list =
+            STATE_CONDITIONS.map(|condition| render(&include_str!("list.sql").replace("{state_condition}", condition)));
         Self {
             schema: format!("{}{claim_function}", fill(include_str!("schema.sql"))).into(),
-            claim: format!("SELECT * FROM {function}($1, $2, $3, $4, $5)").into(),
+            claim: format!("SELECT * FROM {function}($1, $2, $3, $4, $5, $6, $7)").into(),
             claim_inline: claim_inline.into(),
             renew: render(include_str!("renew.sql")),
             renew_many: render(include_str!("renew_many.sql")),
             complete: render(include_str!("complete.sql")),
             release: render(include_str!("release.sql")),
+            record_step: render(include_str!("record_step.sql")),
             get: render(include_str!("get.sql")),
             purge: render(include_str!("purge.sql")),
-            columns: format!("SELECT attempt, graced FROM {quoted} LIMIT 0").into(),
+            list,
+            find: render(include_str!("find.sql")),
+            settle: render(include_str!("settle.sql")),
+            columns: format!("SELECT attempt, graced, held, steps, route, claimed_at FROM {quoted} LIMIT 0").into(),
         }
+    }
+
+    /// The listing of records in `state` (any, for `None`).
+    pub(super) fn list(&self, state: Option<StateName>) -> &Arc<str> {
+        let at = match state {
+            None => 0,
+            Some(StateName::InFlight) => 1,
+            Some(StateName::Held) => 2,
+            Some(StateName::Completed) => 3,
+            Some(StateName::Released) => 4,
+        };
+        &self.list[at]
     }
 }
 
@@ -224,12 +297,13 @@ mod tests {
     #[test]
     fn every_statement_names_the_table() {
         let statements = Statements::new(&TableName::parse("app.records").unwrap());
-        assert!(statements.claim.contains("\"app\".\"records_claim_v2\"("), "{}", statements.claim);
+        assert!(statements.claim.contains("\"app\".\"records_claim_v3\"("), "{}", statements.claim);
         assert!(
-            statements.schema.contains("CREATE OR REPLACE FUNCTION \"app\".\"records_claim_v2\"("),
+            statements.schema.contains("CREATE OR REPLACE FUNCTION \"app\".\"records_claim_v3\"("),
             "{}",
             statements.schema
         );
+        let lists = StateName::ALL.into_iter().map(Some).chain([None]).map(|state| statements.list(state));
         for sql in [
             &statements.schema,
             &statements.claim_inline,
@@ -237,17 +311,75 @@ mod tests {
             &statements.renew_many,
             &statements.complete,
             &statements.release,
+            &statements.record_step,
             &statements.get,
             &statements.purge,
+            &statements.find,
+            &statements.settle,
             &statements.columns,
-        ] {
+        ]
+        .into_iter()
+        .chain(lists)
+        {
             assert!(sql.contains("\"app\".\"records\""), "{sql}");
-            for placeholder in
-                ["{table}", "{index}", "{take}", "{grace}", "{answer}", "{upsert}", "{guard}", "{claim_function}"]
-            {
-                assert!(!sql.contains(placeholder), "{sql}");
+            for placeholder in [
+                "{table}",
+                "{index}",
+                "{in_flight_index}",
+                "{take}",
+                "{hold}",
+                "{lapsed}",
+                "{grace}",
+                "{answer}",
+                "{upsert}",
+                "{guard}",
+                "{claim_function}",
+                "{record}",
+                "{step_names}",
+                "{step_values}",
+                "{state_condition}",
+            ] {
+                assert!(!sql.contains(placeholder), "{placeholder} left in {sql}");
             }
         }
         assert!(statements.schema.contains("\"records_expires_at_idx\""));
+        assert!(statements.schema.contains("\"records_in_flight_idx\""));
+    }
+
+    /// The listings of executions in flight or held name the condition of
+    /// the partial index of in-flight rows, so that the planner may use it
+    /// whatever the other arguments; every listing filters as asked.
+    #[test]
+    fn each_listing_writes_out_its_state() {
+        let statements = Statements::new(&TableName::default_table());
+        for state in [StateName::InFlight, StateName::Held] {
+            assert!(statements.list(Some(state)).contains("AND cur.state = 'in_flight' AND "), "{state}");
+        }
+        assert!(statements.list(Some(StateName::Held)).contains("AND coalesce(cur.held, false)"));
+        assert!(statements.list(Some(StateName::InFlight)).contains("AND NOT coalesce(cur.held, false)"));
+        assert!(statements.list(Some(StateName::Completed)).contains("AND cur.state = 'completed'"));
+        assert!(statements.list(Some(StateName::Released)).contains("AND cur.state = 'released'"));
+        assert!(statements.list(None).contains("AND true"));
+        let distinct: std::collections::HashSet<&str> =
+            StateName::ALL.into_iter().map(|state| &**statements.list(Some(state))).collect();
+        assert_eq!(distinct.len(), StateName::ALL.len());
+        assert!(
+            statements.schema.contains("(claimed_at NULLS FIRST) WHERE state = 'in_flight'"),
+            "the index the listings of in-flight rows read"
+        );
+    }
+
+    /// The version of the claim function is in its name and in its one
+    /// call; the arguments of the call match the function's.
+    #[test]
+    fn the_claim_function_is_version_three_with_seven_arguments() {
+        let statements = Statements::new(&TableName::default_table());
+        assert!(
+            statements
+                .schema
+                .contains("\"idem_records_claim_v3\"(text, bytea, bytea, interval, interval, boolean, text)")
+        );
+        assert_eq!(&*statements.claim, "SELECT * FROM \"idem_records_claim_v3\"($1, $2, $3, $4, $5, $6, $7)");
+        assert!(!statements.schema.contains("_claim_v2"), "an earlier version's function is left alone");
     }
 }

@@ -1,29 +1,32 @@
 #!lua flags=allow-oom
--- Stores the response of an in-flight record, if it holds the token, its
--- lease running or not (ownership is the token: nobody took the key over).
--- KEYS[1]  the record (layout.rs, claim.lua)
+-- Stores the response of an in-flight or held record, if it holds the
+-- token, its lease running or not (ownership is the token: nobody took the
+-- key over).
+-- KEYS[1]  the record (layout.lua)
 -- ARGV[1]  fencing token (16 bytes)
 -- ARGV[2]  encoded response (StoredResponse::to_bytes)
 -- ARGV[3]  time to live in milliseconds, from now
--- Returns 1 (held) or 0 (lost). The record becomes `C`, the fingerprint,
--- the token (so that the very same completion sent again, same token and
--- same response, because its reply was lost or replicas did not
--- acknowledge it in time, is answered 1 again, and written again, so that
--- a `WAIT` after it covers the record whichever connection sends it) and
--- the response. Any other completion of a completed record is refused.
+-- Returns 1 (held) or 0 (lost). The record becomes `c`: its header (the
+-- fingerprint, the token, so that the very same completion sent again,
+-- same token and same response, because its reply was lost or replicas
+-- did not acknowledge it in time, is answered 1 again, and written again,
+-- so that a `WAIT` after it covers the record whichever connection sends
+-- it; the attempt, claim time and route, for operators), then the response
+-- in place of the steps. Any other completion of a completed record is
+-- refused.
 -- allow-oom: a server at maxmemory must still complete running handlers,
 -- or their retries would find them in flight until their leases end and
 -- then run them again. New claims are refused when memory is full.
-local record = redis.call('GET', KEYS[1])
-if not record or string.sub(record, 34, 49) ~= ARGV[1] then
+local value = redis.call('GET', KEYS[1])
+local record = value and read(value)
+if not record or record.token ~= ARGV[1] then
   return 0
 end
-local state = string.sub(record, 1, 1)
-if state == 'L' or state == 'G' then
-  redis.call('SET', KEYS[1], 'C' .. string.sub(record, 2, 49) .. ARGV[2], 'PX', ARGV[3])
+if RUNNING[record.state] then
+  redis.call('SET', KEYS[1], write(record, 'c', 0, ARGV[2]), 'PX', ARGV[3])
   return 1
 end
-if state == 'C' and string.sub(record, 50) == ARGV[2] then
+if record.state == 'c' and record.body == ARGV[2] then
   -- Written again by an expiry left as it is: a write that replicates (so
   -- a WAIT after it covers the record). A record without expiry (PERSIST
   -- by hand, a restore) gets the TTL.

@@ -16,7 +16,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+use redis::cluster_routing::{MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 /// The URL schemes of a Redis Cluster, and the node scheme each stands for.
@@ -203,6 +203,34 @@ impl RedisConnection {
                 }
             }
         }
+    }
+
+    /// Sends `cmd` to the node of a cluster at `address` (`host:port`, as
+    /// [`RedisConnection::on_every_primary`] names it), or to the one server
+    /// (`None`).
+    pub(super) async fn on_node(&mut self, cmd: &Cmd, address: Option<&str>) -> RedisResult<Value> {
+        let (Inner::Cluster(cluster), Some(address)) = (&mut self.inner, address) else {
+            return cmd.query_async(self).await;
+        };
+        let node = address.rsplit_once(':').and_then(|(host, port)| Some((host, port.parse().ok()?)));
+        let Some((host, port)) = node else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "not a node address",
+                address.to_owned(),
+            )));
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+        cluster.route_command(cmd.clone(), routing).await
+    }
+
+    /// Sends `cmd` to the primary serving `slot` of a cluster (to the one
+    /// server, if this is not a cluster).
+    pub(super) async fn on_slot(&mut self, cmd: &Cmd, slot: u16) -> RedisResult<Value> {
+        let Inner::Cluster(cluster) = &mut self.inner else { return cmd.query_async(self).await };
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master)));
+        cluster.route_command(cmd.clone(), routing).await
     }
 }
 

@@ -2,7 +2,7 @@
 //! with replica acknowledgements on, a `WAIT` for the writes that must
 //! survive a failover.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use redis::Value;
@@ -14,7 +14,7 @@ use super::scripts::millis;
 use crate::fingerprint::Fingerprint;
 use crate::record::{Record, StoredResponse};
 use crate::scope::StorageKey;
-use crate::store::{Attempt, Claim, Fence, FencingToken, Renewal, Store, StoreError};
+use crate::store::{Attempt, Claim, ClaimTerms, Fence, FencingToken, Renewal, Step, Store, StoreError};
 
 impl RedisStore {
     /// With replica acknowledgements on, makes a won claim durable before
@@ -46,21 +46,43 @@ impl RedisStore {
         Err(failed)
     }
 
-    /// `claim.lua`: the claim of a record in flight or released.
+    /// `claim.lua`: the claim of a record in flight, held or released.
+    /// `tail` is the new record's claim time and route ([`layout::tail`]).
     async fn claim_by_script(
         &self,
         key: &StorageKey,
         fingerprint: &Fingerprint,
         token: FencingToken,
-        lease_ms: u64,
-        ttl_ms: u64,
+        terms: &ClaimTerms,
+        tail: &[u8],
     ) -> Result<Claim, StoreError> {
         let reply = self
             .run("claim", &self.scripts.claim, key, |args| {
-                args.arg(fingerprint.as_bytes().as_slice()).arg(token.to_bytes().as_slice()).arg(lease_ms).arg(ttl_ms);
+                args.arg(fingerprint.as_bytes().as_slice())
+                    .arg(token.to_bytes().as_slice())
+                    .arg(millis(terms.lease))
+                    .arg(millis(terms.ttl.max(terms.lease)))
+                    .arg(terms.on_lapse.as_str())
+                    .arg(tail);
             })
             .await?;
         reply::claim(reply, token)
+    }
+
+    /// `encoded` (a response) if a Redis value takes it, else
+    /// [`StoreError::Full`].
+    pub(super) fn fits(encoded: Vec<u8>) -> Result<Vec<u8>, StoreError> {
+        if encoded.len() > Self::MAX_RECORD_BYTES {
+            return Err(StoreError::Full {
+                store: "redis",
+                detail: format!(
+                    "a stored response of {} bytes is over the {} bytes Redis accepts in one value",
+                    encoded.len(),
+                    Self::MAX_RECORD_BYTES
+                ),
+            });
+        }
+        Ok(encoded)
     }
 }
 
@@ -70,34 +92,37 @@ impl Store for RedisStore {
         "redis"
     }
 
-    async fn claim_as(
+    async fn claim_with(
         &self,
         key: &StorageKey,
         fingerprint: &Fingerprint,
         token: FencingToken,
-        lease: Duration,
-        ttl: Duration,
+        terms: &ClaimTerms,
     ) -> Result<Claim, StoreError> {
-        let (lease_ms, ttl_ms) = (millis(lease), millis(ttl.max(lease)));
+        let (lease_ms, ttl_ms) = (millis(terms.lease), millis(terms.ttl.max(terms.lease)));
+        let tail = layout::tail(SystemTime::now(), terms.route.as_deref());
         // One plain `SET NX GET`: it creates the record of a free key and
         // hands back any other, which answers a completed one (a replay or
-        // a mismatch) at once. A record in flight or released is claimed by
-        // `claim.lua`, in a second round trip, which judges its lease.
+        // a mismatch) at once. A record in flight, held or released is
+        // claimed by `claim.lua`, in a second round trip, which judges its
+        // lease.
         let mut set = redis::cmd("SET");
         set.arg(self.record_key(key))
-            .arg(layout::claimed(fingerprint, token, lease_ms, ttl_ms))
+            .arg(layout::claimed(fingerprint, token, lease_ms, ttl_ms, &tail))
             .arg("NX")
             .arg("PX")
             .arg(ttl_ms)
             .arg("GET");
         let claim = match self.query(&set).await {
-            Ok(Value::Nil) => Claim::Acquired { token, attempt: Attempt::First },
+            Ok(Value::Nil) => Claim::Acquired { token, attempt: Attempt::First, steps: Vec::new() },
             Ok(Value::BulkString(record)) => match reply::stored(&record)? {
-                layout::Stored::Completed { fingerprint: stored, response } if stored == *fingerprint => {
+                layout::Stored { state: layout::State::Completed { response }, fingerprint: stored, .. }
+                    if stored == *fingerprint =>
+                {
                     Claim::Replay(reply::response(response)?)
                 }
-                layout::Stored::Completed { .. } => Claim::Mismatch,
-                _ => self.claim_by_script(key, fingerprint, token, lease_ms, ttl_ms).await?,
+                layout::Stored { state: layout::State::Completed { .. }, .. } => Claim::Mismatch,
+                _ => self.claim_by_script(key, fingerprint, token, terms, &tail).await?,
             },
             Ok(other) => return Err(reply::corrupt(format!("unexpected claim reply {other:?}"))),
             // Refused by the server: `SET` is a write even when it writes
@@ -106,16 +131,16 @@ impl Store for RedisStore {
             // `READONLY`, an ACL) refuses it for a replay too; and a key
             // holding a record of the earlier layout (a hash) answers
             // `WRONGTYPE`. The script answers all of these that it can (a
-            // replay, a mismatch, a key in flight), writes only to
-            // acquire, and fails closed on the rest.
+            // replay, a mismatch, a key in flight or held), writes only to
+            // acquire or hold, and fails closed on the rest.
             // A timeout or a lost connection is not a refusal: 503.
             Err(error) if error.code().is_some() && !error.is_timeout() && !error.is_io_error() => {
-                self.claim_by_script(key, fingerprint, token, lease_ms, ttl_ms).await?
+                self.claim_by_script(key, fingerprint, token, terms, &tail).await?
             }
             Err(error) => return Err(self.endpoint.error("claim", error)),
         };
         if self.acks.is_some() && matches!(claim, Claim::Acquired { .. }) {
-            self.confirm_claim(key, token, lease).await?;
+            self.confirm_claim(key, token, terms.lease).await?;
         }
         Ok(claim)
     }
@@ -146,17 +171,7 @@ impl Store for RedisStore {
         response: &StoredResponse,
         ttl: Duration,
     ) -> Result<Fence, StoreError> {
-        let encoded = response.to_bytes();
-        if encoded.len() > Self::MAX_RECORD_BYTES {
-            return Err(StoreError::Full {
-                store: "redis",
-                detail: format!(
-                    "a stored response of {} bytes is over the {} bytes Redis accepts in one value",
-                    encoded.len(),
-                    Self::MAX_RECORD_BYTES
-                ),
-            });
-        }
+        let encoded = Self::fits(response.to_bytes())?;
         let (reply, acked) = self
             .run_acked("complete", &self.scripts.complete, key, |args| {
                 args.arg(token.to_bytes().as_slice()).arg(encoded).arg(millis(ttl));
@@ -180,6 +195,37 @@ impl Store for RedisStore {
             })
             .await?;
         reply::fence(reply)
+    }
+
+    /// `step.lua`: one fenced append; with replica acknowledgements on,
+    /// acknowledged like a completion (a step record lost at failover
+    /// would run the step again).
+    async fn record_step(&self, key: &StorageKey, token: FencingToken, step: &Step) -> Result<Fence, StoreError> {
+        if step.name.len() > layout::MAX_STEP_NAME_BYTES || step.size() > Self::MAX_RECORD_BYTES {
+            return Err(StoreError::Full {
+                store: "redis",
+                detail: format!(
+                    "step {:?} ({} bytes of name, {} of result) is over what a Redis record keeps ({} bytes of \
+                     name, {} in all)",
+                    step.name.chars().take(40).collect::<String>(),
+                    step.name.len(),
+                    step.result.len(),
+                    layout::MAX_STEP_NAME_BYTES,
+                    Self::MAX_RECORD_BYTES
+                ),
+            });
+        }
+        let (reply, acked) = self
+            .run_acked("record a step", &self.scripts.step, key, |args| {
+                args.arg(token.to_bytes().as_slice()).arg(step.name.as_bytes()).arg(step.result.as_ref());
+            })
+            .await?;
+        match reply::fence(reply)? {
+            // Too few acknowledgements: the runtime records the step again
+            // (the script answers the same name as held).
+            Fence::Held => acked.map(|()| Fence::Held),
+            lost => Ok(lost),
+        }
     }
 
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {

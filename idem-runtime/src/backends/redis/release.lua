@@ -1,17 +1,18 @@
 #!lua flags=allow-oom
--- Turns an in-flight record into a tombstone, if it holds the token (its
--- lease running or not): the token and lease go, the fingerprint stays until
--- the record's expiry.
--- KEYS[1]  the record (layout.rs, claim.lua)
+-- Turns an in-flight or held record into a tombstone, if it holds the
+-- token (its lease running or not): the lease and the steps go, the
+-- fingerprint (and, for operators, the attempt, claim time and route) stays
+-- until the record's expiry.
+-- KEYS[1]  the record (layout.lua)
 -- ARGV[1]  fencing token (16 bytes)
 -- Returns 1 (held) or 0 (lost).
 -- allow-oom: a server at maxmemory must still keep (and end) the leases of
 -- running handlers, or a retry would run them again once memory frees up.
 -- New claims are still refused when memory is full (claim.lua has no flag).
-local record = redis.call('GET', KEYS[1])
-local state = record and string.sub(record, 1, 1)
-if not record or (state ~= 'L' and state ~= 'G') or string.sub(record, 34, 49) ~= ARGV[1] then
+local value = redis.call('GET', KEYS[1])
+local record = value and read(value)
+if not record or not RUNNING[record.state] or record.token ~= ARGV[1] then
   return 0
 end
-redis.call('SET', KEYS[1], 'R' .. string.sub(record, 2, 33), 'KEEPTTL')
+redis.call('SET', KEYS[1], write(record, 'r', 0, ''), 'KEEPTTL')
 return 1

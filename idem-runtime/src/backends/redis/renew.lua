@@ -1,6 +1,6 @@
 #!lua flags=allow-oom
 -- Extends the lease of an in-flight record, if it holds the token.
--- KEYS[1]  the record (layout.rs, claim.lua)
+-- KEYS[1]  the record (layout.lua)
 -- ARGV[1]  fencing token (16 bytes)
 -- ARGV[2]  new lease in milliseconds, from now
 -- Returns 1 (held) or 0 (lost).
@@ -11,22 +11,28 @@
 -- over (the store was unreachable for longer than the lease) is renewed
 -- back into life by its holder. A completed or released record has no
 -- owner. A lease that would outlive the record extends the record too.
-local record = redis.call('GET', KEYS[1])
-local state = record and string.sub(record, 1, 1)
-if not record or (state ~= 'L' and state ~= 'G') or string.sub(record, 34, 49) ~= ARGV[1] then
+-- A held record stays held: its holder runs on (and may still complete),
+-- its lease mark no longer matters, and only its life is extended.
+local value = redis.call('GET', KEYS[1])
+local record = value and read(value)
+if not record or not RUNNING[record.state] or record.token ~= ARGV[1] then
   return 0
 end
-local mark, lease = tonumber(string.sub(record, 51)), tonumber(ARGV[2])
+local lease = tonumber(ARGV[2])
 local left = redis.call('PTTL', KEYS[1])
 if left == -1 then
   -- A key without expiry (PERSIST by hand) cannot tell its lease: the
   -- owner's token still holds it. It gets its claim's time to live again.
-  left = mark + lease
+  left = record.mark + lease
   redis.call('PEXPIRE', KEYS[1], left)
 elseif left < lease then
   left = lease
   redis.call('PEXPIRE', KEYS[1], left)
 end
--- Back to `L`: a grace a claim gave (G) ends, the holder being alive.
-redis.call('SET', KEYS[1], 'L' .. string.sub(record, 2, 50) .. string.format('%d', left - lease), 'KEEPTTL')
+if record.state == 'h' then
+  return 1
+end
+-- Back to `l`, its steps kept: a grace a claim gave (g) ends, the holder
+-- being alive.
+redis.call('SET', KEYS[1], write(record, 'l', left - lease, record.body), 'KEEPTTL')
 return 1

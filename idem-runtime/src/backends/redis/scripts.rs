@@ -11,13 +11,19 @@ use std::time::Duration;
 
 use redis::Script;
 
-/// Source of each script, in the order of [`Scripts::all`].
-const SOURCES: [&str; 5] = [
+/// How every script reads and writes a record: put at the start of each.
+const LAYOUT: &str = include_str!("layout.lua");
+
+/// Source of each script, in the order of [`Scripts::all`], before
+/// [`LAYOUT`] is put in.
+const SOURCES: [&str; 7] = [
     include_str!("claim.lua"),
     include_str!("renew.lua"),
     include_str!("complete.lua"),
     include_str!("release.lua"),
     include_str!("get.lua"),
+    include_str!("step.lua"),
+    include_str!("settle.lua"),
 ];
 
 /// Longest expiry handed to Redis (about 2,200 years): Redis refuses expiry
@@ -34,24 +40,40 @@ pub(super) struct Scripts {
     pub(super) complete: Script,
     pub(super) release: Script,
     pub(super) get: Script,
+    pub(super) step: Script,
+    pub(super) settle: Script,
+    /// Each script's whole source, as loaded.
+    sources: [String; 7],
 }
 
 impl Scripts {
     pub(super) fn new() -> Self {
-        let [claim, renew, complete, release, get] = SOURCES.map(Script::new);
-        Self { claim, renew, complete, release, get }
+        let sources = SOURCES.map(with_layout);
+        let [claim, renew, complete, release, get, step, settle] = sources.each_ref().map(|source| Script::new(source));
+        Self { claim, renew, complete, release, get, step, settle, sources }
     }
 
     /// Each script with its source, for `SCRIPT LOAD`.
-    pub(super) fn all(&self) -> [(&Script, &'static str); 5] {
-        let [claim, renew, complete, release, get] = SOURCES;
+    pub(super) fn all(&self) -> [(&Script, &str); 7] {
+        let [claim, renew, complete, release, get, step, settle] = self.sources.each_ref().map(String::as_str);
         [
             (&self.claim, claim),
             (&self.renew, renew),
             (&self.complete, complete),
             (&self.release, release),
             (&self.get, get),
+            (&self.step, step),
+            (&self.settle, settle),
         ]
+    }
+}
+
+/// `source` with [`LAYOUT`] put in: after its `#!lua` line if it has one
+/// (the server reads flags from the first line only), else first.
+fn with_layout(source: &str) -> String {
+    match source.split_once('\n') {
+        Some((shebang, rest)) if shebang.starts_with("#!") => format!("{shebang}\n{LAYOUT}{rest}"),
+        _ => format!("{LAYOUT}{source}"),
     }
 }
 
@@ -82,11 +104,15 @@ mod tests {
         let scripts = Scripts::new();
         for (script, source) in scripts.all() {
             assert_eq!(script.get_hash().len(), 40);
-            // Cluster safety: no script names a key other than KEYS[1].
-            assert!(!source.contains("KEYS[2]"), "{source}");
-            for call in ["'KEYS'", "'SCAN'"] {
-                assert!(!source.contains(call), "{source} calls {call}");
+            // Cluster safety: every command a script runs names KEYS[1],
+            // and nothing else, or no key at all (claim.lua's TIME).
+            let calls = source.split("redis.call(").skip(1).chain(source.split("redis.pcall(").skip(1));
+            for call in calls {
+                let (command, rest) = call.split_once('\'').and_then(|(_, rest)| rest.split_once('\'')).unwrap();
+                assert!(rest.starts_with(", KEYS[1]") || command == "TIME", "{command}{rest}");
+                assert!(!matches!(command, "KEYS" | "SCAN"), "{source} calls {command}");
             }
+            assert!(!source.contains("KEYS[2]"), "{source}");
         }
     }
 
@@ -97,13 +123,35 @@ mod tests {
             // expiry on the server (its mark against PTTL), never by a time
             // sent by the application or read from another clock (claim.lua
             // reads the server's TIME for a record of the earlier layout
-            // only). Completions and releases are fenced by the token alone.
+            // only). Completions, releases, steps and settlements are fenced
+            // by the token alone. The claim time, the application's, is
+            // written and kept, never read as a number.
             assert!(source.contains("('GET', KEYS[1])"), "{source}");
-            if source.contains("string.sub(record, 51)") {
+            if source.contains("- record.mark") || source.contains("record.mark +") {
                 assert!(source.contains("redis.call('PTTL', KEYS[1])"), "{source}");
             }
             assert!(!source.contains("os."), "{source} reads a clock other than the server's");
             assert_eq!(source.contains("'TIME'"), source.contains("earlier layout"), "{source}");
+            assert!(!source.contains("tonumber(ARGV[6])") && !source.contains("tonumber(string.sub(value, 66"));
+        }
+    }
+
+    #[test]
+    fn scripts_keep_their_flags_first() {
+        let scripts = Scripts::new();
+        for ((_, source), original) in scripts.all().into_iter().zip(SOURCES) {
+            assert!(source.contains(LAYOUT) && source.contains(original.lines().last().unwrap()));
+            let flags = original.lines().next().filter(|line| line.starts_with("#!"));
+            assert_eq!(flags, source.lines().next().filter(|line| line.starts_with("#!")));
+        }
+        // The writes that running handlers and operators need at
+        // maxmemory; a claim or a step (which may be large) is refused.
+        let oom = |script: &Script| scripts.all().into_iter().find(|(s, _)| std::ptr::eq(*s, script)).unwrap().1;
+        for script in [&scripts.renew, &scripts.complete, &scripts.release, &scripts.settle] {
+            assert!(oom(script).starts_with("#!lua flags=allow-oom\n"));
+        }
+        for script in [&scripts.claim, &scripts.step, &scripts.get] {
+            assert!(!oom(script).starts_with("#!"));
         }
     }
 }

@@ -1,0 +1,252 @@
+//! The operator's operations (§14 of the behaviour contract): list, inspect,
+//! release and resolve idempotency records, without SQL or Lua by hand.
+//!
+//! The `idem` command-line tool is a thin shell over [`Operator`]; an
+//! application may call it too (the memory store, which lives in the
+//! application's process, is reachable only this way), or mount its actix
+//! service behind a guard of its own (`operate::service`, feature `actix`).
+//!
+//! Every write is fenced: it applies only to the record as inspected (its
+//! token and state), and is refused with [`OperatorError::Changed`] when the
+//! record changed meanwhile.
+//!
+//! ```
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use idem_runtime::MemoryStore;
+//! use idem_runtime::operate::{Expect, Operator, Target};
+//! use idem_runtime::store::{ListFilter, StateName};
+//!
+//! let operator = Operator::new(Arc::new(MemoryStore::new()));
+//! for held in operator.list(&ListFilter::new(50).state(StateName::Held)).await? {
+//!     println!("{} {} {:?}", held.id(), held.record.state_name(), held.record.route);
+//!     operator.release(&Target::Id(held.id().to_owned()), &Expect::as_inspected(&held)).await?;
+//! }
+//! # Ok(()) }
+//! ```
+
+mod json;
+#[cfg(feature = "actix")]
+pub mod service;
+mod text;
+
+use std::sync::Arc;
+
+pub use self::json::to_json;
+pub use self::text::{detail_lines, summary_line};
+use crate::key::IdempotencyKey;
+use crate::record::{Record, StoredResponse};
+use crate::scope::{Scope, StorageKey};
+use crate::store::{Fence, FencingToken, ListFilter, Operable, Settlement, StateName, StoreError};
+
+/// Which record an operation is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Target {
+    /// Its id ([`StorageKey::record_id`]: 32 hex digits), as `idem list` and
+    /// the request's span (`record`) show it.
+    Id(String),
+    /// What the runtime derives its storage key from.
+    Key {
+        /// The route as `METHOD /pattern` (`POST /orders/{id}/payments`).
+        route: String,
+        /// The route's scope.
+        scope: Scope,
+        /// The subject, for [`Scope::User`].
+        subject: Option<String>,
+        /// The idempotency key as the client sent it (unquoted).
+        key: String,
+    },
+}
+
+impl Target {
+    /// The storage key this target names directly, if it names one.
+    fn storage_key(&self) -> Result<Option<StorageKey>, OperatorError> {
+        let Self::Key { route, scope, subject, key } = self else { return Ok(None) };
+        let (method, pattern) = route.split_once(' ').ok_or_else(|| {
+            OperatorError::InvalidTarget(format!("a route is `METHOD /pattern`, such as `POST /orders`: {route:?}"))
+        })?;
+        if *scope == Scope::User && subject.is_none() {
+            return Err(OperatorError::InvalidTarget("scope user needs the subject".to_owned()));
+        }
+        let key = IdempotencyKey::natural(key).map_err(|error| OperatorError::InvalidTarget(error.to_string()))?;
+        Ok(Some(StorageKey::new(*scope, subject.as_deref(), method, pattern.trim(), &key)))
+    }
+}
+
+/// A record as an operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    /// Its storage key.
+    pub key: StorageKey,
+    /// What it holds.
+    pub record: Record,
+}
+
+impl Inspection {
+    /// Its id ([`StorageKey::record_id`]).
+    pub fn id(&self) -> &str {
+        self.key.record_id()
+    }
+}
+
+/// What a write expects the record to still be.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Expect {
+    /// Its execution's token.
+    pub token: Option<FencingToken>,
+    /// Its state.
+    pub state: Option<StateName>,
+}
+
+impl Expect {
+    /// The record exactly as `inspection` found it.
+    pub fn as_inspected(inspection: &Inspection) -> Self {
+        Self { token: inspection.record.token(), state: Some(inspection.record.state_name()) }
+    }
+}
+
+/// Why an operation was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OperatorError {
+    /// No live record for the target.
+    #[error("no live record {0}")]
+    NotFound(String),
+    /// The target could not name a record.
+    #[error("invalid record: {0}")]
+    InvalidTarget(String),
+    /// The record is not in flight or held: there is no execution to settle.
+    #[error("record {id} is {state}: only an in-flight or held execution can be released or resolved")]
+    NotSettleable {
+        /// The record's id.
+        id: String,
+        /// Its state.
+        state: StateName,
+    },
+    /// The record is not as expected, or changed between the inspection and
+    /// the write: nothing was written.
+    #[error("record {id} changed: {what}; nothing was written (inspect it again)")]
+    Changed {
+        /// The record's id.
+        id: String,
+        /// What differs.
+        what: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl OperatorError {
+    /// Whether this is a refusal about the record (not found, not
+    /// settleable, changed: the tool's exit status 1) rather than a usage
+    /// or store error (exit status 2).
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, Self::NotFound(_) | Self::NotSettleable { .. } | Self::Changed { .. })
+    }
+}
+
+/// What a release or resolve did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    /// The record's id.
+    pub id: String,
+    /// Its state before.
+    pub was: StateName,
+    /// Its state now.
+    pub now: StateName,
+}
+
+/// The operations, over one store.
+#[derive(Clone)]
+pub struct Operator {
+    store: Arc<dyn Operable>,
+}
+
+impl std::fmt::Debug for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Operator").field("store", &self.store.kind()).finish()
+    }
+}
+
+impl Operator {
+    /// Operations on `store`.
+    pub fn new(store: Arc<dyn Operable>) -> Self {
+        Self { store }
+    }
+
+    /// The records `filter` admits.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<Inspection>, StoreError> {
+        let found = self.store.list(filter).await?;
+        Ok(found.into_iter().map(|(key, record)| Inspection { key, record }).collect())
+    }
+
+    /// The record `target` names.
+    pub async fn inspect(&self, target: &Target) -> Result<Inspection, OperatorError> {
+        let key = match (target.storage_key()?, target) {
+            (Some(key), _) => key,
+            (None, Target::Id(id)) => {
+                let id = id.trim().to_ascii_lowercase();
+                self.store.find(&id).await?.ok_or_else(|| OperatorError::NotFound(id.clone()))?
+            }
+            (None, _) => return Err(OperatorError::InvalidTarget("no record named".to_owned())),
+        };
+        let record = self.store.get(&key).await?.ok_or_else(|| OperatorError::NotFound(key.record_id().to_owned()))?;
+        Ok(Inspection { key, record })
+    }
+
+    /// Ends the in-flight or held execution of `target` without a response,
+    /// leaving a tombstone: the same request may run again (from its first
+    /// step: a release forgets the recorded steps), another one is refused.
+    pub async fn release(&self, target: &Target, expect: &Expect) -> Result<Settled, OperatorError> {
+        self.settle(target, expect, &Settlement::Release).await
+    }
+
+    /// Completes the in-flight or held execution of `target` with
+    /// `response`: retries replay it.
+    pub async fn resolve(
+        &self,
+        target: &Target,
+        response: StoredResponse,
+        expect: &Expect,
+    ) -> Result<Settled, OperatorError> {
+        self.settle(target, expect, &Settlement::Resolve(response)).await
+    }
+
+    async fn settle(
+        &self,
+        target: &Target,
+        expect: &Expect,
+        settlement: &Settlement,
+    ) -> Result<Settled, OperatorError> {
+        let inspection = self.inspect(target).await?;
+        let id = inspection.id().to_owned();
+        let was = inspection.record.state_name();
+        let changed = |what: String| OperatorError::Changed { id: id.clone(), what };
+        if let Some(state) = expect.state.filter(|&state| state != was) {
+            return Err(changed(format!("it is {was}, not {state}")));
+        }
+        let token = inspection.record.token();
+        if let Some(expected) = expect.token.filter(|&expected| Some(expected) != token) {
+            return Err(changed(match token {
+                Some(token) => format!("its execution's token is {}, not {}", token.to_hex(), expected.to_hex()),
+                None => format!("it is {was}: the execution with token {} ended", expected.to_hex()),
+            }));
+        }
+        let Some(token) = token else {
+            return Err(OperatorError::NotSettleable { id, state: was });
+        };
+        match self.store.settle(&inspection.key, token, was, settlement).await? {
+            Fence::Held => {
+                let now = match settlement {
+                    Settlement::Release => StateName::Released,
+                    _ => StateName::Completed,
+                };
+                tracing::warn!(record = %id, %was, %now, "an operator settled an idempotency record");
+                Ok(Settled { id, was, now })
+            }
+            _ => Err(changed("it changed between its inspection and the write".to_owned())),
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! Durable steps and held executions (§8, §14) on the memory store, in
+//! process: an execution whose lease is lost (its renewals fail while it
+//! stalls, as a crashed or frozen process's would) is taken over by a retry,
+//! which gets its recorded steps back instead of running them; under
+//! `on_lapse = "hold"` the retry finds it held instead, until its holder
+//! completes or an operator settles it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use actix_web::http::StatusCode;
+use actix_web::test::{self, TestRequest};
+use actix_web::{App, HttpResponse, post, web};
+use idem_runtime::operate::{Expect, Operator, Target, service};
+use idem_runtime::store::{ListFilter, StateName, Store};
+use idem_runtime::{ExecutionContext, Idem, MemoryStore, OnLapse, StepError, idempotent};
+use idem_tests::faults::FaultyStore;
+use idem_tests::orders::TEST_STORE_TIMEOUT;
+use serde_json::{Value, json};
+
+/// A provider that does not deduplicate: every call is a new charge.
+#[derive(Default)]
+struct Provider(AtomicUsize);
+
+impl Provider {
+    async fn charge(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::SeqCst) as u64 + 1
+    }
+
+    fn charges(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// How long a first execution stalls after charging: past its 3 s lease
+/// and the grace a retry gives it.
+const STALL: Duration = Duration::from_millis(6_000);
+
+/// Charges as the durable step `charge`, then stalls on its first
+/// execution (a frozen process: its renewals fail meanwhile).
+#[idempotent(scope = "route", lock_ttl = "3s", ttl = "1h")]
+#[post("/stepped")]
+async fn stepped(execution: ExecutionContext, provider: web::Data<Provider>) -> Result<HttpResponse, StepError> {
+    let charge: u64 = execution.step("charge", provider.charge()).await?;
+    let shipped: String = execution.step("ship", async { format!("parcel-{charge}") }).await?;
+    if execution.attempt() == idem_runtime::Attempt::First {
+        tokio::time::sleep(STALL).await;
+    }
+    Ok(HttpResponse::Created()
+        .json(json!({"charge": charge, "shipped": shipped, "attempt": execution.attempt().as_str()})))
+}
+
+/// The same handler without a step: what a takeover did before steps.
+#[idempotent(scope = "route", lock_ttl = "3s", ttl = "1h")]
+#[post("/unstepped")]
+async fn unstepped(execution: ExecutionContext, provider: web::Data<Provider>) -> HttpResponse {
+    let charge = provider.charge().await;
+    if execution.attempt() == idem_runtime::Attempt::First {
+        tokio::time::sleep(STALL).await;
+    }
+    HttpResponse::Created().json(json!({"charge": charge, "attempt": execution.attempt().as_str()}))
+}
+
+/// Charges as a step, then waits as long as `gate` says (a holder that is
+/// only slow, or one that never comes back).
+#[idempotent(scope = "route", lock_ttl = "3s", ttl = "1h", on_lapse = "hold")]
+#[post("/held")]
+async fn held(
+    execution: ExecutionContext,
+    provider: web::Data<Provider>,
+    query: web::Query<std::collections::HashMap<String, String>>,
+) -> Result<HttpResponse, StepError> {
+    let charge: u64 = execution.step("charge", provider.charge()).await?;
+    if execution.attempt() == idem_runtime::Attempt::First {
+        let stall = query.get("stall_ms").and_then(|ms| ms.parse().ok()).unwrap_or(600_000);
+        tokio::time::sleep(Duration::from_millis(stall)).await;
+    }
+    Ok(HttpResponse::Created().json(json!({"charge": charge, "attempt": execution.attempt().as_str()})))
+}
+
+fn post(path: &str, key: &str) -> actix_http::Request {
+    TestRequest::post().uri(path).insert_header(("idempotency-key", key)).to_request()
+}
+
+async fn answer(response: actix_web::dev::ServiceResponse) -> (StatusCode, Option<String>, Value) {
+    let status = response.status();
+    let retry_after = response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+    (status, retry_after, serde_json::from_slice(&test::read_body(response).await).expect("a JSON body"))
+}
+
+/// A store whose renewals all fail, in front of `memory`.
+fn renewals_fail(memory: &Arc<MemoryStore>) -> FaultyStore {
+    let inner: Arc<dyn Store> = memory.clone();
+    FaultyStore::over(inner).renewals_fail_between(Duration::ZERO, Duration::from_secs(600))
+}
+
+/// Waits for the stalled first execution's lease to lapse and for the grace
+/// the first retry gives it: the next claim finds it lapsed for good.
+async fn past_the_lease_and_its_grace(send: impl AsyncFn() -> (StatusCode, Option<String>, Value)) {
+    tokio::time::sleep(Duration::from_millis(3_400)).await;
+    let (status, retry_after, _) = send().await;
+    assert_eq!((status, retry_after.is_some()), (StatusCode::CONFLICT, true), "the grace");
+    tokio::time::sleep(idem_runtime::store::grace(Duration::from_secs(3)) + Duration::from_millis(200)).await;
+}
+
+/// The first execution charges and records the step, then stalls with its
+/// lease lost; the takeover gets the recorded charge back and runs only the
+/// steps that never finished: one charge, with a provider that does not
+/// deduplicate. Without the step (the control route), the takeover charges
+/// again.
+#[actix_web::test]
+async fn a_takeover_gets_recorded_steps_back_and_charges_once() {
+    let memory = Arc::new(MemoryStore::new());
+    let provider = web::Data::new(Provider::default());
+    let idem = Idem::new(renewals_fail(&memory)).store_timeout(TEST_STORE_TIMEOUT);
+    let app =
+        test::init_service(App::new().app_data(idem).app_data(provider.clone()).service(stepped).service(unstepped))
+            .await;
+    let first = test::call_service(&app, post("/stepped", "pay-1"));
+    let retry = async {
+        past_the_lease_and_its_grace(async || answer(test::call_service(&app, post("/stepped", "pay-1")).await).await)
+            .await;
+        answer(test::call_service(&app, post("/stepped", "pay-1")).await).await
+    };
+    let (first, (status, _, takeover)) = tokio::join!(first, retry);
+    assert_eq!(status, StatusCode::CREATED, "{takeover}");
+    assert_eq!(takeover["attempt"], "takeover");
+    assert_eq!(takeover["charge"], 1, "the recorded charge, not a new one");
+    assert_eq!(takeover["shipped"], "parcel-1", "the second step's recorded result too");
+    assert_eq!(provider.charges(), 1, "one charge although the handler ran twice");
+    // The first execution finished after it was taken over: its answer went
+    // to its client, but the record keeps the takeover's.
+    assert_eq!(answer(first).await.2["charge"], 1);
+    let replay = test::call_service(&app, post("/stepped", "pay-1")).await;
+    assert_eq!(replay.headers().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(answer(replay).await.2, takeover);
+
+    // The control: the same story without a step charges twice.
+    let first = test::call_service(&app, post("/unstepped", "pay-2"));
+    let retry = async {
+        past_the_lease_and_its_grace(async || {
+            answer(test::call_service(&app, post("/unstepped", "pay-2")).await).await
+        })
+        .await;
+        answer(test::call_service(&app, post("/unstepped", "pay-2")).await).await
+    };
+    let (_, (_, _, takeover)) = tokio::join!(first, retry);
+    assert_eq!(takeover["attempt"], "takeover");
+    assert_eq!(provider.charges(), 3, "without a step, the takeover charged a second time");
+}
+
+/// Under `on_lapse = "hold"` the retry after the lapse finds the execution
+/// held: 409 `execution-held` without `Retry-After`, nothing runs; the
+/// holder, only slow, completes after all and retries replay its response.
+#[actix_web::test]
+async fn a_held_execution_is_refused_until_its_slow_holder_completes() {
+    let memory = Arc::new(MemoryStore::new());
+    let provider = web::Data::new(Provider::default());
+    let idem = Idem::new(renewals_fail(&memory)).store_timeout(TEST_STORE_TIMEOUT);
+    let app = test::init_service(App::new().app_data(idem).app_data(provider.clone()).service(held)).await;
+    let first = test::call_service(&app, post("/held?stall_ms=9000", "pay-3"));
+    let retries = async {
+        let send = async || answer(test::call_service(&app, post("/held?stall_ms=9000", "pay-3")).await).await;
+        past_the_lease_and_its_grace(send).await;
+        for _ in 0..3 {
+            let (status, retry_after, problem) = send().await;
+            assert_eq!((status, retry_after), (StatusCode::CONFLICT, None), "{problem}");
+            assert_eq!(problem["type"], "urn:idem:problem:execution-held");
+            assert!(problem["detail"].as_str().unwrap().contains("will not run again"), "{problem}");
+        }
+        assert_eq!(provider.charges(), 1, "nothing ran again");
+    };
+    let (first, ()) = tokio::join!(first, retries);
+    let (status, _, first) = answer(first).await;
+    assert_eq!((status, first["attempt"].as_str()), (StatusCode::CREATED, Some("first")));
+    // Its completion landed: the held record was still its own.
+    let replay = test::call_service(&app, post("/held?stall_ms=9000", "pay-3")).await;
+    assert_eq!(replay.headers().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(answer(replay).await.2, first);
+    assert_eq!(provider.charges(), 1);
+}
+
+/// A held execution whose holder never comes back is listed by the
+/// operator's API, released through the actix service (a second release is
+/// refused), and the next retry runs once, from its first step; another is
+/// resolved, and retries replay the operator's response.
+#[actix_web::test]
+async fn an_operator_releases_or_resolves_a_held_execution() {
+    let memory = Arc::new(MemoryStore::new());
+    let provider = web::Data::new(Provider::default());
+    let operator = Operator::new(memory.clone());
+    let idem = Idem::new(renewals_fail(&memory)).store_timeout(TEST_STORE_TIMEOUT);
+    let app = test::init_service(
+        App::new()
+            .app_data(idem)
+            .app_data(provider.clone())
+            .service(held)
+            .service(service::scope("/ops", operator.clone())),
+    )
+    .await;
+    let abandoned =
+        [test::call_service(&app, post("/held", "pay-4")), test::call_service(&app, post("/held", "pay-5"))];
+    let ops = async {
+        let send = async || answer(test::call_service(&app, post("/held", "pay-4")).await).await;
+        past_the_lease_and_its_grace(send).await;
+        let send = async || answer(test::call_service(&app, post("/held", "pay-5")).await).await;
+        assert_eq!(send().await.0, StatusCode::CONFLICT, "pay-5's grace");
+        tokio::time::sleep(idem_runtime::store::grace(Duration::from_secs(3)) + Duration::from_millis(200)).await;
+        assert_eq!(
+            answer(test::call_service(&app, post("/held", "pay-4")).await).await.2["type"],
+            "urn:idem:problem:execution-held"
+        );
+        assert_eq!(
+            answer(test::call_service(&app, post("/held", "pay-5")).await).await.2["type"],
+            "urn:idem:problem:execution-held"
+        );
+        let found = operator.list(&ListFilter::new(10).state(StateName::Held)).await.unwrap();
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found.iter().all(|h| h.record.route.as_deref() == Some("POST /held") && h.record.steps.len() == 1));
+        // Which is which: release pay-4 through the service, by its id.
+        let listed = test::call_service(&app, TestRequest::get().uri("/ops/records?state=held").to_request()).await;
+        let listed: Vec<Value> = serde_json::from_slice(&test::read_body(listed).await).unwrap();
+        assert_eq!(listed.len(), 2);
+        let pay4 = operator
+            .inspect(&Target::Key {
+                route: "POST /held".into(),
+                scope: idem_runtime::store::Scope::Route,
+                subject: None,
+                key: "pay-4".into(),
+            })
+            .await
+            .unwrap();
+        let release = |id: &str| TestRequest::post().uri(&format!("/ops/records/{id}/release")).to_request();
+        let released = test::call_service(&app, release(pay4.id())).await;
+        assert_eq!(released.status(), StatusCode::OK);
+        let again = test::call_service(&app, release(pay4.id())).await;
+        assert_eq!(again.status(), StatusCode::CONFLICT, "a second release is refused");
+        let (status, _, run) = answer(test::call_service(&app, post("/held", "pay-4")).await).await;
+        assert_eq!((status, run["attempt"].as_str()), (StatusCode::CREATED, Some("after_release")));
+        assert_eq!(provider.charges(), 3, "the released execution ran once more, from its first step");
+        // pay-5: resolved with the operator's response.
+        let pay5 = operator.list(&ListFilter::new(10).state(StateName::Held)).await.unwrap();
+        assert_eq!(pay5.len(), 1);
+        let response = idem_runtime::store::StoredResponse {
+            status: 201,
+            headers: vec![("content-type".into(), b"application/json".to_vec())],
+            body: br#"{"resolved":"by the operator"}"#.to_vec().into(),
+        };
+        let target = Target::Id(pay5[0].id().to_owned());
+        operator.resolve(&target, response, &Expect::as_inspected(&pay5[0])).await.unwrap();
+        let replay = test::call_service(&app, post("/held", "pay-5")).await;
+        assert_eq!(
+            (replay.status(), replay.headers().get("idempotent-replayed").unwrap().to_str().unwrap()),
+            (StatusCode::CREATED, "true")
+        );
+        assert_eq!(answer(replay).await.2, json!({"resolved": "by the operator"}));
+        assert_eq!(provider.charges(), 3);
+    };
+    // The abandoned holders never finish within the test.
+    tokio::select! {
+        () = ops => {}
+        _ = futures_util::future::join_all(abandoned) => panic!("the abandoned holders finished"),
+    }
+}
+
+/// A default of `Idem::on_lapse(OnLapse::Hold)` holds on routes that do not say.
+#[actix_web::test]
+async fn the_idem_default_applies_to_routes_that_do_not_say() {
+    let memory = Arc::new(MemoryStore::new());
+    let provider = web::Data::new(Provider::default());
+    let idem = Idem::new(renewals_fail(&memory)).store_timeout(TEST_STORE_TIMEOUT).on_lapse(OnLapse::Hold);
+    let app = test::init_service(App::new().app_data(idem).app_data(provider.clone()).service(unstepped)).await;
+    let first = test::call_service(&app, post("/unstepped", "pay-6"));
+    let retry = async {
+        past_the_lease_and_its_grace(async || {
+            answer(test::call_service(&app, post("/unstepped", "pay-6")).await).await
+        })
+        .await;
+        answer(test::call_service(&app, post("/unstepped", "pay-6")).await).await
+    };
+    let (_, (status, retry_after, problem)) = tokio::join!(first, retry);
+    assert_eq!((status, retry_after), (StatusCode::CONFLICT, None), "{problem}");
+    assert_eq!(problem["type"], "urn:idem:problem:execution-held");
+    assert_eq!(provider.charges(), 1);
+}
