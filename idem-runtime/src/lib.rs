@@ -184,8 +184,12 @@ pub mod problem {
 /// What the runtime reports through the `metrics` facade and `tracing` (§7).
 ///
 /// Every idempotent request runs in an `idempotent` span with the fields
-/// `method`, `route`, `scope`, `key` (a short hash, never the key) and
-/// `outcome`, and is counted once, where it ends, in [`REQUESTS_METRIC`](observability::REQUESTS_METRIC).
+/// `method`, `route`, `scope`, `key` (a short hash, never the key),
+/// `record` (the record's id, as the `idem` tool and
+/// [`Operator`](crate::Operator) find it) and `outcome`, and is counted
+/// once, where it ends, in [`REQUESTS_METRIC`](observability::REQUESTS_METRIC).
+/// [`HELD_METRIC`](observability::HELD_METRIC) counts the held executions
+/// the process has met.
 pub mod observability {
     pub use crate::engine::HELD_METRIC;
     pub use crate::observe::{Outcome, REQUESTS_METRIC, RUNNING_METRIC, STORE_LATENCY_METRIC};

@@ -116,6 +116,10 @@ pub enum OperatorError {
     /// The target could not name a record.
     #[error("invalid record: {0}")]
     InvalidTarget(String),
+    /// The response of a resolve is not one HTTP can carry: nothing was
+    /// written.
+    #[error("invalid response: {0}")]
+    InvalidResponse(String),
     /// The record is not in flight or held: there is no execution to settle.
     #[error("record {id} is {state}: only an in-flight or held execution can be released or resolved")]
     NotSettleable {
@@ -156,6 +160,25 @@ pub struct Settled {
     pub was: StateName,
     /// Its state now.
     pub now: StateName,
+}
+
+/// Whether `response` is one a replay can send: a status from 100 to 599,
+/// header names of token characters (lower case, as stored), values
+/// without control characters other than tab.
+fn check_response(response: &StoredResponse) -> Result<(), String> {
+    if !(100..=599).contains(&response.status) {
+        return Err(format!("status {} is not from 100 to 599", response.status));
+    }
+    for (name, value) in &response.headers {
+        let token = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if name.is_empty() || !name.bytes().all(token) {
+            return Err(format!("`{name}` is not a lower-case header name"));
+        }
+        if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+            return Err(format!("the value of `{name}` has a control character"));
+        }
+    }
+    Ok(())
 }
 
 /// The operations, over one store.
@@ -211,6 +234,7 @@ impl Operator {
         response: StoredResponse,
         expect: &Expect,
     ) -> Result<Settled, OperatorError> {
+        check_response(&response).map_err(OperatorError::InvalidResponse)?;
         self.settle(target, expect, &Settlement::Resolve(response)).await
     }
 
@@ -248,5 +272,48 @@ impl Operator {
             }
             _ => Err(changed("it changed between its inspection and the write".to_owned())),
         }
+    }
+}
+
+#[cfg(all(test, feature = "memory"))]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::MemoryStore;
+    use crate::fingerprint::{Fingerprint, RequestParts};
+    use crate::store::{Claim, Store};
+
+    /// An execution that ended after the operator read its token is
+    /// reported as a change (the operator's view is stale), not as a record
+    /// that simply has nothing to settle.
+    #[tokio::test]
+    async fn a_write_expecting_an_execution_that_ended_says_the_record_changed() {
+        let store = Arc::new(MemoryStore::new());
+        let key = StorageKey::new(Scope::Route, None, "POST", "/orders", &IdempotencyKey::parse(b"k-1").unwrap());
+        let parts = RequestParts {
+            method: "POST",
+            path: "/orders",
+            query: "",
+            headers: &[],
+            host: None,
+            content_type: None,
+            body: b"{}",
+        };
+        let (lease, ttl) = (Duration::from_secs(60), Duration::from_secs(600));
+        let Claim::Acquired { token, .. } = store.claim(&key, &Fingerprint::of(&parts), lease, ttl).await.unwrap()
+        else {
+            panic!("a free key is acquired")
+        };
+        let response = StoredResponse { status: 200, headers: vec![], body: bytes::Bytes::from_static(b"done") };
+        assert_eq!(store.complete(&key, token, &response, ttl).await.unwrap(), Fence::Held);
+        let operator = Operator::new(store);
+        let target = Target::Id(key.record_id().to_owned());
+        let stale = Expect { token: Some(token), state: None };
+        let refused = operator.release(&target, &stale).await.unwrap_err();
+        assert!(matches!(refused, OperatorError::Changed { .. }), "{refused}");
+        assert!(refused.to_string().contains(&token.to_hex()), "{refused}");
+        let refused = operator.release(&target, &Expect::default()).await.unwrap_err();
+        assert!(matches!(refused, OperatorError::NotSettleable { state: StateName::Completed, .. }), "{refused}");
     }
 }

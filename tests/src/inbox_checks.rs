@@ -5,8 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem_runtime::OnLapse;
 use idem_runtime::inbox::{Delivery, Inbox, InboxError};
-use idem_runtime::store::Store;
+use idem_runtime::operate::{Expect, Operator, Target};
+use idem_runtime::store::{Operable, Store};
 use tokio::sync::Notify;
 
 use crate::counter::Counter;
@@ -121,4 +123,44 @@ pub async fn assert_lease_loss_completes_once(store: Arc<dyn Store>) {
     assert_eq!(runs.get(), 2);
     let after = inbox.process(&id, |_| async { Ok::<_, std::io::Error>("third") }).await;
     assert!(matches!(after, Ok(Delivery::Duplicate)), "{after:?}");
+}
+
+/// Under [`OnLapse::Hold`], a delivery whose earlier one stopped half way
+/// (dropped while its work ran, as in a crash) is refused as held, and the
+/// work does not run, until an operator releases the record; the next
+/// delivery then runs it once.
+pub async fn assert_a_stopped_delivery_is_held(store: Arc<dyn Operable>) {
+    let shared: Arc<dyn Store> = store.clone();
+    let inbox = Inbox::from_arc(shared, &format!("consumer-{}", fresh_key()))
+        .lease(Duration::from_secs(1))
+        .store_timeout(Duration::from_millis(300))
+        .on_lapse(OnLapse::Hold);
+    let id = format!("msg-{}", fresh_key());
+    let stopped = {
+        let (inbox, id) = (inbox.clone(), id.clone());
+        tokio::spawn(async move { inbox.process(&id, |_| std::future::pending::<Result<(), std::io::Error>>()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stopped.abort();
+    // Past its lease: the first delivery gives it its grace.
+    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    let runs = Counter::default();
+    let work = |_| async {
+        runs.next();
+        Ok::<_, std::io::Error>("done")
+    };
+    let graced = inbox.process(&id, work).await;
+    assert!(matches!(graced, Ok(Delivery::InProgress { .. })), "the grace: {graced:?}");
+    tokio::time::sleep(idem_runtime::store::grace(Duration::from_secs(1)) + Duration::from_millis(300)).await;
+    let record = match inbox.process(&id, work).await {
+        Err(InboxError::Held { record }) => record,
+        other => panic!("expected the delivery to be held, got {other:?}"),
+    };
+    assert!(matches!(inbox.process(&id, work).await, Err(InboxError::Held { .. })));
+    assert_eq!(runs.get(), 0, "nothing ran while held");
+    let operator = Operator::new(store);
+    operator.release(&Target::Id(record), &Expect::default()).await.expect("released");
+    let done = inbox.process(&id, work).await;
+    assert!(matches!(done, Ok(Delivery::Processed("done"))), "{done:?}");
+    assert_eq!(runs.get(), 1);
 }

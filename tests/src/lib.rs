@@ -12,6 +12,7 @@ pub mod client_checks;
 pub mod counter;
 pub mod crash_checks;
 pub mod faults;
+pub mod hold_checks;
 pub mod http;
 pub mod inbox_checks;
 pub mod logs;

@@ -119,6 +119,11 @@ impl OrderService {
         }
     }
 
+    /// The `--store` it was started with.
+    pub fn store(&self) -> &str {
+        &self.launch.store
+    }
+
     /// The address it listens on.
     pub fn addr(&self) -> std::net::SocketAddr {
         std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
@@ -176,8 +181,13 @@ impl OrderService {
     /// flags and environment (none: the knobs off); the running process,
     /// if any, is killed first.
     pub async fn restart_with(&mut self, args: &[&str], env: &[(&str, &str)]) {
+        self.restart_with_delay(self.launch.charge_delay_ms, args, env).await;
+    }
+
+    /// Like [`Self::restart_with`], with another charge delay.
+    pub async fn restart_with_delay(&mut self, charge_delay_ms: u64, args: &[&str], env: &[(&str, &str)]) {
         self.kill9();
-        let launch = Launch::new(&self.launch.store, self.launch.charge_delay_ms, args, env);
+        let launch = Launch::new(&self.launch.store, charge_delay_ms, args, env);
         *self = Self::start_on(self.port, launch).await;
     }
 }

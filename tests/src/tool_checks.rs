@@ -208,7 +208,13 @@ impl Route {
 
     /// Claims `key` again for the request with `body`, as a retry would.
     async fn retry(&self, store: &dyn Operable, key: &StorageKey, body: &str) -> Claim {
-        let terms = self.terms(LONG);
+        self.retry_with(store, key, body, LONG).await
+    }
+
+    /// [`Self::retry`] under a `lease`, which sets the grace it gives a
+    /// lapsed holder.
+    async fn retry_with(&self, store: &dyn Operable, key: &StorageKey, body: &str, lease: Duration) -> Claim {
+        let terms = self.terms(lease);
         store.claim_with(key, &self.fingerprint(body), FencingToken::generate(), &terms).await.expect("claim")
     }
 
@@ -219,10 +225,11 @@ impl Route {
         let (storage_key, token) = self.claim(store, key, body, SHORT).await;
         assert_eq!(store.record_step(&storage_key, token, &charge()).await.expect("record_step"), Fence::Held);
         tokio::time::sleep(SHORT + Duration::from_millis(800)).await;
-        let claim = self.retry(store, &storage_key, body).await;
+        let claim = self.retry_with(store, &storage_key, body, SHORT).await;
         assert!(matches!(claim, Claim::InFlight { .. }), "the holder's grace: {claim:?}");
         tokio::time::sleep(grace(SHORT) + Duration::from_millis(300)).await;
-        assert_eq!(self.retry(store, &storage_key, body).await, Claim::Held { newly: true });
+        let claim = self.retry_with(store, &storage_key, body, SHORT).await;
+        assert_eq!(claim, Claim::Held { newly: true });
         (storage_key, token)
     }
 }
@@ -426,7 +433,10 @@ pub async fn an_unreachable_store_exits_2_without_its_password(url: &str) {
     assert!(url.contains("hunter2") && url.contains("{port}"), "{url}");
     let port = reserved_ports(1)[0];
     let tool = Tool::on(&url.replace("{port}", &port.to_string()));
-    for run in [tool.run(&["list"]).await, tool.run_with_environment(&["inspect", "--json", &"0".repeat(32)]).await] {
+    let id = "0".repeat(32);
+    let inspect = ["inspect", "--json", &id];
+    let (listed, inspected) = tokio::join!(tool.run(&["list"]), tool.run_with_environment(&inspect));
+    for run in [listed, inspected] {
         assert!(!run.stderr.is_empty(), "says why: {run}");
         assert!(!run.stdout.contains("hunter2") && !run.stderr.contains("hunter2"), "the password is printed: {run}");
         run.exited(2);

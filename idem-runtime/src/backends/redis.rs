@@ -35,9 +35,9 @@ use self::scripts::Scripts;
 use crate::record::StoredResponse;
 use crate::redact::Redacted;
 use crate::scope::StorageKey;
+use crate::store::StoreError;
 #[cfg(doc)]
 use crate::store::{Operable, Store};
-use crate::store::StoreError;
 
 /// A [`Store`] in Redis or Valkey, on one server or a Redis Cluster: a
 /// claim is one `SET NX GET` (a claim that finds the key in flight, held or

@@ -85,7 +85,9 @@ fn failed(error: &OperatorError) -> HttpResponse {
         OperatorError::NotFound(_) => HttpResponse::NotFound().json(body("not-found")),
         OperatorError::NotSettleable { .. } => HttpResponse::Conflict().json(body("not-settleable")),
         OperatorError::Changed { .. } => HttpResponse::Conflict().json(body("changed")),
-        OperatorError::InvalidTarget(_) => HttpResponse::BadRequest().json(body("usage")),
+        OperatorError::InvalidTarget(_) | OperatorError::InvalidResponse(_) => {
+            HttpResponse::BadRequest().json(body("usage"))
+        }
         _ => {
             tracing::error!(%error, "an operator's request failed");
             HttpResponse::ServiceUnavailable().json(json!({"error": "store", "detail": "the store failed"}))

@@ -131,4 +131,8 @@ async fn outcomes_are_counted_and_the_key_never_logged() {
     assert!(!text.contains(secret), "the raw key leaked into the logs: {text}");
     let short = idem_runtime::store::IdempotencyKey::parse(secret.as_bytes()).unwrap().short_hash();
     assert!(text.contains(&short), "the key's short hash identifies it: {text}");
+    // The record's id, as the operator's tool finds it.
+    let id = text.split("record=").nth(1).map(|rest| rest.trim_start_matches('"'));
+    let id = id.map(|rest| rest.chars().take_while(char::is_ascii_hexdigit).count());
+    assert_eq!(id, Some(32), "the span names the record by its id: {text}");
 }

@@ -254,6 +254,11 @@ async fn the_inbox_on_memory() {
 }
 
 #[actix_web::test]
+async fn the_inbox_holds_a_stopped_delivery_on_memory() {
+    idem_tests::inbox_checks::assert_a_stopped_delivery_is_held(std::sync::Arc::new(MemoryStore::new())).await;
+}
+
+#[actix_web::test]
 async fn the_inbox_completes_once_when_a_lease_is_lost() {
     let store = idem_tests::faults::FaultyStore::default()
         .renewals_fail_between(std::time::Duration::ZERO, std::time::Duration::from_secs(3));

@@ -16,6 +16,7 @@ use idem_runtime::operate::{Expect, Operator, Target, service};
 use idem_runtime::store::{ListFilter, StateName, Store};
 use idem_runtime::{ExecutionContext, Idem, MemoryStore, OnLapse, StepError, idempotent};
 use idem_tests::faults::FaultyStore;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use idem_tests::orders::TEST_STORE_TIMEOUT;
 use serde_json::{Value, json};
 
@@ -267,6 +268,9 @@ async fn an_operator_releases_or_resolves_a_held_execution() {
 /// A default of `Idem::on_lapse(OnLapse::Hold)` holds on routes that do not say.
 #[actix_web::test]
 async fn the_idem_default_applies_to_routes_that_do_not_say() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _metrics = metrics::set_default_local_recorder(&recorder);
     let memory = Arc::new(MemoryStore::new());
     let provider = web::Data::new(Provider::default());
     let idem = Idem::new(renewals_fail(&memory)).store_timeout(TEST_STORE_TIMEOUT).on_lapse(OnLapse::Hold);
@@ -283,4 +287,16 @@ async fn the_idem_default_applies_to_routes_that_do_not_say() {
     assert_eq!((status, retry_after), (StatusCode::CONFLICT, None), "{problem}");
     assert_eq!(problem["type"], "urn:idem:problem:execution-held");
     assert_eq!(provider.charges(), 1);
+    // Counted as held, and in the gauge of held executions.
+    let (mut counted, mut gauge) = (0, None);
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let outcome = key.key().labels().find(|label| label.key() == "outcome").map(|label| label.value().to_owned());
+        match (key.key().name(), value) {
+            ("idem_requests_total", DebugValue::Counter(n)) if outcome.as_deref() == Some("held") => counted += n,
+            (idem_runtime::observability::HELD_METRIC, DebugValue::Gauge(value)) => gauge = Some(value.into_inner()),
+            _ => {}
+        }
+    }
+    assert_eq!(counted, 1);
+    assert!(gauge.is_some_and(|records| records >= 1.0), "{gauge:?}");
 }

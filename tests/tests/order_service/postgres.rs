@@ -6,8 +6,10 @@
 use std::time::Duration;
 
 use idem_tests::crash_checks::{
-    ORDER_OWNER, crash_after_charge, crash_after_order_insert, create_after_the_lease, pay_after_the_lease,
+    ORDER_OWNER, crash_after_charge, crash_after_order_insert, crash_after_step, create_after_the_lease,
+    pay_after_the_lease,
 };
+use idem_tests::hold_checks::held_until_an_operator_settles;
 use idem_tests::order_checks::{
     contract, failure_outcomes, kill_during_payment, sigterm_drains_a_payment_whose_client_left, stats, storms,
 };
@@ -36,14 +38,16 @@ async fn storms_across_two_processes_on_one_postgres_run_once() {
     idem_tests::webhook_checks::webhooks(&[&first, &second]).await;
 }
 
-/// The three crash scenarios side by side, each on its own Postgres: each
-/// waits out a dead owner's lease, so together they wait once.
+/// The crash scenarios side by side, each on its own Postgres: each waits
+/// out a dead owner's lease, so together they wait once.
 #[actix_web::test]
 async fn crashes_on_postgres_never_charge_or_order_twice() {
-    futures_util::future::join3(
+    futures_util::future::join5(
         kill_during_a_payment_on_postgres_charges_once_and_sigterm_drains(),
         a_crash_after_the_charge_on_postgres_leaves_one_charge_and_one_payment_row(),
+        a_crash_after_the_step_on_postgres_charges_once_without_provider_dedup(),
         a_crash_after_the_order_insert_on_postgres_leaves_one_order(),
+        held_payments_on_postgres_wait_for_an_operator(),
     )
     .await;
 }
@@ -84,6 +88,26 @@ async fn a_crash_after_the_charge_on_postgres_leaves_one_charge_and_one_payment_
     assert_eq!(payment_rows(&db, &crashed.order_id).await, 0, "the crash left no payment row");
     pay_after_the_lease(&service, &crashed).await;
     assert_eq!(payment_rows(&db, &crashed.order_id).await, 1, "one payment row, committed with the response");
+}
+
+/// The provider charges every call: only the recorded step keeps the
+/// takeover from charging again. The step's record is written outside the
+/// handler's transaction, which the abort left without a payment row.
+async fn a_crash_after_the_step_on_postgres_charges_once_without_provider_dedup() {
+    let Some(pg) = server("a_crash_after_the_step_on_postgres_charges_once_without_provider_dedup") else { return };
+    let knobs = ["--provider-dedup", "off", "--crash-after-step", "charge"];
+    let mut service = OrderService::start_with(&pg.url("postgres"), 0, &knobs, &[]).await;
+    let db = PgPool::connect(&pg.url("postgres")).await.expect("connecting to PostgreSQL");
+    let crashed = crash_after_step(&mut service).await;
+    assert_eq!(payment_rows(&db, &crashed.order_id).await, 0, "the crash left no payment row");
+    pay_after_the_lease(&service, &crashed).await;
+    assert_eq!(payment_rows(&db, &crashed.order_id).await, 1, "one payment row, committed with the response");
+}
+
+async fn held_payments_on_postgres_wait_for_an_operator() {
+    let Some(pg) = server("held_payments_on_postgres_wait_for_an_operator") else { return };
+    let mut service = OrderService::start_with(&pg.url("postgres"), 60_000, &["--on-lapse", "hold"], &[]).await;
+    held_until_an_operator_settles(&mut service).await;
 }
 
 async fn a_crash_after_the_order_insert_on_postgres_leaves_one_order() {

@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use idem_tests::crash_checks::{
-    crash_after_charge, crash_after_order_insert, create_after_the_lease, pay_after_the_lease,
+    crash_after_charge, crash_after_order_insert, crash_after_step, create_after_the_lease, pay_after_the_lease,
 };
+use idem_tests::hold_checks::held_until_an_operator_settles;
 use idem_tests::http::{fresh_key, send};
 use idem_tests::order_checks::{
     contract, failure_outcomes, kill_during_payment, sigterm_drains_a_payment_whose_client_left, stats, storms,
@@ -33,14 +34,16 @@ async fn storms_across_two_processes_on_one_redis_run_once() {
     idem_tests::webhook_checks::webhooks(&[&first, &second]).await;
 }
 
-/// The three crash scenarios side by side, each on its own Redis: each
-/// waits out a dead owner's lease, so together they wait once.
+/// The crash scenarios side by side, each on its own Redis: each waits out
+/// a dead owner's lease, so together they wait once.
 #[actix_web::test]
 async fn crashes_on_redis_never_charge_or_order_twice() {
-    futures_util::future::join3(
+    futures_util::future::join5(
         kill_during_a_payment_on_redis_charges_once_and_sigterm_drains(),
         a_crash_after_the_charge_on_redis_leaves_one_charge(),
+        a_crash_after_the_step_on_redis_charges_once_without_provider_dedup(),
         a_crash_after_the_order_insert_on_redis_leaves_one_order(),
+        held_payments_on_redis_wait_for_an_operator(),
     )
     .await;
 }
@@ -61,6 +64,23 @@ async fn a_crash_after_the_charge_on_redis_leaves_one_charge() {
     // The retry takes the lapsed lease over and charges again with the same
     // derived key: the provider returns the first charge.
     pay_after_the_lease(&service, &crashed).await;
+}
+
+/// The provider charges every call: only the recorded step keeps the
+/// takeover from charging again.
+async fn a_crash_after_the_step_on_redis_charges_once_without_provider_dedup() {
+    let test = "a_crash_after_the_step_on_redis_charges_once_without_provider_dedup";
+    let Some(redis) = RedisServer::start(test) else { return };
+    let knobs = ["--provider-dedup", "off", "--crash-after-step", "charge"];
+    let mut service = OrderService::start_with(&redis.url(), 0, &knobs, &[]).await;
+    let crashed = crash_after_step(&mut service).await;
+    pay_after_the_lease(&service, &crashed).await;
+}
+
+async fn held_payments_on_redis_wait_for_an_operator() {
+    let Some(redis) = RedisServer::start("held_payments_on_redis_wait_for_an_operator") else { return };
+    let mut service = OrderService::start_with(&redis.url(), 60_000, &["--on-lapse", "hold"], &[]).await;
+    held_until_an_operator_settles(&mut service).await;
 }
 
 async fn a_crash_after_the_order_insert_on_redis_leaves_one_order() {

@@ -6,6 +6,8 @@
 //! outbox event, a refund, a charge, a notification, an acknowledgement)
 //! must keep to one slot here, or the cluster refuses it with `CROSSSLOT`.
 
+use idem_tests::crash_checks::{crash_after_step, pay_after_the_lease};
+use idem_tests::hold_checks::held_until_an_operator_settles;
 use idem_tests::notifier_checks::two_notifiers_and_a_kill;
 use idem_tests::order_checks::{contract, failure_outcomes, storms};
 use idem_tests::redis_cluster::RedisCluster;
@@ -68,4 +70,27 @@ async fn a_primary_failover_under_a_running_service() {
     )
     .await;
     drop(cluster);
+}
+
+/// The payment's durable step on a cluster, each scenario on a cluster of
+/// its own, side by side (each waits out a dead owner's lease): a crash
+/// right after the step `charge` was recorded, with a provider that charges
+/// every call (the takeover gets the recorded charge back: one charge); and
+/// two payments killed mid-charge under `--on-lapse hold`, held until the
+/// operator's tool releases one and resolves the other.
+#[actix_web::test]
+async fn durable_steps_and_held_payments_on_a_redis_cluster() {
+    let test = "durable_steps_and_held_payments_on_a_redis_cluster";
+    let (Some(crashing), Some(holding)) = (RedisCluster::start(test), RedisCluster::start(test)) else { return };
+    let knobs = ["--provider-dedup", "off", "--crash-after-step", "charge"];
+    let mut crashed_service = OrderService::start_with(&crashing.url(), 0, &knobs, &[]).await;
+    let mut held_service = OrderService::start_with(&holding.url(), 60_000, &["--on-lapse", "hold"], &[]).await;
+    futures_util::future::join(
+        async {
+            let crashed = crash_after_step(&mut crashed_service).await;
+            pay_after_the_lease(&crashed_service, &crashed).await;
+        },
+        held_until_an_operator_settles(&mut held_service),
+    )
+    .await;
 }

@@ -85,6 +85,13 @@ async fn the_inbox_on_postgres() {
     idem_tests::inbox_checks::assert_inbox(std::sync::Arc::new(postgres_store(&url, POOL_SIZE).await)).await;
 }
 
+#[actix_web::test]
+async fn the_inbox_holds_a_stopped_delivery_on_postgres() {
+    let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", "the inbox hold on postgres") else { return };
+    let store = std::sync::Arc::new(postgres_store(&url, POOL_SIZE).await);
+    idem_tests::inbox_checks::assert_a_stopped_delivery_is_held(store).await;
+}
+
 /// The inbox on a real Postgres whose lease renewals fail (injected in
 /// front of it): the lapsed delivery is taken over, one completion in all.
 #[actix_web::test]

@@ -2,8 +2,10 @@
 //! PostgreSQL server of `scripts/test` (`IDEM_POSTGRES_URL`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use idem_runtime::store::{Operable, PurgeExpired, Store};
+use idem_runtime::store::testing::{fingerprint, fresh_key};
+use idem_runtime::store::{Claim, ClaimTerms, FencingToken, OnLapse, Operable, PurgeExpired, Store};
 use idem_tests::backend::postgres_store;
 
 /// Connections per case: the 64-claimer race holds one per claimer.
@@ -30,5 +32,31 @@ fn purge_keeps_live_records() {
         let url = idem_tests::backend::url("IDEM_POSTGRES_URL", "postgres_conformance").expect("the server");
         let store: Arc<dyn PurgeExpired> = Arc::new(postgres_store(&url, POOL_SIZE).await);
         idem_runtime::store::testing::purge_keeps_live_records(store).await;
+    });
+}
+
+/// Of many claims that find one lapsed execution past its grace at once,
+/// under `on_lapse = hold`, exactly one holds it and says so: a claim whose
+/// answer was read before the row was held meets it held in the upsert, and
+/// is told it did not hold it.
+#[test]
+fn racing_claims_hold_a_lapsed_execution_once() {
+    idem_runtime::store::testing::run(pg_store, |store| async move {
+        let (key, fp, lease) = (fresh_key(), fingerprint("held"), Duration::from_secs(1));
+        let hold = ClaimTerms::new(lease, Duration::from_secs(60)).on_lapse(OnLapse::Hold);
+        let claim = || store.claim_with(&key, &fp, FencingToken::generate(), &hold);
+        assert!(matches!(claim().await.unwrap(), Claim::Acquired { .. }));
+        tokio::time::sleep(lease + Duration::from_millis(200)).await;
+        assert!(matches!(claim().await.unwrap(), Claim::InFlight { .. }), "the grace first");
+        tokio::time::sleep(idem_runtime::store::grace(lease) + Duration::from_millis(200)).await;
+        let claims = (0..32).map(|_| {
+            let (store, key, fp, hold) = (Arc::clone(&store), key.clone(), fp, hold.clone());
+            tokio::spawn(async move { store.claim_with(&key, &fp, FencingToken::generate(), &hold).await })
+        });
+        let answers: Vec<Claim> =
+            futures_util::future::join_all(claims).await.into_iter().map(|r| r.unwrap().unwrap()).collect();
+        let newly = answers.iter().filter(|answer| **answer == Claim::Held { newly: true }).count();
+        assert_eq!(newly, 1, "{answers:?}");
+        assert!(answers.iter().all(|answer| matches!(answer, Claim::Held { .. })), "{answers:?}");
     });
 }

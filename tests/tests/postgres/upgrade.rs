@@ -30,7 +30,13 @@ async fn claims_on_a_table_migrate_has_not_brought_up_to_date_are_refused() {
         }
         other => panic!("a claim on a table not migrated is refused: {other:?}"),
     }
-    assert_eq!(store.get(&key).await.unwrap(), None, "nothing was claimed");
+    // Reading it fails alike, naming the remedy; and nothing was claimed.
+    match store.get(&key).await {
+        Err(StoreError::Misconfigured { message, .. }) => assert!(message.contains("migrate()"), "{message}"),
+        other => panic!("a lookup on a table not migrated is refused: {other:?}"),
+    }
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM idem_upgrade").fetch_one(&pool).await.unwrap();
+    assert_eq!(rows, 0, "nothing was claimed");
     store.migrate().await.unwrap();
     assert!(matches!(store.claim(&key, &fingerprint("a"), lease, ttl).await.unwrap(), Claim::Acquired { .. }));
     let index: Option<String> =

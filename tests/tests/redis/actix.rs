@@ -84,6 +84,12 @@ async fn the_inbox_on_redis() {
     idem_tests::inbox_checks::assert_inbox(std::sync::Arc::new(store)).await;
 }
 
+#[actix_web::test]
+async fn the_inbox_holds_a_stopped_delivery_on_redis() {
+    let Some(store) = redis_store("the_inbox_holds_a_stopped_delivery_on_redis").await else { return };
+    idem_tests::inbox_checks::assert_a_stopped_delivery_is_held(std::sync::Arc::new(store)).await;
+}
+
 /// The inbox on a real Redis whose lease renewals fail (injected in front
 /// of it): the lapsed delivery is taken over, one completion in all.
 #[actix_web::test]

@@ -266,7 +266,8 @@ async fn records_of_the_upper_case_layout_are_answered_and_rewritten() {
         other => panic!("a previous version's lease in flight, not {other:?}"),
     }
     let record = store.get(&running).await.unwrap().expect("a record");
-    assert_eq!((record.token(), record.attempt, record.route, record.claimed_at), (Some(holder), None, None, None));
+    let expected = (Some(holder), Some(Attempt::First), None, None);
+    assert_eq!((record.token(), record.attempt, record.route, record.claimed_at), expected);
 
     // Its holder records a step: the record is rewritten in this layout,
     // everything else kept.

@@ -89,6 +89,15 @@ pub(super) fn store_error(error: sqlx::Error, server: &str, table: &TableName) -
         sqlx::Error::Database(db) if db.code().is_some_and(|code| code.starts_with(PROGRAM_LIMIT_EXCEEDED)) => {
             StoreError::Full { store: KIND, detail: format!("table {table} on {server}: {error}") }
         }
+        // A table an earlier version made: every operation but a claim
+        // (which checks first) finds out here.
+        sqlx::Error::Database(db) if db.code().as_deref() == Some(UNDEFINED_COLUMN) => StoreError::Misconfigured {
+            store: KIND,
+            message: format!(
+                "table {table} on {server} was made by an earlier version and lacks columns this one reads and \
+                 writes: run PostgresStore::migrate() ({error})"
+            ),
+        },
         sqlx::Error::Database(db) if db.code().as_deref() == Some(UNDEFINED_TABLE) => StoreError::Unavailable {
             store: KIND,
             message: format!("{server}: table {table} does not exist; run PostgresStore::migrate() first ({error})"),

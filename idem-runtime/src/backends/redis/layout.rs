@@ -237,7 +237,14 @@ fn header(value: &[u8]) -> Result<(Glance<'_>, u64, &[u8]), String> {
         other => Err(format!("a record with attempt {other:#04x}")),
     };
     // A header of the upper-case layout: no claim time, no route.
-    let upper = |fingerprint, state, token, attempt| Glance { fingerprint, state, token, attempt, claimed_at: None, route: None };
+    let upper = |fingerprint, state, token, attempt| Glance {
+        fingerprint,
+        state,
+        token,
+        attempt,
+        claimed_at: None,
+        route: None,
+    };
     match value.first() {
         Some(&letter @ (b'l' | b'g' | b'h' | b'c' | b'r')) if value.len() >= HEADER => {
             let field = |range: Range<usize>, what: &str| {

@@ -288,7 +288,8 @@ impl Scan {
             return Ok(Some(keys));
         };
         let Some((node, cursor)) = pending.pop() else { return Ok(None) };
-        let (next, keys) = page_of(connection.on_node(&scan_command(&self.pattern, cursor), node.as_deref()).await.map_err(fail)?)?;
+        let (next, keys) =
+            page_of(connection.on_node(&scan_command(&self.pattern, cursor), node.as_deref()).await.map_err(fail)?)?;
         if next != 0 {
             pending.push((node, next));
         }

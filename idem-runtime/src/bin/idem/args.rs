@@ -3,12 +3,12 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use idem_runtime::store::{FencingToken, StateName};
 use idem_runtime::store::Scope;
+use idem_runtime::store::{FencingToken, StateName};
 
 /// Lists, inspects and repairs idempotency records.
 #[derive(Debug, Parser)]
-#[command(name = "idem", version, about, long_about = None)]
+#[command(name = "idem", version, about = "Lists, inspects, releases and resolves idempotency records on Redis, Redis Cluster and Postgres.", long_about = None)]
 pub(crate) struct Cli {
     /// The store: redis://..., rediss://..., redis-cluster://h:p,h:p,...
     /// or postgres://... (a password in it is never printed).

@@ -42,7 +42,7 @@ impl Output {
                 OperatorError::NotFound(_) => "not-found",
                 OperatorError::NotSettleable { .. } => "not-settleable",
                 OperatorError::Changed { .. } => "changed",
-                OperatorError::InvalidTarget(_) => "usage",
+                OperatorError::InvalidTarget(_) | OperatorError::InvalidResponse(_) => "usage",
                 _ => "store",
             };
             println!("{}", json!({"error": kind, "detail": error.to_string()}));
