@@ -216,7 +216,8 @@ pub mod __fuzzing {
     /// The Redis store's record layout (feature `redis` too).
     #[cfg(feature = "redis")]
     pub use crate::backends::redis::layout::{
-        Stored as RedisRecord, claimed as redis_claimed, read as read_redis_record,
+        State as RedisState, Stored as RedisRecord, claimed as redis_claimed, read as read_redis_record,
+        tail as redis_tail,
     };
     pub use crate::canonical_json::{MAX_DEPTH, canonicalize};
 }

@@ -20,7 +20,7 @@
 //! let operator = Operator::new(Arc::new(MemoryStore::new()));
 //! for held in operator.list(&ListFilter::new(50).state(StateName::Held)).await? {
 //!     println!("{} {} {:?}", held.id(), held.record.state_name(), held.record.route);
-//!     operator.release(&Target::Id(held.id().to_owned()), &Expect::as_inspected(&held)).await?;
+//!     operator.release(&Target::Id(held.id().to_owned()), &Expect::as_inspected(&held), false).await?;
 //! }
 //! # Ok(()) }
 //! ```
@@ -220,10 +220,18 @@ impl Operator {
     }
 
     /// Ends the in-flight or held execution of `target` without a response,
-    /// leaving a tombstone: the same request may run again (from its first
-    /// step: a release forgets the recorded steps), another one is refused.
-    pub async fn release(&self, target: &Target, expect: &Expect) -> Result<Settled, OperatorError> {
-        self.settle(target, expect, &Settlement::Release).await
+    /// leaving a tombstone: the same request may run again, another one is
+    /// refused. The next execution gets the recorded steps back (their
+    /// effects happened) and runs the rest; with `forget_steps` it runs
+    /// every step again (for an effect the operator undid, such as a
+    /// refunded charge).
+    pub async fn release(
+        &self,
+        target: &Target,
+        expect: &Expect,
+        forget_steps: bool,
+    ) -> Result<Settled, OperatorError> {
+        self.settle(target, expect, &Settlement::Release { forget_steps }).await
     }
 
     /// Completes the in-flight or held execution of `target` with
@@ -264,7 +272,7 @@ impl Operator {
         match self.store.settle(&inspection.key, token, was, settlement).await? {
             Fence::Held => {
                 let now = match settlement {
-                    Settlement::Release => StateName::Released,
+                    Settlement::Release { .. } => StateName::Released,
                     _ => StateName::Completed,
                 };
                 tracing::warn!(record = %id, %was, %now, "an operator settled an idempotency record");
@@ -310,10 +318,10 @@ mod tests {
         let operator = Operator::new(store);
         let target = Target::Id(key.record_id().to_owned());
         let stale = Expect { token: Some(token), state: None };
-        let refused = operator.release(&target, &stale).await.unwrap_err();
+        let refused = operator.release(&target, &stale, false).await.unwrap_err();
         assert!(matches!(refused, OperatorError::Changed { .. }), "{refused}");
         assert!(refused.to_string().contains(&token.to_hex()), "{refused}");
-        let refused = operator.release(&target, &Expect::default()).await.unwrap_err();
+        let refused = operator.release(&target, &Expect::default(), false).await.unwrap_err();
         assert!(matches!(refused, OperatorError::NotSettleable { state: StateName::Completed, .. }), "{refused}");
     }
 }

@@ -79,8 +79,8 @@ pub struct Record {
     pub claimed_at: Option<SystemTime>,
     /// Which execution of the key holds it, or last held it.
     pub attempt: Option<Attempt>,
-    /// The durable steps its execution recorded, in order (in flight or
-    /// held; a completed or released record keeps none).
+    /// The durable steps its executions recorded, in order (in flight,
+    /// held or released; a completed record keeps none).
     pub steps: Vec<Step>,
 }
 

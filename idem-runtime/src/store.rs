@@ -99,8 +99,8 @@ pub enum Claim {
         /// What the key held before: which execution of it this is.
         attempt: Attempt,
         /// The durable steps the executions before this one recorded, in
-        /// the order they were recorded: empty unless this is a
-        /// [`Attempt::Takeover`] (§8 of the behaviour contract).
+        /// the order they were recorded: none for [`Attempt::First`] (§8 of
+        /// the behaviour contract).
         steps: Vec<Step>,
     },
     /// The key holds a completed response for the same fingerprint.
@@ -370,8 +370,10 @@ pub trait Store: Send + Sync {
     /// fenced append, [`Fence::Held`] when the record holds the token. A
     /// name already recorded keeps its first result (the same step sent
     /// again after a lost answer is answered held, and changes nothing).
-    /// The steps stay with the record through takeovers, and go when it
-    /// completes or is released.
+    /// The steps stay with the record through takeovers and releases (a
+    /// claim after either gets them back: they recorded effects that
+    /// happened), and go when it completes, when an operator's release
+    /// forgets them, or with the record's TTL.
     async fn record_step(&self, key: &StorageKey, token: FencingToken, step: &Step) -> Result<Fence, StoreError>;
 
     /// Extends the lease of the record `token` owns to `lease` from now (and
@@ -421,7 +423,8 @@ pub trait Store: Send + Sync {
 
     /// Turns an in-flight record into a tombstone, if it holds `token` (its
     /// lease live or not): the same request may claim the key again, another
-    /// one is refused, until the record's TTL runs out.
+    /// one is refused, until the record's TTL runs out. The tombstone keeps
+    /// the recorded steps for the next execution.
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError>;
 
     /// The live record of `key`, if any (records past their TTL are absent;

@@ -116,8 +116,9 @@ pub async fn held_until_an_operator_settles(service: &mut OrderService) {
     assert_eq!(stats(service).await, (orders, charges + 1), "the resolved payment charged nothing");
 }
 
-/// The id of the payment sent with `key`, once its handler runs: its record
-/// is in flight, with no step recorded (it waits on the provider).
+/// The id of the payment sent with `key`, once its execution has claimed
+/// the key: its record is in flight, with no step recorded (the handler
+/// waits on the provider).
 async fn reached(tool: &Tool, key: &str) -> String {
     let deadline = Instant::now() + REACH_LIMIT;
     loop {

@@ -159,7 +159,7 @@ pub async fn assert_a_stopped_delivery_is_held(store: Arc<dyn Operable>) {
     assert!(matches!(inbox.process(&id, work).await, Err(InboxError::Held { .. })));
     assert_eq!(runs.get(), 0, "nothing ran while held");
     let operator = Operator::new(store);
-    operator.release(&Target::Id(record), &Expect::default()).await.expect("released");
+    operator.release(&Target::Id(record), &Expect::default(), false).await.expect("released");
     let done = inbox.process(&id, work).await;
     assert!(matches!(done, Ok(Delivery::Processed("done"))), "{done:?}");
     assert_eq!(runs.get(), 1);

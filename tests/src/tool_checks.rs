@@ -332,8 +332,11 @@ pub async fn listing_and_inspecting_show_each_record(store: Arc<dyn Operable>, t
 /// response, which a retry of the same request then replays.
 pub async fn release_and_resolve_settle_held_executions(store: Arc<dyn Operable>, tool: &Tool) {
     let route = Route::fresh();
-    let ((released, _), (resolved, _)) =
-        tokio::join!(route.held(&*store, "k-release", r#"{"n":1}"#), route.held(&*store, "k-resolve", r#"{"n":2}"#));
+    let ((released, _), (resolved, _), (forgotten, _)) = tokio::join!(
+        route.held(&*store, "k-release", r#"{"n":1}"#),
+        route.held(&*store, "k-resolve", r#"{"n":2}"#),
+        route.held(&*store, "k-forget", r#"{"n":3}"#)
+    );
 
     let release = tool.run(&["release", released.record_id()]).await;
     assert!(release.exited(0).stdout.contains("held -> released"), "{release}");
@@ -342,7 +345,15 @@ pub async fn release_and_resolve_settle_held_executions(store: Arc<dyn Operable>
     let again = tool.run(&["release", released.record_id()]).await;
     assert!(again.exited(1).stderr.contains("released"), "says what the record is now: {again}");
     assert_eq!(route.retry(&*store, &released, r#"{"n":99}"#).await, Claim::Mismatch, "another request");
+    // The next execution gets the recorded step back: its effect happened.
     let rerun = route.retry(&*store, &released, r#"{"n":1}"#).await;
+    let kept = vec![charge()];
+    assert!(matches!(rerun, Claim::Acquired { attempt: Attempt::AfterRelease, ref steps, .. } if *steps == kept));
+
+    // `--forget-steps`: the next execution runs every step again.
+    let forget = tool.run(&["release", forgotten.record_id(), "--forget-steps"]).await;
+    assert!(forget.exited(0).stdout.contains("held -> released"), "{forget}");
+    let rerun = route.retry(&*store, &forgotten, r#"{"n":3}"#).await;
     assert!(matches!(rerun, Claim::Acquired { attempt: Attempt::AfterRelease, ref steps, .. } if steps.is_empty()));
 
     let dir = scratch_dir("idem-tool-resolve");

@@ -193,16 +193,67 @@ impl ExecutionContext {
         if name.is_empty() || name.len() > Step::MAX_NAME_BYTES {
             return Err(StepError::InvalidName(name.len()));
         }
-        let steps = &self.context().steps;
-        if let Some(recorded) = steps.recorded(name) {
-            tracing::info!(step = name, "durable step recorded by an earlier execution: not run again");
-            return serde_json::from_slice(&recorded)
-                .map_err(|source| StepError::Unreadable { name: name.to_owned(), source });
+        if let Some(recorded) = self.context().steps.recorded(name) {
+            return self.read_back(name, &recorded);
         }
         let result = work.await;
+        self.keep(name, result).await
+    }
+
+    /// [`ExecutionContext::step`] for a step that may find that nothing
+    /// happened: an `Ok` result is recorded (and handed back to later
+    /// executions) as `step` records any result; an `Err` is returned as it
+    /// is and **not** recorded, so the next execution runs the step again.
+    /// Return `Err` only when the step had no effect (a provider that
+    /// refused before charging, a connection never made); an effect whose
+    /// outcome is a failure (a declined card, a timeout after charging) is
+    /// an `Ok` worth recording.
+    ///
+    /// ```
+    /// use actix_web::{HttpResponse, post};
+    /// use idem_runtime::{ExecutionContext, MarkRetryable, idempotent};
+    /// # #[derive(Debug)] struct Unreachable;
+    /// # async fn provider_charge(_key: &str) -> Result<String, Unreachable> { Ok("ch_1".into()) }
+    ///
+    /// #[idempotent]
+    /// #[post("/payments")]
+    /// async fn pay(execution: ExecutionContext) -> Result<HttpResponse, idem_runtime::StepError> {
+    ///     let key = execution.derived_key("charge");
+    ///     match execution.try_step("charge", provider_charge(&key)).await? {
+    ///         Ok(charge) => Ok(HttpResponse::Created().json(charge)),
+    ///         // Nothing happened and nothing was recorded: the same request may run again.
+    ///         Err(Unreachable) => Ok(HttpResponse::ServiceUnavailable().finish().retryable()),
+    ///     }
+    /// }
+    /// ```
+    pub async fn try_step<T, E, F>(&self, name: &str, work: F) -> Result<Result<T, E>, StepError>
+    where
+        F: Future<Output = Result<T, E>>,
+        T: Serialize + DeserializeOwned,
+    {
+        if name.is_empty() || name.len() > Step::MAX_NAME_BYTES {
+            return Err(StepError::InvalidName(name.len()));
+        }
+        if let Some(recorded) = self.context().steps.recorded(name) {
+            return self.read_back(name, &recorded).map(Ok);
+        }
+        match work.await {
+            Ok(result) => self.keep(name, result).await.map(Ok),
+            Err(error) => Ok(Err(error)),
+        }
+    }
+
+    /// A recorded result of step `name`, read back.
+    fn read_back<T: DeserializeOwned>(&self, name: &str, recorded: &[u8]) -> Result<T, StepError> {
+        tracing::info!(step = name, "durable step recorded by an earlier execution: not run again");
+        serde_json::from_slice(recorded).map_err(|source| StepError::Unreadable { name: name.to_owned(), source })
+    }
+
+    /// Records `result` as step `name`, and hands it back.
+    async fn keep<T: Serialize>(&self, name: &str, result: T) -> Result<T, StepError> {
         let encoded = serde_json::to_vec(&result)
             .map_err(|source| StepError::Unserializable { name: name.to_owned(), source })?;
-        steps.record(Step { name: name.to_owned(), result: encoded.into() }).await?;
+        self.context().steps.record(Step { name: name.to_owned(), result: encoded.into() }).await?;
         Ok(result)
     }
 

@@ -35,11 +35,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use self::drain::Drained;
+pub(crate) use self::drain::{Refused, Running, RunningGuard};
 pub use self::held::HELD_METRIC;
+use self::keeper::Lease;
 pub use self::steps::StepError;
 pub(crate) use self::steps::Steps;
-pub(crate) use self::drain::{Refused, Running, RunningGuard};
-use self::keeper::Lease;
 #[cfg(feature = "actix")]
 pub(crate) use self::waiting::claim_until;
 use crate::background;

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `GET {path}/records?state=held&older_than_seconds=60&route=POST%20/orders&limit=50` | list |
 //! | `GET {path}/records/{id}` | inspect |
-//! | `POST {path}/records/{id}/release` with `{"expect_token": "..", "expect_state": "held"}` (both optional) | release |
+//! | `POST {path}/records/{id}/release` with `{"expect_token": "..", "expect_state": "held", "forget_steps": false}` (all optional) | release |
 //! | `POST {path}/records/{id}/resolve` with `{"status": 201, "headers": [["content-type", "application/json"]], "body": "..", "expect_token": "..", "expect_state": ".."}` | resolve |
 //!
 //! Answers: 200 with the record(s) or `{"id", "was", "now"}`; 404 not
@@ -62,6 +62,14 @@ struct ListQuery {
 struct Expected {
     expect_token: Option<String>,
     expect_state: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct Release {
+    #[serde(flatten)]
+    expected: Expected,
+    #[serde(default)]
+    forget_steps: bool,
 }
 
 #[derive(Deserialize)]
@@ -144,13 +152,14 @@ async fn inspect(operator: web::Data<Operator>, id: web::Path<String>) -> HttpRe
 async fn release(
     operator: web::Data<Operator>,
     id: web::Path<String>,
-    expected: Option<web::Json<Expected>>,
+    release: Option<web::Json<Release>>,
 ) -> HttpResponse {
-    let expect = match expected.map(web::Json::into_inner).unwrap_or_default().read() {
+    let release = release.map(web::Json::into_inner).unwrap_or_default();
+    let expect = match release.expected.read() {
         Ok(expect) => expect,
         Err(error) => return bad_request(error),
     };
-    settled(operator.release(&Target::Id(id.into_inner()), &expect).await)
+    settled(operator.release(&Target::Id(id.into_inner()), &expect, release.forget_steps).await)
 }
 
 async fn resolve(

@@ -116,8 +116,13 @@ impl ListFilter {
 #[non_exhaustive]
 pub enum Settlement {
     /// Ends it without a response, leaving a tombstone: the same request
-    /// may run again, another one is refused.
-    Release,
+    /// may run again, another one is refused. The next execution gets the
+    /// recorded steps back (they recorded effects that happened), unless
+    /// `forget_steps`: then it runs every step again.
+    Release {
+        /// Drop the recorded steps too.
+        forget_steps: bool,
+    },
     /// Completes it with the response the operator established: retries
     /// replay it. The record keeps its expiry.
     Resolve(StoredResponse),

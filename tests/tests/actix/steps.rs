@@ -14,10 +14,10 @@ use actix_web::test::{self, TestRequest};
 use actix_web::{App, HttpResponse, post, web};
 use idem_runtime::operate::{Expect, Operator, Target, service};
 use idem_runtime::store::{ListFilter, StateName, Store};
-use idem_runtime::{ExecutionContext, Idem, MemoryStore, OnLapse, StepError, idempotent};
+use idem_runtime::{ExecutionContext, Idem, MarkRetryable, MemoryStore, OnLapse, StepError, idempotent};
 use idem_tests::faults::FaultyStore;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use idem_tests::orders::TEST_STORE_TIMEOUT;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use serde_json::{Value, json};
 
 /// A provider that does not deduplicate: every call is a new charge.
@@ -76,6 +76,33 @@ async fn held(
     if execution.attempt() == idem_runtime::Attempt::First {
         let stall = query.get("stall_ms").and_then(|ms| ms.parse().ok()).unwrap_or(600_000);
         tokio::time::sleep(Duration::from_millis(stall)).await;
+    }
+    Ok(HttpResponse::Created().json(json!({"charge": charge, "attempt": execution.attempt().as_str()})))
+}
+
+/// Charges as a `try_step` whose failure (`x-mode: fail`: the provider
+/// was unreachable) is not recorded; `x-mode: retry` answers retryable
+/// after the step was recorded (the rest of the work did not happen).
+#[idempotent(scope = "route", ttl = "1h")]
+#[post("/flaky")]
+async fn flaky(
+    execution: ExecutionContext,
+    provider: web::Data<Provider>,
+    req: actix_web::HttpRequest,
+) -> Result<HttpResponse, StepError> {
+    let mode = req.headers().get("x-mode").map(|v| v.to_str().unwrap_or_default().to_owned()).unwrap_or_default();
+    let call = async {
+        if mode == "fail" {
+            return Err("unreachable");
+        }
+        Ok(provider.charge().await)
+    };
+    let charge = match execution.try_step("charge", call).await? {
+        Ok(charge) => charge,
+        Err(why) => return Ok(HttpResponse::ServiceUnavailable().json(json!({"error": why})).retryable()),
+    };
+    if mode == "retry" {
+        return Ok(HttpResponse::ServiceUnavailable().json(json!({"charge": charge})).retryable());
     }
     Ok(HttpResponse::Created().json(json!({"charge": charge, "attempt": execution.attempt().as_str()})))
 }
@@ -184,8 +211,8 @@ async fn a_held_execution_is_refused_until_its_slow_holder_completes() {
 
 /// A held execution whose holder never comes back is listed by the
 /// operator's API, released through the actix service (a second release is
-/// refused), and the next retry runs once, from its first step; another is
-/// resolved, and retries replay the operator's response.
+/// refused), and the next retry runs once, getting the recorded charge
+/// back; another is resolved, and retries replay the operator's response.
 #[actix_web::test]
 async fn an_operator_releases_or_resolves_a_held_execution() {
     let memory = Arc::new(MemoryStore::new());
@@ -239,7 +266,8 @@ async fn an_operator_releases_or_resolves_a_held_execution() {
         assert_eq!(again.status(), StatusCode::CONFLICT, "a second release is refused");
         let (status, _, run) = answer(test::call_service(&app, post("/held", "pay-4")).await).await;
         assert_eq!((status, run["attempt"].as_str()), (StatusCode::CREATED, Some("after_release")));
-        assert_eq!(provider.charges(), 3, "the released execution ran once more, from its first step");
+        assert_eq!(run["charge"], 1, "the recorded charge, handed back");
+        assert_eq!(provider.charges(), 2, "the released execution ran once more, without charging again");
         // pay-5: resolved with the operator's response.
         let pay5 = operator.list(&ListFilter::new(10).state(StateName::Held)).await.unwrap();
         assert_eq!(pay5.len(), 1);
@@ -256,7 +284,7 @@ async fn an_operator_releases_or_resolves_a_held_execution() {
             (StatusCode::CREATED, "true")
         );
         assert_eq!(answer(replay).await.2, json!({"resolved": "by the operator"}));
-        assert_eq!(provider.charges(), 3);
+        assert_eq!(provider.charges(), 2);
     };
     // The abandoned holders never finish within the test.
     tokio::select! {
@@ -299,4 +327,33 @@ async fn the_idem_default_applies_to_routes_that_do_not_say() {
     }
     assert_eq!(counted, 1);
     assert!(gauge.is_some_and(|records| records >= 1.0), "{gauge:?}");
+}
+
+/// `try_step` records a result only: a failure (nothing happened) is not
+/// recorded, and the next execution calls again. A release keeps what was
+/// recorded: an execution that charged and then answered retryable (the
+/// rest did not happen) hands its charge to the next one, which does not
+/// charge again.
+#[actix_web::test]
+async fn a_release_keeps_recorded_steps_and_try_step_records_only_results() {
+    let provider = web::Data::new(Provider::default());
+    let idem = Idem::new(MemoryStore::new()).store_timeout(TEST_STORE_TIMEOUT);
+    let app = test::init_service(App::new().app_data(idem).app_data(provider.clone()).service(flaky)).await;
+    let send = async |mode: &str| {
+        let request = TestRequest::post()
+            .uri("/flaky")
+            .insert_header(("idempotency-key", "pay-7"))
+            .insert_header(("x-mode", mode))
+            .to_request();
+        answer(test::call_service(&app, request).await).await
+    };
+    let (status, _, body) = send("fail").await;
+    assert_eq!((status, body["error"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("unreachable")));
+    assert_eq!(provider.charges(), 0);
+    let (status, _, body) = send("retry").await;
+    assert_eq!((status, body["charge"].as_u64()), (StatusCode::SERVICE_UNAVAILABLE, Some(1)), "charged, then released");
+    let (status, _, body) = send("").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!((body["charge"].as_u64(), body["attempt"].as_str()), (Some(1), Some("after_release")));
+    assert_eq!(provider.charges(), 1, "the recorded charge was handed back, not made again");
 }

@@ -47,6 +47,13 @@ async fn crash_knobs_abort_the_process_on_the_memory_store() {
     assert!(reply.is_err(), "the process aborted before it answered: {reply:?}");
     service.assert_aborts(Duration::from_secs(10)).await;
 
+    let knob = [("ORDER_SERVICE_CRASH_AFTER_STEP", "charge")];
+    let mut service = OrderService::start_with("memory", 0, &[], &knob).await;
+    let order = create_order(&service, "gus").await;
+    let reply = pay(&service, &order).await;
+    assert!(reply.is_err(), "the process aborted before it answered: {reply:?}");
+    service.assert_aborts(Duration::from_secs(10)).await;
+
     let knob = [("ORDER_SERVICE_CRASH_AFTER_ORDER_INSERT", "true")];
     let mut service = OrderService::start_with("memory", 0, &[], &knob).await;
     let body = r#"{"customer_id":"cus_1","amount_cents":100,"currency":"EUR"}"#;

@@ -2,13 +2,14 @@
 //! stored response commit together or not at all, against a real
 //! PostgreSQL. Each test has a database of its own on the shared server.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix_web::dev::{Service, ServiceResponse};
 use actix_web::http::StatusCode;
 use actix_web::test::{self, TestRequest};
 use actix_web::{App, HttpResponse, post, web};
-use idem_runtime::{Attempt, ExecutionContext, Idem, MarkRetryable, PostgresStore, Tx, idempotent};
+use idem_runtime::{Attempt, ExecutionContext, Idem, MarkRetryable, PostgresStore, StepError, Tx, idempotent};
 use idem_tests::http::fresh_key;
 use serde_json::Value;
 use sqlx::postgres::PgPoolOptions;
@@ -48,6 +49,40 @@ async fn write(mut tx: Tx, execution: ExecutionContext, body: String, gate: web:
         _ => {}
     }
     HttpResponse::Created().body(format!("{body} {attempt}"))
+}
+
+/// The effects of a durable step, made outside the handler's transaction.
+struct Charges(AtomicUsize);
+
+/// Charges (a durable step: its effect outside the transaction), inserts
+/// one row in its `Tx`, then, on a first execution, answers as the body
+/// says (`retryable`, `panic`); a later one answers 201 with the charge it
+/// got and the steps it found recorded.
+#[idempotent(scope = "route", lock_ttl = "2s", ttl = "1h")]
+#[post("/stepped")]
+async fn stepped(
+    mut tx: Tx,
+    execution: ExecutionContext,
+    body: String,
+    charges: web::Data<Charges>,
+) -> Result<HttpResponse, StepError> {
+    let found = execution.steps_recorded();
+    let charge: usize = execution.step("charge", async { charges.0.fetch_add(1, Ordering::SeqCst) + 1 }).await?;
+    let attempt = execution.attempt().as_str();
+    sqlx::query("INSERT INTO business_rows (tag, attempt) VALUES ($1, $2)")
+        .bind(&body)
+        .bind(attempt)
+        .execute(&mut *tx)
+        .await
+        .expect("inserting the business row");
+    if execution.attempt() == Attempt::First {
+        match body.as_str() {
+            "retryable" => return Ok(HttpResponse::ServiceUnavailable().body("try again").retryable()),
+            "panic" => panic!("the handler fails after its step"),
+            _ => {}
+        }
+    }
+    Ok(HttpResponse::Created().body(format!("charge {charge}, {found} found, {attempt}")))
 }
 
 /// The same without a required key: a request without one still gets a
@@ -222,6 +257,37 @@ async fn a_retryable_answer_or_a_panic_rolls_back_and_releases() {
         let again = text(test::call_service(&app, post_rows(&key, body)).await).await;
         assert_eq!(again.1, None, "{body}: ran again, not replayed: {again:?}");
         assert_eq!(rows(&store).await, [], "{body}: rolled back again");
+    }
+}
+
+/// A step records an effect that happened outside the transaction: the
+/// rollback and release after a retryable answer or a panic keep it, and
+/// the next execution of the same request gets it back instead of running
+/// it again.
+#[actix_web::test]
+async fn a_rollback_and_release_keep_the_recorded_steps() {
+    let Some((url, _admin)) = database("postgres transactional steps", "idem_tx_steps").await else { return };
+    let store = store(&url, 4).await;
+    let charges = web::Data::new(Charges(AtomicUsize::new(0)));
+    let app =
+        test::init_service(App::new().app_data(idem(store.clone())).app_data(charges.clone()).service(stepped)).await;
+    let post = |key: &str, body: &'static str| {
+        TestRequest::post().uri("/stepped").insert_header(("idempotency-key", key)).set_payload(body).to_request()
+    };
+    for (charged, body) in [(1, "retryable"), (2, "panic")] {
+        let key = fresh_key();
+        let (status, _, answer) = text(test::call_service(&app, post(&key, body)).await).await;
+        let expected =
+            if body == "panic" { StatusCode::INTERNAL_SERVER_ERROR } else { StatusCode::SERVICE_UNAVAILABLE };
+        assert_eq!(status, expected, "{body}: {answer}");
+        assert_eq!(rows(&store).await, [], "{body}: the row was rolled back");
+        assert_eq!(charges.0.load(Ordering::SeqCst), charged, "{body}: charged once");
+        let again = text(test::call_service(&app, post(&key, body)).await).await;
+        let said = format!("charge {charged}, 1 found, after_release");
+        assert_eq!(again, (StatusCode::CREATED, None, said), "{body}: the step was handed back");
+        assert_eq!(charges.0.load(Ordering::SeqCst), charged, "{body}: not charged again");
+        assert_eq!(rows(&store).await, [(body.to_owned(), "after_release".to_owned())]);
+        sqlx::query("DELETE FROM business_rows").execute(store.pool()).await.unwrap();
     }
 }
 

@@ -5,7 +5,7 @@
 
 use idem_runtime::RedisStore;
 use idem_runtime::store::testing::{fingerprint, fresh_key, response};
-use idem_runtime::store::{Attempt, Claim, Fence, FencingToken, Store};
+use idem_runtime::store::{Attempt, Claim, Fence, FencingToken, Step, Store};
 use idem_tests::backend::{redis_store, url};
 use redis::Value;
 
@@ -79,9 +79,12 @@ async fn a_claim_sent_again_keeps_its_attempt() {
     let Some((store, mut connection)) = shared("a_claim_sent_again_keeps_its_attempt").await else { return };
     let key = fresh_key();
     let first = acquire(&store, &key).await;
+    let charge = Step { name: "charge".into(), result: bytes::Bytes::from_static(b"ch_1") };
+    assert_eq!(store.record_step(&key, first, &charge).await.unwrap(), Fence::Held);
     assert_eq!(store.release(&key, first).await.unwrap(), Fence::Held);
     let token = FencingToken::generate().to_bytes();
-    let after_release = acquired(1);
+    // The tombstone kept the step: the claim after it gets it back.
+    let after_release = Value::Array(vec![Value::Int(1), Value::BulkString(b"006charge0000000004ch_1".to_vec())]);
     let record = store.record_key(&key);
     assert_eq!(claim(&mut connection, &record, &token).await, after_release);
     assert_eq!(claim(&mut connection, &record, &token).await, after_release, "sent again: still after a release");

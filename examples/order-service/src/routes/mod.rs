@@ -121,27 +121,15 @@ async fn charge(
     amount_cents: i64,
 ) -> Result<Charge, ApiError> {
     let key = charge_key(execution);
-    let (fail, failed) = tokio::sync::oneshot::channel();
     let call = async {
-        match state.provider.charge(&key, order_id, amount_cents).await {
-            Ok(outcome) => {
-                if let Outcome::Captured(_) = outcome {
-                    state.faults.after_charge();
-                }
-                outcome
-            }
-            Err(error) => {
-                // No answer to record: hand the error over and never finish,
-                // so the step is dropped before it records anything.
-                let _ = fail.send(error);
-                std::future::pending().await
-            }
+        let outcome = state.provider.charge(&key, order_id, amount_cents).await?;
+        if let Outcome::Captured(_) = outcome {
+            state.faults.after_charge();
         }
+        Ok::<_, ApiError>(outcome)
     };
-    let outcome = tokio::select! {
-        recorded = execution.step(DurableStep::Charge.name(), call) => recorded?,
-        Ok(error) = failed => return Err(error),
-    };
+    // An error is no answer: not recorded, and returned as it is.
+    let outcome = execution.try_step(DurableStep::Charge.name(), call).await??;
     state.faults.after_step(DurableStep::Charge);
     match outcome {
         Outcome::Captured(charge) => Ok(charge),

@@ -231,7 +231,7 @@ impl MemoryStore {
                     return Some(Ok(Claim::Held { newly: true }));
                 }
                 // A tombstone or a lapsed lease of this same request: take it over.
-                State::Released => Attempt::AfterRelease,
+                State::Released { .. } => Attempt::AfterRelease,
                 State::InFlight { .. } => Attempt::Takeover,
             };
             // A tombstone reserves no room for its completion yet.
@@ -244,10 +244,11 @@ impl MemoryStore {
                 self.free_all_expired();
                 return None;
             }
-            // A takeover keeps the steps recorded before it (and their room).
-            let steps = match std::mem::replace(&mut entry.state, State::Released) {
-                State::InFlight { steps, .. } => steps,
-                _ => Vec::new(),
+            // A takeover, or a claim after a release, keeps the steps
+            // recorded before it (and their room).
+            let steps = match std::mem::replace(&mut entry.state, State::Released { steps: Vec::new() }) {
+                State::InFlight { steps, .. } | State::Released { steps } => steps,
+                State::Completed { .. } => Vec::new(),
             };
             let earlier = expires_at < entry.expires_at;
             entry.expires_at = expires_at;
@@ -419,8 +420,11 @@ impl Store for MemoryStore {
         let mut shard = self.shard(key).lock();
         match shard.records.get_mut(key.digest()) {
             Some(entry) if entry.owned_by(token, now) => {
-                let before = std::mem::replace(&mut entry.state, State::Released);
-                self.totals.free(RESERVED + shard::steps_size(before.steps()), false);
+                // The tombstone keeps the steps (and their room).
+                if let State::InFlight { steps, .. } = &mut entry.state {
+                    entry.state = State::Released { steps: std::mem::take(steps) };
+                }
+                self.totals.free(RESERVED, false);
                 drop(shard);
                 self.publish();
                 Ok(Fence::Held)

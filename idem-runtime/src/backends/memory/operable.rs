@@ -74,9 +74,15 @@ impl Operable for MemoryStore {
         }
         let held_bytes = RESERVED + steps_size(steps);
         match settlement {
-            Settlement::Release => {
-                self.totals.free(held_bytes, false);
-                entry.state = State::Released;
+            &Settlement::Release { forget_steps } => {
+                let State::InFlight { steps, .. } =
+                    std::mem::replace(&mut entry.state, State::Released { steps: Vec::new() })
+                else {
+                    return Ok(Fence::Lost);
+                };
+                let kept = if forget_steps { Vec::new() } else { steps };
+                self.totals.free(held_bytes - steps_size(&kept), false);
+                entry.state = State::Released { steps: kept };
             }
             Settlement::Resolve(response) => {
                 let size = response.size();

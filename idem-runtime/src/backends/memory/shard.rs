@@ -177,15 +177,19 @@ pub(super) enum State {
     Completed {
         response: StoredResponse,
     },
-    Released,
+    /// A tombstone, keeping the steps its execution recorded: the next
+    /// execution gets them back.
+    Released {
+        steps: Vec<Step>,
+    },
 }
 
 impl State {
-    /// The steps recorded, in flight or held; none otherwise.
+    /// The steps recorded, in flight, held or released; none otherwise.
     pub(super) fn steps(&self) -> &[Step] {
         match self {
-            State::InFlight { steps, .. } => steps,
-            _ => &[],
+            State::InFlight { steps, .. } | State::Released { steps } => steps,
+            State::Completed { .. } => &[],
         }
     }
 }
@@ -204,7 +208,7 @@ impl Entry {
         match &self.state {
             State::Completed { response } => response.size(),
             State::InFlight { steps, .. } => RESERVED + steps_size(steps),
-            State::Released => 0,
+            State::Released { steps } => steps_size(steps),
         }
     }
 
@@ -217,7 +221,7 @@ impl Entry {
                 RecordState::InFlight { token, lease_left: lease_until.saturating_duration_since(now), ttl_left }
             }
             State::Completed { response } => RecordState::Completed { response: response.clone(), ttl_left },
-            State::Released => RecordState::Released { ttl_left },
+            State::Released { .. } => RecordState::Released { ttl_left },
         };
         let mut record = Record::new(self.fingerprint, state);
         record.route = self.route.as_deref().map(str::to_owned);

@@ -31,18 +31,19 @@
 -- key is inserted. An existing key always goes through DO UPDATE, which
 -- locks the row and sees its latest committed version (even one committed
 -- after this statement began, at READ COMMITTED): the row is replaced by
--- our claim when it is past its TTL, or when it is a tombstone or a lapsed
--- lease of the same request whose holder had its grace (a takeover keeps
--- the steps recorded before it); with $6, such a lapsed lease is held
--- instead (`held`, its lease_until set to its expires_at, so that a claim
--- of an earlier version sees a live lease); a lapsed lease no claim had
--- found so gets the grace instead (its lease extended by half the claim's
--- lease, `graced` set: the holder may only have been cut off from the
--- database); any other row (one that changed since the snapshot, or this
--- claim's own, sent again) is rewritten with its own values (a no-op, HOT
--- update). Either way RETURNING yields exactly one row, and the token tells
--- whether we own it: exactly one of concurrent claimers wins, and exactly
--- one of them holds a lapsed execution.
+-- our claim when it is past its TTL (its steps dropped), or when it is a
+-- tombstone or a lapsed lease of the same request whose holder had its
+-- grace (the claim keeps the steps recorded before it); with $6, such a
+-- lapsed lease is held instead (`held`, its lease_until set to its
+-- expires_at, so that a claim of an earlier version sees a live lease); a
+-- lapsed lease no claim had found so gets the grace instead (its lease
+-- extended by half the claim's lease, `graced` set: the holder may only
+-- have been cut off from the database); any other row (one that changed
+-- since the snapshot, or this claim's own, sent again) is rewritten with
+-- its own values (a no-op, HOT update). Either way RETURNING yields
+-- exactly one row, and the token tells whether we own it: exactly one of
+-- concurrent claimers wins, and exactly one of them holds a lapsed
+-- execution.
 --
 -- The conditions are sql.rs's TAKE_OVER, HOLD and GRACE:
 --   take over: cur.expires_at <= now()

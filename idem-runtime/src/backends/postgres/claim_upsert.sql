@@ -19,10 +19,11 @@ ON CONFLICT (key) DO UPDATE SET
     graced        = CASE WHEN {take} THEN NULL WHEN {grace} OR {hold} THEN true
                          WHEN coalesce(cur.held, false) THEN NULL ELSE cur.graced END,
     held          = CASE WHEN {take} THEN NULL WHEN {hold} THEN true ELSE cur.held END,
-    -- A takeover keeps the steps of the execution it takes over; a key
-    -- claimed afresh (expired, or after a release) starts with none.
+    -- A takeover keeps the steps of the execution it takes over, and a
+    -- claim after a release those the tombstone kept (their effects
+    -- happened); a key claimed afresh (its record expired) starts with none.
     steps         = CASE WHEN NOT {take} THEN cur.steps
-                         WHEN cur.expires_at > now() AND cur.state = 'in_flight' THEN cur.steps END,
+                         WHEN cur.expires_at > now() AND cur.state IN ('in_flight', 'released') THEN cur.steps END,
     route         = CASE WHEN {take} THEN excluded.route ELSE cur.route END,
     claimed_at    = CASE WHEN {take} THEN excluded.claimed_at ELSE cur.claimed_at END,
     status        = CASE WHEN {take} THEN NULL ELSE cur.status END,

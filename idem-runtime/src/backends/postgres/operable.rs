@@ -78,9 +78,10 @@ impl Operable for PostgresStore {
             StateName::Completed | StateName::Released => return Ok(Fence::Lost),
         };
         let token_bytes = token.to_bytes();
-        let response = match settlement {
-            Settlement::Release => None,
-            Settlement::Resolve(response) => Some(response),
+        let (response, forget_steps) = match settlement {
+            &Settlement::Release { forget_steps } => (None, forget_steps),
+            // A completion drops the steps, whatever `$8` says.
+            Settlement::Resolve(response) => (Some(response), true),
         };
         let names: Option<Vec<&str>> =
             response.map(|response| response.headers.iter().map(|(name, _)| name.as_str()).collect());
@@ -93,7 +94,8 @@ impl Operable for PostgresStore {
             .bind(response.map(|response| i32::from(response.status)))
             .bind(names)
             .bind(values)
-            .bind(response.map(|response| &response.body[..]));
+            .bind(response.map(|response| &response.body[..]))
+            .bind(forget_steps);
         // Not sent again on a dropped connection: a settlement that landed
         // would be answered lost the second time.
         Ok(fence(self.run(self.kept.execute(query)).await?.rows_affected()))

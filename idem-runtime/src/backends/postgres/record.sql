@@ -12,7 +12,7 @@
     cur.attempt,
     cur.route,
     (extract(epoch FROM cur.claimed_at) * 1000000)::bigint AS claimed_at_us,
-    -- In flight or held only: an earlier version's completion or release
-    -- leaves them in place.
-    CASE WHEN cur.state = 'in_flight' THEN {step_names} END AS step_names,
-    CASE WHEN cur.state = 'in_flight' THEN {step_values} END AS step_values
+    -- In flight, held or released (a tombstone keeps them for the next
+    -- execution): an earlier version's completion leaves them in place.
+    CASE WHEN cur.state IN ('in_flight', 'released') THEN {step_names} END AS step_names,
+    CASE WHEN cur.state IN ('in_flight', 'released') THEN {step_values} END AS step_values

@@ -1,12 +1,15 @@
 -- Release, fenced by the token (its lease running or not, held or not): the
 -- record becomes a tombstone that keeps its fingerprint until expires_at,
--- and its steps go (the next execution starts afresh). $1 key, $2 token.
--- One row affected = released.
+-- and its steps: they record effects that happened, which the next
+-- execution of the same request must not repeat. The same statement ends a
+-- transactional handler's execution whose transaction was rolled back (it
+-- runs on the store's own connections, after the rollback): the steps,
+-- written outside that transaction, stay. $1 key, $2 token. One row
+-- affected = released.
 UPDATE {table}
 SET state = 'released',
     token = NULL,
     lease_until = NULL,
     graced = NULL,
-    held = NULL,
-    steps = NULL
+    held = NULL
 WHERE key = $1 AND state = 'in_flight' AND token = $2 AND expires_at > now()

@@ -37,9 +37,13 @@ CREATE TABLE IF NOT EXISTS {table} (
     -- (On any other state it means nothing: an earlier version's completion
     -- or release leaves it as it was.)
     held          boolean,
-    -- In flight only: the durable steps the execution (and those it took
-    -- over from) recorded, in order: [{"n": name, "v": base64 of the
-    -- result}, ...]. A completion or a release clears them.
+    -- In flight or released: the durable steps the execution (and those it
+    -- took over from, or claimed the key after a release of) recorded, in
+    -- order: [{"n": name, "v": base64 of the result}, ...]. A release keeps
+    -- them for the next execution of the same request (their effects
+    -- happened); a completion, or an operator's release that forgets them,
+    -- clears them. (On a completed row they mean nothing: an earlier
+    -- version's completion leaves them as they were.)
     steps         jsonb,
     -- For operators: the route that claimed the key ('POST /orders'), and
     -- when its execution was claimed (the database's clock). Kept once

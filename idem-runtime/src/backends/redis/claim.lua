@@ -16,7 +16,8 @@
 --          them: the claim time is the process's, kept for operators only
 -- Returns {attempt, steps} when it acquires the key (attempt 0 first, 1
 -- after a release, 2 a takeover of a lapsed lease; steps the ones its
--- predecessors recorded, as kept in the record, empty unless a takeover),
+-- predecessors recorded, as kept in the record: a lapsed lease's or a
+-- tombstone's, kept in the new record too; empty for a first claim),
 -- the stored response itself, a bulk string, for a replay, {3, lease ms
 -- left} in flight, {4} mismatch, {5, 1} held by this claim, {5, 0} held
 -- before it.
@@ -129,7 +130,10 @@ if value then
     end
     attempt, steps = 2, record.body
   else
-    attempt = 1
+    -- A tombstone: the steps its executions recorded (effects that
+    -- happened) go on to this one, unless an operator released it
+    -- forgetting them.
+    attempt, steps = 1, record.body
   end
 end
 local ttl = tonumber(ARGV[4])

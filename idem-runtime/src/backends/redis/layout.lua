@@ -12,9 +12,9 @@
 -- execution was claimed (unix milliseconds by the claiming process's
 -- clock, 13 digits, all zero when unknown: for operators, never compared
 -- with anything here), 79-82 the route's length n (4 digits), 83 to 82+n
--- the route. Then, in flight or held, the steps, each a name length (3
--- digits), the name, a result length (10 digits), the result; completed,
--- the response.
+-- the route. Then, in flight, held or released, the steps, each a name
+-- length (3 digits), the name, a result length (10 digits), the result (a
+-- release keeps them for the next execution); completed, the response.
 --
 -- Records of the upper-case layout (L, G, C, R: no claim time, no route,
 -- no steps, a lease mark of as many digits as it takes) are read too, and
@@ -28,8 +28,8 @@ local NO_TAIL = string.rep('0', 17)
 
 -- The record `value` read: a table with its state (a lower-case letter),
 -- fp, token, attempt (a digit), mark (a number), tail (claim time, route
--- length and route, as kept) and body (steps or response); nil for a value
--- that is no record.
+-- length and route, as kept) and body (steps, or a completed record's
+-- response); nil for a value that is no record.
 local function read(value)
   local state = string.sub(value, 1, 1)
   local record = {

@@ -12,7 +12,7 @@
 //! | 13 | when the execution was claimed: unix milliseconds by the claiming process's clock, zero padded, all zero when unknown |
 //! | 4 | the route's length `n`, decimal, zero padded |
 //! | `n` | the route (`POST /orders`, UTF-8), empty when the claim named none |
-//! | the rest | in flight or held, the steps, in the order recorded, each a name length (3 digits), the name, a result length (10 digits), the result; completed, [`StoredResponse::to_bytes`]; released, nothing |
+//! | the rest | in flight, held or released, the steps, in the order recorded, each a name length (3 digits), the name, a result length (10 digits), the result; completed, [`StoredResponse::to_bytes`] |
 //!
 //! Why so:
 //!
@@ -25,8 +25,12 @@
 //! - **Fixed widths before the route**: a renewal rewrites the mark in
 //!   place, and every field is read at the same offset in Lua and here.
 //! - **The steps come last**: recording one is an `APPEND` (`step.lua`),
-//!   with no rewrite of what is there; a takeover hands them on as they
-//!   are, and a completion or release replaces them.
+//!   with no rewrite of what is there. A step records an effect that
+//!   happened, so the steps outlive their execution: a takeover hands them
+//!   on as they are, a release keeps them in the tombstone and the claim
+//!   after it hands them on in turn. Only a completion (which replaces them
+//!   with the response), an operator's release with `forget_steps` and the
+//!   record's expiry drop them.
 //! - **The claim time is the application's clock**, written by the claim
 //!   and never compared with anything by a script: it tells operators a
 //!   record's age (`Operable::list`), it decides nothing. Expiry and leases
@@ -47,10 +51,10 @@
 //! upper-case states and no claim time, route or steps: `L`/`G`, the
 //! fingerprint, the token, the attempt digit and the lease mark in as many
 //! digits as it takes; `C`, the fingerprint, the completing token and the
-//! response; `R`, the fingerprint. Every script and [`read`] still answer
-//! them (during a rolling upgrade, and until they expire); a script that
-//! changes one writes it in this layout, and every new record is written in
-//! this layout. Lower-case letters tell the two apart at the first byte.
+//! response; `R`, the fingerprint (a tombstone without steps). Every script
+//! and [`read`] still answer them (during a rolling upgrade, and until they
+//! expire); a script that changes one writes it in this layout, and every
+//! new record is written in this layout. Lower-case letters tell the two apart at the first byte.
 //!
 //! [`StoredResponse::to_bytes`]: crate::record::StoredResponse::to_bytes
 
@@ -99,7 +103,7 @@ pub struct Stored<'a> {
     pub claimed_at: Option<SystemTime>,
     /// The route that claimed it, if the claim named one.
     pub route: Option<&'a str>,
-    /// The durable steps recorded, in order (in flight or held).
+    /// The durable steps recorded, in order (in flight, held or released).
     pub steps: Vec<Step>,
 }
 
@@ -125,7 +129,7 @@ pub enum State<'a> {
         /// The stored response's bytes.
         response: &'a [u8],
     },
-    /// `r`: a tombstone.
+    /// `r`: a tombstone (its steps, if any, in [`Stored::steps`]).
     Released,
 }
 
@@ -183,16 +187,15 @@ pub fn claimed(fingerprint: &Fingerprint, token: FencingToken, lease_ms: u64, tt
 pub fn read(value: &[u8]) -> Result<Stored<'_>, String> {
     let (glance, mark, body) = header(value)?;
     let steps = match glance.state {
-        StateName::InFlight | StateName::Held => steps(body)?,
-        StateName::Completed | StateName::Released => Vec::new(),
+        StateName::InFlight | StateName::Held | StateName::Released => steps(body)?,
+        StateName::Completed => Vec::new(),
     };
     let token = || glance.token.ok_or_else(|| "a record without its token".to_owned());
     let state = match glance.state {
         StateName::InFlight => State::InFlight { token: token()?, mark, graced: matches!(value[0], b'g' | b'G') },
         StateName::Held => State::Held { token: token()? },
         StateName::Completed => State::Completed { response: body },
-        StateName::Released if body.is_empty() => State::Released,
-        StateName::Released => return Err(format!("a tombstone with {} bytes after its header", body.len())),
+        StateName::Released => State::Released,
     };
     let Glance { fingerprint, attempt, claimed_at, route, .. } = glance;
     Ok(Stored { fingerprint, state, attempt, claimed_at, route, steps })
@@ -222,7 +225,7 @@ pub fn steps(mut bytes: &[u8]) -> Result<Vec<Step>, String> {
 }
 
 /// The header of `value`, its lease mark (zero when it has none) and the
-/// bytes after it (steps or response).
+/// bytes after it (steps, or a completed record's response).
 fn header(value: &[u8]) -> Result<(Glance<'_>, u64, &[u8]), String> {
     let fingerprint = |value: &[u8]| -> Result<Fingerprint, String> {
         let bytes = value.get(FINGERPRINT).and_then(|bytes| <[u8; 32]>::try_from(bytes).ok());

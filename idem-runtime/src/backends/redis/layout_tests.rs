@@ -61,7 +61,8 @@ fn steps_read_back_in_order_byte_for_byte() {
     let token = FencingToken::generate();
     let body = [entry("charge", br#"{"id":"ch_1"}"#), entry("ship", b""), entry("binary", b"\x00\xff\r\n")].concat();
     let expected = vec![step("charge", br#"{"id":"ch_1"}"#), step("ship", b""), step("binary", b"\x00\xff\r\n")];
-    for state in [b'l', b'g', b'h'] {
+    // In flight, held, and a tombstone (a release keeps them).
+    for state in [b'l', b'g', b'h', b'r'] {
         let value = record(state, token, b'2', &body);
         let stored = read(&value).unwrap();
         assert_eq!((stored.steps, stored.attempt), (expected.clone(), Some(Attempt::Takeover)));
@@ -82,6 +83,11 @@ fn completed_and_released_records_keep_their_header() {
     let released = record(b'r', token, b'0', b"");
     let released = read(&released).unwrap();
     assert_eq!((released.state, released.route), (State::Released, Some(ROUTE)));
+    assert!(released.steps.is_empty(), "released forgetting its steps, or before any");
+    let released = record(b'r', token, b'1', &entry("charge", b"ch_1"));
+    let released = read(&released).unwrap();
+    assert_eq!((released.state, released.attempt), (State::Released, Some(Attempt::AfterRelease)));
+    assert_eq!(released.steps, vec![step("charge", b"ch_1")], "a tombstone keeps its steps");
     let unknown = claimed(&fp(), token, 1, 2, &tail(UNIX_EPOCH - Duration::from_secs(1), None));
     let unknown = read(&unknown).unwrap();
     assert_eq!((unknown.claimed_at, unknown.route), (None, None), "a clock before 1970, no route");
@@ -107,7 +113,8 @@ fn records_of_the_upper_case_layout_read_back() {
     assert_eq!((read_back.state, read_back.attempt), (State::Completed { response: b"resp" }, None));
     assert_eq!(read(&completed[..49]).unwrap().state, State::Completed { response: b"" });
     let released = [&b"R"[..], fp().as_bytes()].concat();
-    assert_eq!(read(&released).unwrap().state, State::Released);
+    let read_back = read(&released).unwrap();
+    assert_eq!((read_back.state, read_back.steps), (State::Released, Vec::new()), "no steps in that layout");
 }
 
 #[test]
@@ -126,6 +133,9 @@ fn a_glance_needs_the_header_alone() {
     assert!(glance(&value[..HEADER + 3]).is_err(), "the route cut off");
     assert!(read(&value[..HEADER + ROUTE.len() + 5]).is_err(), "read refuses cut steps");
     assert_eq!(glance(&record(b'c', token, b'0', b"resp")).unwrap().token, None);
+    let tombstone = record(b'r', token, b'1', &entry("charge", &[9; 4096]));
+    let glanced = glance(&tombstone[..HEADER + ROUTE.len() + 5]).unwrap();
+    assert_eq!((glanced.state, glanced.token), (StateName::Released, None), "a tombstone's steps cut off");
 }
 
 #[test]
@@ -177,6 +187,7 @@ fn anything_else_is_refused() {
         with(ROUTE_LENGTH, b"00x6"),
         with(HEADER..HEADER + 2, b"\xff\xfe"),
         record(b'r', token, b'0', b"x"),
+        record(b'r', token, b'1', b"006charge0000000002x"),
         record(b'l', token, b'0', b"00"),
         record(b'l', token, b'0', b"006charge000000000"),
         record(b'l', token, b'0', b"006charge0000000002x"),

@@ -104,7 +104,8 @@ impl Operable for RedisStore {
             return Ok(Fence::Lost);
         }
         let (action, response) = match settlement {
-            Settlement::Release => ("release", None),
+            Settlement::Release { forget_steps: false } => ("release", None),
+            Settlement::Release { forget_steps: true } => ("forget", None),
             Settlement::Resolve(response) => ("resolve", Some(Self::fits(response.to_bytes())?)),
         };
         let (reply, acked) = self

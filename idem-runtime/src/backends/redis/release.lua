@@ -1,8 +1,9 @@
 #!lua flags=allow-oom
 -- Turns an in-flight or held record into a tombstone, if it holds the
--- token (its lease running or not): the lease and the steps go, the
--- fingerprint (and, for operators, the attempt, claim time and route) stays
--- until the record's expiry.
+-- token (its lease running or not): the lease goes; the fingerprint, the
+-- steps (effects that happened: the next execution of the same request
+-- gets them back rather than repeat them) and, for operators, the attempt,
+-- claim time and route stay until the record's expiry.
 -- KEYS[1]  the record (layout.lua)
 -- ARGV[1]  fencing token (16 bytes)
 -- Returns 1 (held) or 0 (lost).
@@ -14,5 +15,5 @@ local record = value and read(value)
 if not record or not RUNNING[record.state] or record.token ~= ARGV[1] then
   return 0
 end
-redis.call('SET', KEYS[1], write(record, 'r', 0, ''), 'KEEPTTL')
+redis.call('SET', KEYS[1], write(record, 'r', 0, record.body), 'KEEPTTL')
 return 1

@@ -138,6 +138,8 @@ mod tests {
         let after_release = Claim::Acquired { token, attempt: Attempt::AfterRelease, steps: Vec::new() };
         assert_eq!(claim(acquired(1, b""), token).unwrap(), after_release);
         let charge = Step { name: "charge".into(), result: Bytes::from_static(b"\x00\xff") };
+        let after_release = Claim::Acquired { token, attempt: Attempt::AfterRelease, steps: vec![charge.clone()] };
+        assert_eq!(claim(acquired(1, b"006charge0000000002\x00\xff"), token).unwrap(), after_release);
         let takeover = Claim::Acquired { token, attempt: Attempt::Takeover, steps: vec![charge] };
         assert_eq!(claim(acquired(2, b"006charge0000000002\x00\xff"), token).unwrap(), takeover);
         assert_eq!(claim(Value::Array(vec![Value::Int(4)]), token).unwrap(), Claim::Mismatch);
@@ -218,7 +220,7 @@ mod tests {
         let held = [&b"h"[..], &claimed[1..], b"006charge00000000011"].concat();
         let held = read(held, 5_000);
         assert_eq!(held.state, RecordState::Held { token, ttl_left: Duration::from_secs(5) });
-        assert_eq!(held.steps, vec![step]);
+        assert_eq!(held.steps, vec![step.clone()]);
         let completed = [&b"c"[..], &claimed[1..], &stored().to_bytes()].concat();
         let expected = RecordState::Completed { response: stored(), ttl_left: Duration::ZERO };
         assert_eq!(read(completed, -1).state, expected);
@@ -229,5 +231,9 @@ mod tests {
         let released = [&b"R"[..], fp.as_bytes()].concat();
         let expected = RecordState::Released { ttl_left: Duration::from_millis(1_500) };
         assert_eq!(read(released, 1_500).state, expected);
+        let released = [&b"r"[..], &claimed[1..], b"006charge00000000011"].concat();
+        let released = read(released, 1_500);
+        assert_eq!((released.state, released.route.as_deref()), (expected, Some("POST /orders")));
+        assert_eq!(released.steps, vec![step], "a tombstone shows the steps it keeps");
     }
 }

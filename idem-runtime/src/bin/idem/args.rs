@@ -50,11 +50,15 @@ pub(crate) enum Command {
         record: RecordArgs,
     },
     /// Ends an in-flight or held execution without a response, leaving a
-    /// tombstone: the same request may run again (from its first step),
-    /// another one is refused.
+    /// tombstone: the same request may run again (getting the recorded
+    /// steps back), another one is refused.
     Release {
         #[command(flatten)]
         record: RecordArgs,
+        /// Forget the recorded steps too: the next execution runs every
+        /// step again (only for effects you undid, such as a refunded charge).
+        #[arg(long)]
+        forget_steps: bool,
         /// Refuse unless the execution's token is still this one (from `inspect`).
         #[arg(long, value_parser = token)]
         expect_token: Option<FencingToken>,

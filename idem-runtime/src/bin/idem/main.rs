@@ -64,10 +64,10 @@ async fn run(cli: Cli) -> ExitCode {
             Ok(target) => operator.inspect(&target).await.map(|inspection| output.inspect(&inspection)),
             Err(error) => Err(error),
         },
-        Command::Release { record, expect_token, expect_state } => match target(&record) {
+        Command::Release { record, forget_steps, expect_token, expect_state } => match target(&record) {
             Ok(target) => {
                 let expect = Expect { token: expect_token, state: expect_state };
-                operator.release(&target, &expect).await.map(|settled| output.settled(&settled))
+                operator.release(&target, &expect, forget_steps).await.map(|settled| output.settled(&settled))
             }
             Err(error) => Err(error),
         },

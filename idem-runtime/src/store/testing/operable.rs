@@ -102,9 +102,9 @@ pub async fn a_record_is_found_by_its_id(store: Arc<dyn Operable>) {
 /// inspected (its token and state), once.
 pub async fn settling_applies_only_to_the_record_as_inspected(store: Arc<dyn Operable>) {
     let route = fresh_route();
-    // In flight: released by the operator, as inspected.
+    // In flight, no steps: released by the operator, as inspected.
     let (key, token) = claimed(&*store, &ClaimTerms::new(LONG, TTL).route(route.as_str()), "a").await;
-    let release = Settlement::Release;
+    let release = Settlement::Release { forget_steps: false };
     assert_eq!(store.settle(&key, token, StateName::Held, &release).await.unwrap(), Fence::Lost, "not held");
     let other = FencingToken::generate();
     assert_eq!(store.settle(&key, other, StateName::InFlight, &release).await.unwrap(), Fence::Lost);
@@ -126,13 +126,25 @@ pub async fn settling_applies_only_to_the_record_as_inspected(store: Arc<dyn Ope
     assert!(record.ttl_left() <= ttl_before && record.ttl_left() > ttl_before - Duration::from_secs(10));
     let replay = store.claim(&key, &fingerprint("held"), LONG, TTL).await.unwrap();
     assert_eq!(replay, Claim::Replay(response(b"established by the operator")));
-    assert_eq!(store.settle(&key, holder, StateName::Held, &Settlement::Release).await.unwrap(), Fence::Lost);
+    assert_eq!(store.settle(&key, holder, StateName::Held, &release).await.unwrap(), Fence::Lost);
     assert_eq!(store.complete(&key, holder, &response(b"slow holder"), TTL).await.unwrap(), Fence::Lost);
 
-    // Held, then released: the same request runs again, from its first step.
+    // Held, then released: the same request runs again, getting its
+    // recorded steps back; the tombstone shows them meanwhile.
     let (key, holder) = held(&*store, &route).await;
     assert_eq!(store.settle(&key, holder, StateName::Held, &release).await.unwrap(), Fence::Held);
+    let tombstone = store.get(&key).await.unwrap().expect("a tombstone");
+    assert_eq!((tombstone.state_name(), tombstone.steps.len()), (StateName::Released, 1));
+    let again = store.claim(&key, &fingerprint("held"), LONG, TTL).await.unwrap();
+    let recorded = vec![step("charge", r#"{"charge":"ch_1"}"#)];
+    assert!(matches!(again, Claim::Acquired { attempt: Attempt::AfterRelease, ref steps, .. } if *steps == recorded));
+    assert_eq!(store.settle(&fresh_key(), holder, StateName::Held, &release).await.unwrap(), Fence::Lost);
+
+    // Released forgetting its steps: the next execution runs them all.
+    let (key, holder) = held(&*store, &route).await;
+    let forget = Settlement::Release { forget_steps: true };
+    assert_eq!(store.settle(&key, holder, StateName::Held, &forget).await.unwrap(), Fence::Held);
+    assert!(store.get(&key).await.unwrap().expect("a tombstone").steps.is_empty());
     let again = store.claim(&key, &fingerprint("held"), LONG, TTL).await.unwrap();
     assert!(matches!(again, Claim::Acquired { attempt: Attempt::AfterRelease, ref steps, .. } if steps.is_empty()));
-    assert_eq!(store.settle(&fresh_key(), holder, StateName::Held, &release).await.unwrap(), Fence::Lost);
 }

@@ -59,6 +59,7 @@ pub async fn a_stale_token_cannot_record_a_step(store: Arc<dyn Store>) {
     assert_eq!(steps_of(&*store, &key).await, vec![step("late", "1")]);
     assert_eq!(store.release(&key, second).await.unwrap(), Fence::Held);
     assert_eq!(store.record_step(&key, second, &step("released", "1")).await.unwrap(), Fence::Lost);
+    assert_eq!(steps_of(&*store, &key).await, vec![step("late", "1")]);
     let third = acquire(&*store, &key, &fingerprint("a"), LONG, TTL).await;
     assert_eq!(store.complete(&key, third, &response(b"done"), TTL).await.unwrap(), Fence::Held);
     assert_eq!(store.record_step(&key, third, &step("completed", "1")).await.unwrap(), Fence::Lost);
@@ -68,8 +69,8 @@ pub async fn a_stale_token_cannot_record_a_step(store: Arc<dyn Store>) {
 }
 
 /// A takeover gets back every step its predecessors recorded, in order,
-/// and no other: not another key's, not those of an execution that was
-/// released, not those of a record past its TTL.
+/// and no other: not another key's, not those of a record past its TTL. A
+/// release keeps them for the next execution; a completion drops them.
 pub async fn a_takeover_sees_every_recorded_step_and_no_other(store: Arc<dyn Store>) {
     let (key, other) = (fresh_key(), fresh_key());
     let first = acquire(&*store, &key, &fingerprint("a"), SHORT, TTL).await;
@@ -93,18 +94,25 @@ pub async fn a_takeover_sees_every_recorded_step_and_no_other(store: Arc<dyn Sto
     tokio::time::sleep(PAST_SHORT).await;
     assert!(matches!(claim(&*store, &key, &fingerprint("a"), &terms).await, Claim::InFlight { .. }));
     tokio::time::sleep(crate::store::grace(SHORT) + SHORT / 4).await;
+    let all = [expected, vec![step("ship", "3")]].concat();
     match claim(&*store, &key, &fingerprint("a"), &ClaimTerms::new(LONG, TTL)).await {
         Claim::Acquired { attempt: Attempt::Takeover, steps, token } => {
-            assert_eq!(steps, [expected, vec![step("ship", "3")]].concat());
-            // Released: the next execution starts afresh.
+            assert_eq!(steps, all);
+            // Released (a retryable answer: the rest did not happen): the
+            // tombstone keeps the steps, whose effects did.
             assert_eq!(store.release(&key, token).await.unwrap(), Fence::Held);
         }
         other => panic!("expected a takeover, got {other:?}"),
     }
+    assert_eq!(steps_of(&*store, &key).await, all, "the tombstone keeps the steps");
     match claim(&*store, &key, &fingerprint("a"), &ClaimTerms::new(LONG, TTL)).await {
-        Claim::Acquired { attempt: Attempt::AfterRelease, steps, .. } => assert!(steps.is_empty(), "{steps:?}"),
+        Claim::Acquired { attempt: Attempt::AfterRelease, steps, token } => {
+            assert_eq!(steps, all);
+            assert_eq!(store.complete(&key, token, &response(b"done"), TTL).await.unwrap(), Fence::Held);
+        }
         other => panic!("expected a claim after the release, got {other:?}"),
     }
+    assert!(steps_of(&*store, &key).await.is_empty(), "a completion drops them");
     // A record past its TTL leaves no steps to the next request.
     let key = fresh_key();
     let gone = acquire(&*store, &key, &fingerprint("a"), SHORT, SHORT).await;
