@@ -35,6 +35,11 @@ pub enum ApiError {
     /// retry must never charge again).
     #[error("the payment provider timed out after charging; the charge stands")]
     ProviderTimeout,
+    /// The provider's answer to a charge was lost (its ledger failed
+    /// mid-call) and it does not deduplicate (`--provider-dedup off`): the
+    /// charge may stand, so the answer is kept (502) and never run again.
+    #[error("the payment provider's answer was lost and it does not deduplicate; the charge may stand")]
+    ProviderOutcomeUnknown,
     /// A webhook delivery whose signature does not check out (400; nothing
     /// recorded).
     #[error(transparent)]
@@ -58,6 +63,7 @@ impl ApiError {
             Self::Declined => ("card-declined", "Card declined"),
             Self::ProviderUnavailable => ("provider-unavailable", "Payment provider unavailable"),
             Self::ProviderTimeout => ("provider-timeout", "Payment provider timed out"),
+            Self::ProviderOutcomeUnknown => ("provider-outcome-unknown", "Payment provider outcome unknown"),
             Self::Signature(_) => ("invalid-signature", "Invalid webhook signature"),
             Self::Misconfigured(_) => ("misconfigured", "Service misconfigured"),
             // Answered by the runtime's problem (see `error_response`).
@@ -76,6 +82,7 @@ impl ResponseError for ApiError {
             Self::Backend(_) | Self::ProviderUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Declined => StatusCode::PAYMENT_REQUIRED,
             Self::ProviderTimeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::ProviderOutcomeUnknown => StatusCode::BAD_GATEWAY,
             Self::Step(error) => error.status_code(),
         }
     }

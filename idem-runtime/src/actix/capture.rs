@@ -13,7 +13,7 @@ use futures_util::{StreamExt, stream};
 
 use super::config::Config;
 use super::problem::{self, ProblemKind};
-use super::retryable::is_marked;
+use super::retryable::{is_kept, is_marked};
 use crate::record::StoredResponse;
 
 /// Header added to every replayed response. It belongs to the runtime: a
@@ -30,6 +30,9 @@ pub(crate) struct Captured {
     body: Body,
     /// The handler marked it retryable: nothing happened.
     retryable: bool,
+    /// The runtime marked it kept whatever the 5xx policy (a durable
+    /// step's failure: its effect may have happened).
+    kept: bool,
 }
 
 enum Body {
@@ -45,17 +48,17 @@ enum Body {
 impl Captured {
     /// Reads the body of `response`, at most `limit` bytes of it.
     pub(crate) async fn collect(mut response: HttpResponse<BoxBody>, limit: usize) -> Self {
-        let retryable = is_marked(&response);
+        let (retryable, kept) = (is_marked(&response), is_kept(&response));
         response.headers_mut().remove(REPLAYED);
         let status = response.status();
         let headers = response.headers().iter().map(|(n, v)| (n.clone(), v.clone())).collect();
         let body = response.into_body();
         if matches!(body.size(), BodySize::Sized(size) if size > limit as u64) {
-            return Self { status, headers, body: Body::Overflow { head: Bytes::new(), rest: body }, retryable };
+            return Self { status, headers, body: Body::Overflow { head: Bytes::new(), rest: body }, retryable, kept };
         }
         // A body already in memory (most are) is kept as it is, not copied.
         let mut body = match body.try_into_bytes() {
-            Ok(bytes) => return Self { status, headers, body: Body::Whole(bytes), retryable },
+            Ok(bytes) => return Self { status, headers, body: Body::Whole(bytes), retryable, kept },
             Err(body) => body,
         };
         let mut read = BytesMut::new();
@@ -73,14 +76,14 @@ impl Captured {
                 }
             }
         };
-        Self { status, headers, body, retryable }
+        Self { status, headers, body, retryable, kept }
     }
 
     /// Whether the handler marked this response retryable, honoured on
     /// 4xx and 5xx only: a success marked retryable would let the same
     /// request charge again, so it is kept like any response.
     pub(crate) fn is_marked_retryable(&self) -> bool {
-        if !self.retryable {
+        if !self.retryable || self.kept {
             return false;
         }
         let failure = self.is_failure();
@@ -95,9 +98,10 @@ impl Captured {
         (self.status.is_client_error() || self.status.is_server_error()) && !matches!(self.body, Body::Failed)
     }
 
-    /// A 5xx the handler answered by itself (its body did not fail).
+    /// A 5xx the handler answered by itself (its body did not fail), not
+    /// one the runtime marked kept.
     pub(crate) fn is_plain_server_error(&self) -> bool {
-        self.status.is_server_error() && !matches!(self.body, Body::Failed)
+        self.status.is_server_error() && !matches!(self.body, Body::Failed) && !self.kept
     }
 
     /// What is kept for replay: replayable headers only, in order; or, when

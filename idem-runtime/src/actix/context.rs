@@ -190,12 +190,11 @@ impl ExecutionContext {
         F: Future<Output = T>,
         T: Serialize + DeserializeOwned,
     {
-        if name.is_empty() || name.len() > Step::MAX_NAME_BYTES {
-            return Err(StepError::InvalidName(name.len()));
-        }
+        check_name(name)?;
         if let Some(recorded) = self.context().steps.recorded(name) {
             return self.read_back(name, &recorded);
         }
+        self.context().steps.confirmed(name).await?;
         let result = work.await;
         self.keep(name, result).await
     }
@@ -231,12 +230,11 @@ impl ExecutionContext {
         F: Future<Output = Result<T, E>>,
         T: Serialize + DeserializeOwned,
     {
-        if name.is_empty() || name.len() > Step::MAX_NAME_BYTES {
-            return Err(StepError::InvalidName(name.len()));
-        }
+        check_name(name)?;
         if let Some(recorded) = self.context().steps.recorded(name) {
             return self.read_back(name, &recorded).map(Ok);
         }
+        self.context().steps.confirmed(name).await?;
         match work.await {
             Ok(result) => self.keep(name, result).await.map(Ok),
             Err(error) => Ok(Err(error)),
@@ -262,6 +260,15 @@ impl ExecutionContext {
     pub fn steps_recorded(&self) -> usize {
         self.context().steps.count()
     }
+}
+
+/// A step's name: 1 to [`Step::MAX_NAME_BYTES`] bytes, no control
+/// characters (every store keeps it as text).
+fn check_name(name: &str) -> Result<(), StepError> {
+    if name.is_empty() || name.len() > Step::MAX_NAME_BYTES || name.chars().any(char::is_control) {
+        return Err(StepError::InvalidName(name.len()));
+    }
+    Ok(())
 }
 
 impl fmt::Debug for ExecutionContext {

@@ -256,7 +256,7 @@ fn answer(claim: Result<engine::Claimed, StoreError>) -> Answer {
         Ok(engine::Claimed::Other(Claim::Held { .. })) => {
             let detail = "an earlier execution of this request stopped before it finished, and this route never \
                           runs it again by itself: it will not run again until an operator releases or resolves \
-                          it; retrying does not help";
+                          it (or its record expires); retrying does not help";
             refuse(Outcome::Held, problem::response(ProblemKind::ExecutionHeld, detail))
         }
         Ok(engine::Claimed::Draining) => {

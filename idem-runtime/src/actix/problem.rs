@@ -212,8 +212,10 @@ impl actix_web::ResponseError for ProblemError {
 /// A durable step's failure, returned from a handler with `?`: the
 /// execution lost its key (409 `lease-lost`: another execution owns it), or
 /// the step's result could not be recorded or read back (500
-/// `step-failed`, stored and replayed like any failure: the step may have
-/// had its effect).
+/// `step-failed`, stored and replayed whatever the 5xx policy, even under
+/// [`ServerErrorPolicy::Release`](crate::ServerErrorPolicy::Release): the
+/// step may have had its effect). A handler that maps it to a response of
+/// its own should keep this one.
 impl actix_web::ResponseError for crate::engine::StepError {
     fn status_code(&self) -> StatusCode {
         self.kind().status()
@@ -221,7 +223,9 @@ impl actix_web::ResponseError for crate::engine::StepError {
 
     fn error_response(&self) -> HttpResponse {
         tracing::error!(error = %self, "a durable step failed");
-        response(self.kind(), &self.to_string())
+        let mut answer = response(self.kind(), &self.to_string());
+        answer.extensions_mut().insert(super::retryable::KeptMark);
+        answer
     }
 }
 

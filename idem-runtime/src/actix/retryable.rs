@@ -73,3 +73,14 @@ impl<R: Responder> Responder for Retryable<R> {
 pub(crate) fn is_marked(response: &HttpResponse<BoxBody>) -> bool {
     response.is_retryable()
 }
+
+/// The runtime's own mark on a failure that must be kept whatever the 5xx
+/// policy: a durable step's failure (`step-failed`), after which the step's
+/// effect may have happened.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeptMark;
+
+/// Whether `response` carries [`KeptMark`].
+pub(crate) fn is_kept(response: &HttpResponse<BoxBody>) -> bool {
+    response.extensions().contains::<KeptMark>()
+}

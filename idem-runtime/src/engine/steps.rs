@@ -24,9 +24,9 @@ use crate::store::{Fence, Step, StoreError};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StepError {
-    /// The step's name is empty or longer than [`Step::MAX_NAME_BYTES`];
-    /// nothing ran.
-    #[error("a step name must be 1 to {max} bytes, not {0}", max = Step::MAX_NAME_BYTES)]
+    /// The step's name is empty, longer than [`Step::MAX_NAME_BYTES`], or
+    /// has a control character; nothing ran.
+    #[error("a step name must be 1 to {max} bytes without control characters ({0} bytes given)", max = Step::MAX_NAME_BYTES)]
     InvalidName(usize),
     /// The execution no longer owns its key (another execution took it
     /// over): its step's result was not recorded, and it must stop.
@@ -88,6 +88,24 @@ impl Steps {
         self.recorded.lock().len()
     }
 
+    /// Waits until this execution's lease is confirmed live, before a step
+    /// that was not recorded runs: a holder that was frozen, or cut off from
+    /// the store, past its lease may have been taken over meanwhile, and a
+    /// step it ran then would repeat the takeover's effect. The keeper
+    /// renews a lapsed lease at least once a second, so this waits as long
+    /// as the store is away; the store's answer that another execution owns
+    /// the key is [`StepError::Lost`].
+    pub(crate) async fn confirmed(&self, name: &str) -> Result<(), StepError> {
+        let lease = &*self.lease;
+        while !lease.is_held() {
+            if lease.is_lost() || Instant::now() >= self.ends {
+                return Err(StepError::Lost(name.to_owned()));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
     /// Records `step`, trying again as the module's docs say.
     pub(crate) async fn record(&self, step: Step) -> Result<(), StepError> {
         if step.result.len() > self.limit {
@@ -108,7 +126,11 @@ impl Steps {
                     return Ok(());
                 }
                 Ok(_) => return Err(StepError::Lost(step.name)),
-                Err(error @ StoreError::Full { .. }) => {
+                // Refused for good (too large, a limit, a value the store
+                // cannot hold): trying again would not help.
+                Err(
+                    error @ (StoreError::Full { .. } | StoreError::Corrupt { .. } | StoreError::Misconfigured { .. }),
+                ) => {
                     return Err(StepError::NotRecorded { name: step.name, reason: error.to_string() });
                 }
                 Err(_) if lease.is_lost() => return Err(StepError::Lost(step.name)),

@@ -11,7 +11,8 @@
 //!
 //! Answers: 200 with the record(s) or `{"id", "was", "now"}`; 404 not
 //! found; 409 refused (the record changed, or is not in flight or held);
-//! 400 a malformed request; 503 the store failed.
+//! 400 a malformed request (a body that is not that JSON, whatever its
+//! content type, or has a field not listed here); 503 the store failed.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -58,29 +59,29 @@ struct ListQuery {
     limit: Option<usize>,
 }
 
+/// The body of a release: every field optional, an empty body too; any
+/// other field is refused (a misspelled `expect_token` must never turn a
+/// fenced release into an unfenced one).
 #[derive(Deserialize, Default)]
-struct Expected {
+#[serde(deny_unknown_fields)]
+struct Release {
     expect_token: Option<String>,
     expect_state: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-struct Release {
-    #[serde(flatten)]
-    expected: Expected,
     #[serde(default)]
     forget_steps: bool,
 }
 
+/// The body of a resolve.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Resolution {
     status: u16,
     #[serde(default)]
     headers: Vec<(String, String)>,
     #[serde(default)]
     body: String,
-    #[serde(flatten)]
-    expected: Expected,
+    expect_token: Option<String>,
+    expect_state: Option<String>,
 }
 
 fn bad_request(detail: impl std::fmt::Display) -> HttpResponse {
@@ -112,18 +113,26 @@ fn settled(settled: Result<Settled, OperatorError>) -> HttpResponse {
     }
 }
 
-impl Expected {
-    fn read(&self) -> Result<Expect, String> {
-        let token = match &self.expect_token {
-            Some(token) => Some(FencingToken::from_hex(token).ok_or("expect_token is 32 hex digits")?),
-            None => None,
-        };
-        let state = match &self.expect_state {
-            Some(state) => Some(state.parse::<StateName>().map_err(|error| error.to_string())?),
-            None => None,
-        };
-        Ok(Expect { token, state })
+/// What a write expects of the record, as its body gives it.
+fn expected(token: Option<&str>, state: Option<&str>) -> Result<Expect, String> {
+    let token = match token {
+        Some(token) => Some(FencingToken::from_hex(token).ok_or("expect_token is 32 hex digits")?),
+        None => None,
+    };
+    let state = match state {
+        Some(state) => Some(state.parse::<StateName>().map_err(|error| error.to_string())?),
+        None => None,
+    };
+    Ok(Expect { token, state })
+}
+
+/// A JSON body, or `T::default()` for an empty one; anything else is an
+/// error for a 400, whatever its content type.
+fn json_or_default<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, String> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
     }
+    serde_json::from_slice(body).map_err(|error| format!("the body is not the JSON this request takes: {error}"))
 }
 
 async fn list(operator: web::Data<Operator>, query: web::Query<ListQuery>) -> HttpResponse {
@@ -149,26 +158,24 @@ async fn inspect(operator: web::Data<Operator>, id: web::Path<String>) -> HttpRe
     }
 }
 
-async fn release(
-    operator: web::Data<Operator>,
-    id: web::Path<String>,
-    release: Option<web::Json<Release>>,
-) -> HttpResponse {
-    let release = release.map(web::Json::into_inner).unwrap_or_default();
-    let expect = match release.expected.read() {
+async fn release(operator: web::Data<Operator>, id: web::Path<String>, body: web::Bytes) -> HttpResponse {
+    let release: Release = match json_or_default(&body) {
+        Ok(release) => release,
+        Err(error) => return bad_request(error),
+    };
+    let expect = match expected(release.expect_token.as_deref(), release.expect_state.as_deref()) {
         Ok(expect) => expect,
         Err(error) => return bad_request(error),
     };
     settled(operator.release(&Target::Id(id.into_inner()), &expect, release.forget_steps).await)
 }
 
-async fn resolve(
-    operator: web::Data<Operator>,
-    id: web::Path<String>,
-    resolution: web::Json<Resolution>,
-) -> HttpResponse {
-    let resolution = resolution.into_inner();
-    let expect = match resolution.expected.read() {
+async fn resolve(operator: web::Data<Operator>, id: web::Path<String>, body: web::Bytes) -> HttpResponse {
+    let resolution: Resolution = match serde_json::from_slice(&body) {
+        Ok(resolution) => resolution,
+        Err(error) => return bad_request(format!("the body is not the JSON this request takes: {error}")),
+    };
+    let expect = match expected(resolution.expect_token.as_deref(), resolution.expect_state.as_deref()) {
         Ok(expect) => expect,
         Err(error) => return bad_request(error),
     };

@@ -357,3 +357,82 @@ async fn a_release_keeps_recorded_steps_and_try_step_records_only_results() {
     assert_eq!((body["charge"].as_u64(), body["attempt"].as_str()), (Some(1), Some("after_release")));
     assert_eq!(provider.charges(), 1, "the recorded charge was handed back, not made again");
 }
+
+/// Charges as a step whose result is too large to record.
+#[idempotent(scope = "route", ttl = "1h")]
+#[post("/oversized")]
+async fn oversized(execution: ExecutionContext, provider: web::Data<Provider>) -> Result<HttpResponse, StepError> {
+    let charge = execution.step("charge", async { format!("{:>200}", provider.charge().await) }).await?;
+    Ok(HttpResponse::Created().body(charge))
+}
+
+/// A step that ran but could not be recorded answers 500 `step-failed`,
+/// kept and replayed even when every other 5xx is released: the step's
+/// effect happened, and a release would run it again.
+#[actix_web::test]
+async fn a_step_that_could_not_be_recorded_is_never_released() {
+    let provider = web::Data::new(Provider::default());
+    let idem = Idem::new(MemoryStore::new())
+        .store_timeout(TEST_STORE_TIMEOUT)
+        .response_limit(64)
+        .server_errors(idem_runtime::ServerErrorPolicy::Release);
+    let app = test::init_service(App::new().app_data(idem).app_data(provider.clone()).service(oversized)).await;
+    for attempt in 0..3 {
+        let response = test::call_service(&app, post("/oversized", "pay-8")).await;
+        let replayed = response.headers().contains_key("idempotent-replayed");
+        let (status, _, problem) = answer(response).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{problem}");
+        if attempt == 0 {
+            // (Its replay is the "processed" record: the problem is over the
+            // small limit too.)
+            assert_eq!(problem["type"], "urn:idem:problem:step-failed");
+        }
+        assert_eq!(replayed, attempt > 0, "kept, then replayed");
+    }
+    assert_eq!(provider.charges(), 1, "the step ran once");
+}
+
+/// The operator's service refuses a release whose body it cannot read,
+/// whatever its content type, rather than release without its fence.
+#[actix_web::test]
+async fn the_operator_service_refuses_a_body_it_cannot_read() {
+    let memory = Arc::new(MemoryStore::new());
+    let app = test::init_service(App::new().service(service::scope("/ops", Operator::new(memory.clone())))).await;
+    let key = idem_runtime::store::StorageKey::new(
+        idem_runtime::store::Scope::Route,
+        None,
+        "POST",
+        "/pay",
+        &idem_runtime::store::IdempotencyKey::parse(b"pay-9").unwrap(),
+    );
+    let fingerprint = idem_runtime::store::Fingerprint::from_bytes([9; 32]);
+    let claimed = memory.claim(&key, &fingerprint, Duration::from_secs(60), Duration::from_secs(600)).await.unwrap();
+    assert!(matches!(claimed, idem_runtime::store::Claim::Acquired { .. }));
+    let stale = "00000000000000000000000000000000";
+    for (content_type, body) in [
+        ("application/json", format!(r#"{{"expect_tokn": "{stale}"}}"#)),
+        ("application/json", "not json".to_owned()),
+        ("text/plain", format!(r#"["{stale}"]"#)),
+    ] {
+        let request = TestRequest::post()
+            .uri(&format!("/ops/records/{}/release", key.record_id()))
+            .insert_header(("content-type", content_type))
+            .set_payload(body.clone())
+            .to_request();
+        let response = test::call_service(&app, request).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{content_type} {body}");
+    }
+    let record = memory.get(&key).await.unwrap().expect("the record");
+    assert_eq!(record.state_name(), StateName::InFlight, "nothing was released");
+    // The fenced body with a stale token is refused as a change, whatever
+    // its content type says.
+    for content_type in ["application/json", "text/plain"] {
+        let request = TestRequest::post()
+            .uri(&format!("/ops/records/{}/release", key.record_id()))
+            .insert_header(("content-type", content_type))
+            .set_payload(format!(r#"{{"expect_token": "{stale}"}}"#))
+            .to_request();
+        assert_eq!(test::call_service(&app, request).await.status(), StatusCode::CONFLICT, "{content_type}");
+    }
+    assert_eq!(memory.get(&key).await.unwrap().expect("the record").state_name(), StateName::InFlight);
+}

@@ -379,3 +379,63 @@ async fn a_request_without_a_key_commits_its_transaction_or_nothing() {
     assert_eq!(success.0, StatusCode::OK);
     assert_eq!(rows(&store).await.len(), 2, "a success marked retryable is committed like any success");
 }
+
+/// Lets the handlers of [`crowded`] go on together.
+struct AllIn(tokio::sync::Barrier);
+
+/// Runs its durable step only once every handler of the test holds its
+/// `Tx` (they meet at the barrier), then writes in its `Tx`.
+#[idempotent(scope = "route", lock_ttl = "2s", ttl = "1h")]
+#[post("/crowded")]
+async fn crowded(
+    mut tx: Tx,
+    execution: ExecutionContext,
+    body: String,
+    all_in: web::Data<AllIn>,
+) -> Result<HttpResponse, StepError> {
+    let ticket: String = execution
+        .step("reserve", async {
+            all_in.0.wait().await;
+            format!("ticket {body}")
+        })
+        .await?;
+    sqlx::query("INSERT INTO business_rows (tag, attempt) VALUES ($1, $2)")
+        .bind(&body)
+        .bind(execution.attempt().as_str())
+        .execute(&mut *tx)
+        .await
+        .expect("inserting the business row");
+    Ok(HttpResponse::Created().body(ticket))
+}
+
+/// As many transactional handlers as the pool has connections, each
+/// holding one for its transaction, record a durable step at once: a step
+/// is recorded outside the transactions, and never waits for a connection
+/// one of them holds (they all waited for each other, and the lease keeper
+/// kept their leases alive, until the record's TTL).
+#[actix_web::test]
+async fn steps_of_as_many_transactions_as_the_pool_has_connections_are_recorded() {
+    let Some((url, _admin)) = database("postgres transactional crowded steps", "idem_tx_crowded").await else { return };
+    const CONNECTIONS: usize = 2;
+    let store = store(&url, CONNECTIONS as u32).await;
+    let all_in = web::Data::new(AllIn(tokio::sync::Barrier::new(CONNECTIONS)));
+    let app = test::init_service(App::new().app_data(idem(store.clone())).app_data(all_in).service(crowded)).await;
+    let bodies: Vec<String> = (0..CONNECTIONS).map(|n| format!("r{n}")).collect();
+    let requests = bodies.iter().map(|body| {
+        let request = TestRequest::post()
+            .uri("/crowded")
+            .insert_header(("idempotency-key", fresh_key()))
+            .set_payload(body.clone())
+            .to_request();
+        async { text(app.call(request).await.expect("the request")).await }
+    });
+    let answers = tokio::time::timeout(Duration::from_secs(10), futures_util::future::join_all(requests))
+        .await
+        .expect("every request answered: a step waited for a connection a transaction holds");
+    for (body, answer) in bodies.iter().zip(answers) {
+        assert_eq!(answer, (StatusCode::CREATED, None, format!("ticket {body}")));
+    }
+    let mut tags: Vec<String> = rows(&store).await.into_iter().map(|(tag, _)| tag).collect();
+    tags.sort();
+    assert_eq!(tags, bodies, "every transaction committed");
+}

@@ -294,3 +294,199 @@ async fn records_of_the_upper_case_layout_are_answered_and_rewritten() {
         assert_eq!(now[0], b'l', "replaced by a record of this layout");
     }
 }
+
+/// The previous version's `renew.lua`, `complete.lua` and `release.lua`
+/// (commit 16f3047), as its processes still run them during a rolling
+/// upgrade: they know only the upper-case layout, and answer 0 (lost) for
+/// any other record.
+const PREVIOUS_RENEW: &str = r#"#!lua flags=allow-oom
+-- Extends the lease of an in-flight record, if it holds the token.
+-- KEYS[1]  the record (layout.rs, claim.lua)
+-- ARGV[1]  fencing token (16 bytes)
+-- ARGV[2]  new lease in milliseconds, from now
+-- Returns 1 (held) or 0 (lost).
+-- allow-oom: a server at maxmemory must still keep (and end) the leases of
+-- running handlers, or a retry would run them again once memory frees up.
+-- New claims are still refused when memory is full (claim.lua has no flag).
+-- Ownership is the token: a lease that ran out while nobody took the key
+-- over (the store was unreachable for longer than the lease) is renewed
+-- back into life by its holder. A completed or released record has no
+-- owner. A lease that would outlive the record extends the record too.
+local record = redis.call('GET', KEYS[1])
+local state = record and string.sub(record, 1, 1)
+if not record or (state ~= 'L' and state ~= 'G') or string.sub(record, 34, 49) ~= ARGV[1] then
+  return 0
+end
+local mark, lease = tonumber(string.sub(record, 51)), tonumber(ARGV[2])
+local left = redis.call('PTTL', KEYS[1])
+if left == -1 then
+  -- A key without expiry (PERSIST by hand) cannot tell its lease: the
+  -- owner's token still holds it. It gets its claim's time to live again.
+  left = mark + lease
+  redis.call('PEXPIRE', KEYS[1], left)
+elseif left < lease then
+  left = lease
+  redis.call('PEXPIRE', KEYS[1], left)
+end
+-- Back to `L`: a grace a claim gave (G) ends, the holder being alive.
+redis.call('SET', KEYS[1], 'L' .. string.sub(record, 2, 50) .. string.format('%d', left - lease), 'KEEPTTL')
+return 1
+"#;
+const PREVIOUS_COMPLETE: &str = r#"#!lua flags=allow-oom
+-- Stores the response of an in-flight record, if it holds the token, its
+-- lease running or not (ownership is the token: nobody took the key over).
+-- KEYS[1]  the record (layout.rs, claim.lua)
+-- ARGV[1]  fencing token (16 bytes)
+-- ARGV[2]  encoded response (StoredResponse::to_bytes)
+-- ARGV[3]  time to live in milliseconds, from now
+-- Returns 1 (held) or 0 (lost). The record becomes `C`, the fingerprint,
+-- the token (so that the very same completion sent again, same token and
+-- same response, because its reply was lost or replicas did not
+-- acknowledge it in time, is answered 1 again, and written again, so that
+-- a `WAIT` after it covers the record whichever connection sends it) and
+-- the response. Any other completion of a completed record is refused.
+-- allow-oom: a server at maxmemory must still complete running handlers,
+-- or their retries would find them in flight until their leases end and
+-- then run them again. New claims are refused when memory is full.
+local record = redis.call('GET', KEYS[1])
+if not record or string.sub(record, 34, 49) ~= ARGV[1] then
+  return 0
+end
+local state = string.sub(record, 1, 1)
+if state == 'L' or state == 'G' then
+  redis.call('SET', KEYS[1], 'C' .. string.sub(record, 2, 49) .. ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+if state == 'C' and string.sub(record, 50) == ARGV[2] then
+  -- Written again by an expiry left as it is: a write that replicates (so
+  -- a WAIT after it covers the record). A record without expiry (PERSIST
+  -- by hand, a restore) gets the TTL.
+  local left = redis.call('PTTL', KEYS[1])
+  redis.call('PEXPIRE', KEYS[1], left > 0 and left or ARGV[3])
+  return 1
+end
+return 0
+"#;
+const PREVIOUS_RELEASE: &str = r#"#!lua flags=allow-oom
+-- Turns an in-flight record into a tombstone, if it holds the token (its
+-- lease running or not): the token and lease go, the fingerprint stays until
+-- the record's expiry.
+-- KEYS[1]  the record (layout.rs, claim.lua)
+-- ARGV[1]  fencing token (16 bytes)
+-- Returns 1 (held) or 0 (lost).
+-- allow-oom: a server at maxmemory must still keep (and end) the leases of
+-- running handlers, or a retry would run them again once memory frees up.
+-- New claims are still refused when memory is full (claim.lua has no flag).
+local record = redis.call('GET', KEYS[1])
+local state = record and string.sub(record, 1, 1)
+if not record or (state ~= 'L' and state ~= 'G') or string.sub(record, 34, 49) ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], 'R' .. string.sub(record, 2, 33), 'KEEPTTL')
+return 1
+"#;
+
+/// A lapsed `L` record, whose holder is a process of the previous version:
+/// the claim that finds it lapsed gives it a grace written `G`, as the
+/// previous version's claim wrote it, so that its holder, alive and only
+/// late, still renews (back to `L`), completes or releases it with the
+/// previous version's scripts. Past the grace, it is taken over, or under
+/// `hold` held, in the lower-case layout.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grace_of_an_upper_case_record_is_one_its_holder_still_renews() {
+    let Some((store, mut connection)) = shared("a_grace_of_an_upper_case_record_is_one_its_holder_still_renews").await
+    else {
+        return;
+    };
+    let fp = fingerprint("a");
+    let holder = FencingToken::generate().to_bytes();
+    // Claimed by a process of the previous version, its lease lapsed: the
+    // mark is above the key's PTTL.
+    let lapsed = [&b"L"[..], fp.as_bytes(), &holder, b"0700000"].concat();
+    let (renewed, completed, released, held) = (fresh_key(), fresh_key(), fresh_key(), fresh_key());
+    for key in [&renewed, &completed, &released, &held] {
+        let record = store.record_key(key);
+        let () = redis::cmd("SET")
+            .arg(&record)
+            .arg(lapsed.as_slice())
+            .arg("PX")
+            .arg(600_000)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let other = FencingToken::generate().to_bytes();
+        let grace = Value::Array(vec![Value::Int(3), Value::Int(LEASE_MS as i64 / 2)]);
+        assert_eq!(claim(&mut connection, &record, &other).await, grace, "a grace, not a takeover");
+        // `G`, the rest of the header as it was, and the new lease mark in
+        // as many digits as it takes: the previous version's layout.
+        let value: Vec<u8> = redis::cmd("GET").arg(&record).query_async(&mut connection).await.unwrap();
+        assert_eq!(value[0], b'G', "the grace of an upper-case record: {:?}", String::from_utf8_lossy(&value));
+        assert_eq!(value[1..50], lapsed[1..50], "fingerprint, holder's token and attempt kept");
+        let mark = std::str::from_utf8(&value[50..]).unwrap();
+        assert!(!mark.starts_with('0') && mark.bytes().all(|b| b.is_ascii_digit()), "a mark of {mark:?}");
+        let mark: u64 = mark.parse().unwrap();
+        assert!((500_000..=600_000 - LEASE_MS / 2).contains(&mark), "a grace of half a lease below the PTTL: {mark}");
+    }
+    let previous = |script: &str, key: &idem_runtime::store::StorageKey| {
+        let mut command = redis::cmd("EVAL");
+        command.arg(script).arg(1).arg(store.record_key(key)).arg(holder.as_slice());
+        command
+    };
+    let value = |key: &idem_runtime::store::StorageKey| redis::cmd("GET").arg(store.record_key(key)).clone();
+
+    // The holder renews within its grace, then completes; or completes
+    // without renewing.
+    let renewal: i64 = previous(PREVIOUS_RENEW, &renewed).arg(LEASE_MS).query_async(&mut connection).await.unwrap();
+    assert_eq!(renewal, 1, "the previous version's renewal of its graced record");
+    let now: Vec<u8> = value(&renewed).query_async(&mut connection).await.unwrap();
+    assert_eq!(now[0], b'L', "renewed back to `L`");
+    match store.claim(&renewed, &fp, LEASE, LEASE).await.unwrap() {
+        Claim::InFlight { .. } => {}
+        other => panic!("a renewed lease is in flight, not {other:?}"),
+    }
+    for key in [&renewed, &completed] {
+        let completion: i64 = previous(PREVIOUS_COMPLETE, key)
+            .arg(response(b"done").to_bytes())
+            .arg(600_000)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        assert_eq!(completion, 1, "the previous version's completion of its record");
+        assert_eq!(store.claim(key, &fp, LEASE, LEASE).await.unwrap(), Claim::Replay(response(b"done")));
+    }
+
+    // Or releases it, and the next claim runs it after a release.
+    let release: i64 = previous(PREVIOUS_RELEASE, &released).query_async(&mut connection).await.unwrap();
+    assert_eq!(release, 1, "the previous version's release of its graced record");
+    match store.claim(&released, &fp, LEASE, LEASE).await.unwrap() {
+        Claim::Acquired { attempt, .. } => assert_eq!(attempt, Attempt::AfterRelease),
+        other => panic!("a tombstone is acquired, not {other:?}"),
+    }
+
+    // A grace that lapsed too, under `hold`: held, in the lower-case layout
+    // (its holder presumed dead).
+    let () = redis::cmd("SET")
+        .arg(store.record_key(&held))
+        .arg([&b"G"[..], fp.as_bytes(), &holder, b"0700000"].concat())
+        .arg("PX")
+        .arg(600_000)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let answer: Value = redis::cmd("EVAL")
+        .arg(CLAIM)
+        .arg(1)
+        .arg(store.record_key(&held))
+        .arg(fp.as_bytes().as_slice())
+        .arg(FencingToken::generate().to_bytes().as_slice())
+        .arg(LEASE_MS)
+        .arg(LEASE_MS * 2)
+        .arg("hold")
+        .arg("00000000000000000")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    assert_eq!(answer, Value::Array(vec![Value::Int(5), Value::Int(1)]), "held by this claim");
+    let now: Vec<u8> = value(&held).query_async(&mut connection).await.unwrap();
+    assert_eq!(now[0], b'h', "held in the lower-case layout");
+}

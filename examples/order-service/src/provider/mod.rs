@@ -72,7 +72,8 @@ impl Provider {
     /// like a provider's test cards.
     ///
     /// An error is a call that got no answer: the provider was unreachable
-    /// before charging, or its ledger failed.
+    /// before charging, or its ledger failed (with `dedup`, asking again is
+    /// safe; without, the outcome is unknown and never asked again).
     pub async fn charge(&self, key: &str, order_id: &str, amount_cents: i64) -> Result<Outcome, ApiError> {
         if amount_cents == test_cards::UNAVAILABLE {
             // Refused before any charge: nothing happened.
@@ -88,7 +89,13 @@ impl Provider {
         } else {
             // A downstream without idempotency: the key is made unique per
             // call, so the ledger records every call as a charge of its own.
-            self.ledger.charge_once(&format!("{key}.{}", uuid::Uuid::new_v4().simple()), &charge).await?
+            // A failed call may have charged, and asking again would charge
+            // again: its outcome is unknown, and kept as such.
+            let unique = format!("{key}.{}", uuid::Uuid::new_v4().simple());
+            self.ledger.charge_once(&unique, &charge).await.map_err(|error| {
+                tracing::error!(%error, "the provider's ledger failed during a charge; its outcome is unknown");
+                ApiError::ProviderOutcomeUnknown
+            })?
         };
         if amount_cents == test_cards::TIMEOUT_AFTER_CHARGE {
             return Ok(Outcome::TimedOutAfterCharge);

@@ -26,7 +26,8 @@
 -- missing key and its key is simply free. A record whose lease ran out, or
 -- that was released, keeps its fingerprint: the same request takes it
 -- over, another one is refused. A lapsed lease is taken over in two steps:
--- the first claim to find it lapsed gives its holder a grace (g), the first
+-- the first claim to find it lapsed gives its holder a grace (g; G for an
+-- `L` record, which a process of the previous version holds), the first
 -- after the grace takes it, or, under `hold`, holds it (h) for an operator.
 local value = redis.pcall('GET', KEYS[1])
 local attempt, steps = 0, ''
@@ -118,13 +119,28 @@ if value then
         left = grace
         redis.call('PEXPIRE', KEYS[1], left)
       end
-      redis.call('SET', KEYS[1], write(record, 'g', left - grace, record.body), 'KEEPTTL')
+      if string.sub(value, 1, 1) == 'L' then
+        -- A record of the upper-case layout: its holder is a process of the
+        -- previous version, whose renew, complete and release scripts know
+        -- only `L` and `G` (they answer lost for anything else). The grace
+        -- is written as that version's claim wrote it, `G` and the lease
+        -- mark in as many digits as it takes, so that its holder can still
+        -- renew (back to `L`), complete or release it.
+        redis.call('SET', KEYS[1], 'G' .. string.sub(value, 2, 50) .. string.format('%d', left - grace), 'KEEPTTL')
+      else
+        redis.call('SET', KEYS[1], write(record, 'g', left - grace, record.body), 'KEEPTTL')
+      end
       return {3, grace}
     end
     if ARGV[5] == 'hold' then
       -- Lapsed past its grace on a route that never runs an execution
       -- twice by itself: held, with its token and steps, for an operator
-      -- (or its holder, if it was only slow) to settle.
+      -- (or its holder, if it was only slow) to settle. A `G` record (its
+      -- holder a process of the previous version) is held as `h` too: a
+      -- holder that did not renew within its grace is presumed dead, and
+      -- one that was not could not complete an `h` record (its scripts
+      -- answer lost); so routes are put under `hold` only once every
+      -- process runs this version (docs/stores.md, upgrades).
       redis.call('SET', KEYS[1], write(record, 'h', record.mark, record.body), 'KEEPTTL')
       return {5, 1}
     end

@@ -18,7 +18,9 @@
 --
 -- Records of the upper-case layout (L, G, C, R: no claim time, no route,
 -- no steps, a lease mark of as many digits as it takes) are read too, and
--- written in this layout when a script changes them.
+-- written in this layout when a script changes them, but for the grace a
+-- claim gives an `L` record: written `G`, as the previous version wrote it,
+-- since its holder, a process of that version, accepts no other (claim.lua).
 
 -- A holder's states: in flight (graced or not) or held.
 local RUNNING = {l = true, g = true, h = true}

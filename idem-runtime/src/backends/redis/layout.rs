@@ -54,7 +54,11 @@
 //! response; `R`, the fingerprint (a tombstone without steps). Every script
 //! and [`read`] still answer them (during a rolling upgrade, and until they
 //! expire); a script that changes one writes it in this layout, and every
-//! new record is written in this layout. Lower-case letters tell the two apart at the first byte.
+//! new record is written in this layout, but for the grace a claim gives
+//! an `L` record: that is written `G` as the previous version wrote it, so
+//! that its holder (a process of that version, whose scripts answer lost
+//! for any lower-case record) can still renew, complete or release it.
+//! Lower-case letters tell the two apart at the first byte.
 //!
 //! [`StoredResponse::to_bytes`]: crate::record::StoredResponse::to_bytes
 
