@@ -9,6 +9,7 @@ mod replication;
 mod row;
 mod session;
 mod sql;
+mod steps;
 
 use std::fmt;
 use std::future::Future;
@@ -26,6 +27,7 @@ use self::session::{Pool, session_settings};
 use self::sql::DEFAULT_TABLE;
 pub use self::sql::InvalidTableName;
 use self::sql::{Statements, TableName, sql};
+use self::steps::StepPool;
 use crate::record::StoredResponse;
 use crate::scope::StorageKey;
 #[cfg(doc)]
@@ -89,6 +91,8 @@ pub struct PostgresStore {
     kept: Arc<kept::Kept>,
     /// Renewals' own pool, made ahead by `migrate` or the first claim.
     renewals: Arc<RenewalPool>,
+    /// Steps' own pool, for when the store's has no connection at once.
+    steps: Arc<StepPool>,
     table: TableName,
     sql: Statements,
     /// `postgres://user@host:port/db`, for errors: never the password.
@@ -142,6 +146,7 @@ impl PostgresStore {
             kept: kept::Kept::new(pool.clone()),
             pool,
             renewals: Arc::default(),
+            steps: Arc::default(),
             table,
             server,
             timeout: Some(Self::DEFAULT_OPERATION_TIMEOUT),

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::store::testing::{fingerprint, fresh_key};
-use idem_runtime::store::{Claim, ClaimTerms, FencingToken, OnLapse, Operable, PurgeExpired, Store};
+use idem_runtime::store::{
+    Claim, ClaimTerms, Fence, FencingToken, OnLapse, Operable, PurgeExpired, Step, Store, StoreError,
+};
 use idem_tests::backend::postgres_store;
 
 /// Connections per case: the 64-claimer race holds one per claimer.
@@ -58,5 +60,23 @@ fn racing_claims_hold_a_lapsed_execution_once() {
         let newly = answers.iter().filter(|answer| **answer == Claim::Held { newly: true }).count();
         assert_eq!(newly, 1, "{answers:?}");
         assert!(answers.iter().all(|answer| matches!(answer, Claim::Held { .. })), "{answers:?}");
+    });
+}
+
+/// A step the server refuses for its values (a name with a NUL byte, which
+/// text cannot hold: SQLSTATE 22021) is refused for good, as
+/// [`StoreError::Full`]: the runtime tries every other error again, until
+/// the record's TTL.
+#[test]
+fn a_step_refused_for_its_values_is_refused_for_good() {
+    idem_runtime::store::testing::run(pg_store, |store| async move {
+        let (key, token) = (fresh_key(), FencingToken::generate());
+        let (lease, ttl) = (Duration::from_secs(30), Duration::from_secs(60));
+        let claim = store.claim_as(&key, &fingerprint("nul"), token, lease, ttl).await.unwrap();
+        assert!(matches!(claim, Claim::Acquired { .. }), "{claim:?}");
+        let step = |name: &str| Step { name: name.to_owned(), result: b"1".to_vec().into() };
+        let refused = store.record_step(&key, token, &step("charge\0")).await;
+        assert!(matches!(&refused, Err(StoreError::Full { detail, .. }) if detail.contains("0x00")), "{refused:?}");
+        assert_eq!(store.record_step(&key, token, &step("charge")).await.unwrap(), Fence::Held);
     });
 }

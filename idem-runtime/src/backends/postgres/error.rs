@@ -16,6 +16,16 @@ const UNDEFINED_FUNCTION: &str = "42883";
 /// SQLSTATE class 54: program limit exceeded.
 const PROGRAM_LIMIT_EXCEEDED: &str = "54";
 
+/// SQLSTATE class 22: data exception (a text with a NUL byte, 22021; a
+/// value out of range, 22003).
+const DATA_EXCEPTION: &str = "22";
+
+/// Whether the server refused a statement for the values it was given, as
+/// it will every time they are sent again (SQLSTATE classes 22 and 54).
+fn refused_for_good(code: &str) -> bool {
+    code.starts_with(DATA_EXCEPTION) || code.starts_with(PROGRAM_LIMIT_EXCEEDED)
+}
+
 /// Where the store connects, as `postgres://user@host:port/database`: the
 /// password is never part of it.
 pub(super) fn describe(options: &PgConnectOptions) -> String {
@@ -84,10 +94,13 @@ pub(super) fn store_error(error: sqlx::Error, server: &str, table: &TableName) -
         | sqlx::Error::TypeNotFound { .. } => {
             StoreError::Corrupt { store: KIND, message: format!("table {table} on {server}: {error}") }
         }
-        // Class 54, program limit exceeded (a value over 1 GiB, say): the
-        // server will never take this record, so it is refused for good.
-        sqlx::Error::Database(db) if db.code().is_some_and(|code| code.starts_with(PROGRAM_LIMIT_EXCEEDED)) => {
-            StoreError::Full { store: KIND, detail: format!("table {table} on {server}: {error}") }
+        // Class 54, program limit exceeded (a value over 1 GiB, say), or
+        // class 22, data exception (a step's name with a NUL byte, which
+        // text cannot hold): the server will never take these values, so
+        // they are refused for good, never tried again (the runtime tries
+        // again every error but this one, until the record's TTL).
+        sqlx::Error::Database(db) if db.code().is_some_and(|code| refused_for_good(&code)) => {
+            StoreError::Full { store: KIND, detail: format!("table {table} on {server} refused a value: {error}") }
         }
         // A table an earlier version made: every operation but a claim
         // (which checks first) finds out here.
@@ -137,6 +150,18 @@ mod tests {
         let error = connect_error(sqlx::Error::PoolTimedOut, url);
         assert!(!format!("{error} {error:?}").contains("hunter2"));
         assert!(error.to_string().contains("postgres://idem:***@db/app"), "{error}");
+    }
+
+    #[test]
+    fn data_exceptions_and_program_limits_are_refused_for_good() {
+        for code in ["22021", "22P05", "22003", "54000", "54001"] {
+            assert!(refused_for_good(code), "{code}");
+        }
+        // Connection failures, shutdowns, lock and statement timeouts,
+        // serialization failures, a missing table: tried again.
+        for code in ["08006", "57P01", "55P03", "57014", "40001", "42P01", "XX000"] {
+            assert!(!refused_for_good(code), "{code}");
+        }
     }
 
     #[test]

@@ -137,19 +137,8 @@ impl Kept {
         let Some(local) = self.local() else {
             return Ok(Held::new(Connection::Pooled(self.pool.acquire().await?)));
         };
-        let (fresh, stale) = take(&mut local.free.lock());
-        // Back to the pool, outside the lock.
-        drop(stale);
-        if let Some(connection) = fresh {
-            return Ok(Held::new(Connection::Kept(connection, local)));
-        }
-        if let Some(connection) = self.pool.try_acquire() {
-            return Ok(Held::new(Connection::Kept(KeptConnection::taken(connection, &local.tally), local)));
-        }
-        if self.pool.size() >= self.pool.options().get_max_connections()
-            && let Some(connection) = self.take_elsewhere(&local)
-        {
-            return Ok(Held::new(Connection::Kept(connection, local)));
+        if let Some(held) = self.at_once(&local) {
+            return Ok(held);
         }
         let (send, receive) = oneshot::channel();
         {
@@ -173,6 +162,40 @@ impl Kept {
             Err(_) => KeptConnection::taken(self.pool.acquire().await?, &local.tally),
         };
         Ok(Held::new(Connection::Kept(connection, local)))
+    }
+
+    /// A connection for one operation if there is one at once, as
+    /// [`Kept::acquire`] takes it before it waits (outside a
+    /// single-threaded runtime: one the pool has idle); else none, without
+    /// waiting for one, nor opening one.
+    pub(super) fn try_acquire(self: &Arc<Self>) -> Option<Held> {
+        match self.local() {
+            Some(local) => self.at_once(&local),
+            None => self.pool.try_acquire().map(|connection| Held::new(Connection::Pooled(connection))),
+        }
+    }
+
+    /// One this runtime keeps idle, else one the pool has idle, else (only
+    /// when the pool is full) an idle one another runtime keeps.
+    fn at_once(&self, local: &Arc<Local>) -> Option<Held> {
+        let (fresh, stale) = take(&mut local.free.lock());
+        // Back to the pool, outside the lock.
+        drop(stale);
+        if let Some(connection) = fresh {
+            return Some(Held::new(Connection::Kept(connection, Arc::clone(local))));
+        }
+        if let Some(connection) = self.pool.try_acquire() {
+            return Some(Held::new(Connection::Kept(
+                KeptConnection::taken(connection, &local.tally),
+                Arc::clone(local),
+            )));
+        }
+        if self.pool.size() >= self.pool.options().get_max_connections()
+            && let Some(connection) = self.take_elsewhere(local)
+        {
+            return Some(Held::new(Connection::Kept(connection, Arc::clone(local))));
+        }
+        None
     }
 
     /// Runs `waits`, a wait of the store's own for the pool (a

@@ -107,22 +107,13 @@ impl Store for PostgresStore {
         Ok(fence(self.run(self.kept.execute(query)).await?.rows_affected()))
     }
 
-    /// One fenced statement on the store's own connections: in the
-    /// transactional mode too, outside the handler's transaction (the step
-    /// records an effect that its rollback cannot undo).
+    /// One fenced statement outside the handler's transaction, in the
+    /// transactional mode too (the step records an effect that its rollback
+    /// cannot undo), on a connection no transaction holds: one of the
+    /// store's if there is one at once, else one of the steps' own pool
+    /// (see `steps.rs`).
     async fn record_step(&self, key: &StorageKey, token: FencingToken, step: &Step) -> Result<Fence, StoreError> {
-        let token_bytes = token.to_bytes();
-        // Sent again on a dropped connection: the first result of a name
-        // stays, so a step recorded twice is recorded once.
-        let record = || {
-            let query = sqlx::query(sql(&self.sql.record_step))
-                .bind(key.as_str())
-                .bind(&token_bytes[..])
-                .bind(step.name.as_str())
-                .bind(&step.result[..]);
-            self.kept.execute(query)
-        };
-        Ok(fence(self.run(error::repeatable(record)).await?.rows_affected()))
+        Ok(fence(self.run(self.record_step_now(key, token, step)).await?.rows_affected()))
     }
 
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {

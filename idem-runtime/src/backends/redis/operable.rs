@@ -51,7 +51,7 @@ impl Operable for RedisStore {
             for candidate in glanced.collect::<Vec<_>>().await {
                 kept.extend(candidate?);
             }
-            if kept.len() > 2 * filter.limit {
+            if kept.len() > filter.limit.saturating_mul(2) {
                 keep_oldest(&mut kept, filter.limit);
             }
         }
