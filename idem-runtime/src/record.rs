@@ -1,12 +1,13 @@
 //! Stored responses and idempotency records.
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::Fingerprint;
-use crate::store::{Attempt, StateName, Step};
 use crate::token::FencingToken;
 
 /// Leading byte of every encoded [`StoredResponse`]; bumped on layout changes.
@@ -161,6 +162,103 @@ pub enum RecordState {
         /// Time left before the record expires, by the store's clock.
         ttl_left: Duration,
     },
+}
+
+/// Which execution of its key a won claim starts, by what the key held
+/// before the claim (§8 of the behaviour contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Attempt {
+    /// The key held no live record (none, or one past its TTL): the first
+    /// execution.
+    First,
+    /// The key held a tombstone of the same request: an earlier execution
+    /// released it, reporting that nothing happened.
+    AfterRelease,
+    /// The key held a lapsed lease of the same request: an earlier
+    /// execution stopped before completing (a crash, a stall, a lost
+    /// lease) and may have had effects. Downstream calls made with a
+    /// [derived key](crate::ExecutionContext::derived_key) are not repeated.
+    Takeover,
+}
+
+impl Attempt {
+    /// `first`, `after_release` or `takeover`, for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::First => "first",
+            Self::AfterRelease => "after_release",
+            Self::Takeover => "takeover",
+        }
+    }
+}
+
+/// A durable step's recorded result (§8 of the behaviour contract): what
+/// [`Store::record_step`] kept and a takeover's claim hands back.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Step {
+    /// The step's name, unique within its execution (`"charge"`).
+    pub name: String,
+    /// Its serialized result (the runtime writes JSON).
+    pub result: Bytes,
+}
+
+impl Step {
+    /// Longest step name, in bytes.
+    pub const MAX_NAME_BYTES: usize = 200;
+
+    /// Bytes this step takes in a record, for size limits.
+    pub fn size(&self) -> usize {
+        self.name.len() + self.result.len() + 16
+    }
+}
+
+/// A record's state, as operators name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StateName {
+    /// An execution runs under a lease, or ran under one that lapsed.
+    InFlight,
+    /// An execution lapsed unfinished on a route that holds such
+    /// executions (`on_lapse = "hold"`): it waits for an operator.
+    Held,
+    /// The response is stored and replayed.
+    Completed,
+    /// A tombstone: the same request may run again.
+    Released,
+}
+
+impl StateName {
+    /// Every state, in the order of a record's life.
+    pub const ALL: [Self; 4] = [Self::InFlight, Self::Held, Self::Completed, Self::Released];
+
+    /// `in-flight`, `held`, `completed` or `released`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InFlight => "in-flight",
+            Self::Held => "held",
+            Self::Completed => "completed",
+            Self::Released => "released",
+        }
+    }
+}
+
+impl fmt::Display for StateName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A state name that is none of [`StateName::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown state `{0}`: expected in-flight, held, completed or released")]
+pub struct UnknownState(pub String);
+
+impl FromStr for StateName {
+    type Err = UnknownState;
+
+    fn from_str(name: &str) -> Result<Self, UnknownState> {
+        Self::ALL.into_iter().find(|state| state.as_str() == name).ok_or_else(|| UnknownState(name.to_owned()))
+    }
 }
 
 #[cfg(test)]

@@ -73,15 +73,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 
-pub use self::operable::{ListFilter, Operable, Settlement, StateName, UnknownState};
+pub use self::operable::{ListFilter, Operable, Settlement};
 #[cfg(feature = "postgres")]
 pub use self::transactions::{Opening, PgTransaction, Transactional};
 pub use crate::error::{BoxError, StoreError};
 pub use crate::fingerprint::{Fingerprint, RequestParts};
 pub use crate::key::{IdempotencyKey, KeyError};
-pub use crate::record::{DecodeError, Record, RecordState, StoredResponse};
+pub use crate::record::{Attempt, DecodeError, Record, RecordState, StateName, Step, StoredResponse, UnknownState};
 pub use crate::scope::{Scope, StorageKey};
 pub use crate::token::FencingToken;
 
@@ -188,55 +187,6 @@ impl ClaimTerms {
     pub fn route(mut self, route: impl Into<Arc<str>>) -> Self {
         self.route = Some(route.into());
         self
-    }
-}
-
-/// A durable step's recorded result (§8 of the behaviour contract): what
-/// [`Store::record_step`] kept and a takeover's claim hands back.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Step {
-    /// The step's name, unique within its execution (`"charge"`).
-    pub name: String,
-    /// Its serialized result (the runtime writes JSON).
-    pub result: Bytes,
-}
-
-impl Step {
-    /// Longest step name, in bytes.
-    pub const MAX_NAME_BYTES: usize = 200;
-
-    /// Bytes this step takes in a record, for size limits.
-    pub fn size(&self) -> usize {
-        self.name.len() + self.result.len() + 16
-    }
-}
-
-/// Which execution of its key a won claim starts, by what the key held
-/// before the claim (§8 of the behaviour contract).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Attempt {
-    /// The key held no live record (none, or one past its TTL): the first
-    /// execution.
-    First,
-    /// The key held a tombstone of the same request: an earlier execution
-    /// released it, reporting that nothing happened.
-    AfterRelease,
-    /// The key held a lapsed lease of the same request: an earlier
-    /// execution stopped before completing (a crash, a stall, a lost
-    /// lease) and may have had effects. Downstream calls made with a
-    /// [derived key](crate::ExecutionContext::derived_key) are not repeated.
-    Takeover,
-}
-
-impl Attempt {
-    /// `first`, `after_release` or `takeover`, for logs and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::First => "first",
-            Self::AfterRelease => "after_release",
-            Self::Takeover => "takeover",
-        }
     }
 }
 

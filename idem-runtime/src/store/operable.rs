@@ -2,61 +2,11 @@
 //! records, finding one by its id, and settling an execution that will not
 //! finish by itself.
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Fence, FencingToken, Record, StorageKey, Store, StoreError, StoredResponse};
-
-/// A record's state, as operators name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StateName {
-    /// An execution runs under a lease, or ran under one that lapsed.
-    InFlight,
-    /// An execution lapsed unfinished on a route that holds such
-    /// executions (`on_lapse = "hold"`): it waits for an operator.
-    Held,
-    /// The response is stored and replayed.
-    Completed,
-    /// A tombstone: the same request may run again.
-    Released,
-}
-
-impl StateName {
-    /// Every state, in the order of a record's life.
-    pub const ALL: [Self; 4] = [Self::InFlight, Self::Held, Self::Completed, Self::Released];
-
-    /// `in-flight`, `held`, `completed` or `released`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::InFlight => "in-flight",
-            Self::Held => "held",
-            Self::Completed => "completed",
-            Self::Released => "released",
-        }
-    }
-}
-
-impl fmt::Display for StateName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A state name that is none of [`StateName::ALL`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown state `{0}`: expected in-flight, held, completed or released")]
-pub struct UnknownState(pub String);
-
-impl FromStr for StateName {
-    type Err = UnknownState;
-
-    fn from_str(name: &str) -> Result<Self, UnknownState> {
-        Self::ALL.into_iter().find(|state| state.as_str() == name).ok_or_else(|| UnknownState(name.to_owned()))
-    }
-}
+use super::{Fence, FencingToken, Record, StateName, StorageKey, Store, StoreError, StoredResponse};
 
 /// Which records [`Operable::list`] reports.
 #[derive(Debug, Clone, PartialEq, Eq)]

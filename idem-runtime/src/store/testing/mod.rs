@@ -94,6 +94,9 @@ where
     });
 }
 
+#[doc(hidden)]
+pub use tokio::spawn as __spawn;
+
 /// Runs one conformance case on a fresh multi-threaded runtime.
 ///
 /// `make` builds the store; when it returns `None` the case is skipped (the
@@ -157,6 +160,10 @@ macro_rules! __store_conformance_tests {
             sixty_four_claimers_one_winner,
             sixty_four_claimers_take_over_a_tombstone_once,
             concurrent_claims_after_completion_all_replay,
+        );
+        // Cases that mostly wait for leases to lapse run side by side in
+        // one test: a test thread each would sit idle for seconds.
+        $crate::__store_conformance_tests!(@joined run $make; durable_steps_and_held_executions:
             a_step_name_recorded_twice_keeps_the_first,
             a_stale_token_cannot_record_a_step,
             a_takeover_sees_every_recorded_step_and_no_other,
@@ -164,6 +171,14 @@ macro_rules! __store_conformance_tests {
             hold_waits_for_the_lease_and_its_grace,
             a_record_tells_its_route_attempt_and_age,
         );
+    };
+    (@joined $run:ident $make:path; $name:ident: $($case:ident),* $(,)?) => {
+        #[test]
+        fn $name() {
+            $crate::store::testing::$run($make, |store| async move {
+                $crate::__private_join!(store; $($case),*);
+            });
+        }
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
         $crate::__store_conformance_tests!(@each run $make; $($case),*);
@@ -187,10 +202,32 @@ macro_rules! __store_conformance_tests {
 #[macro_export]
 macro_rules! __operable_conformance_tests {
     ($make:path) => {
-        $crate::__store_conformance_tests!(@each run_operable $make;
+        $crate::__store_conformance_tests!(@joined run_operable $make; operable:
             listing_filters_by_state_route_and_age,
             a_record_is_found_by_its_id,
             settling_applies_only_to_the_record_as_inspected
         );
+    };
+}
+
+/// Runs every case on clones of one store at once, and panics with the
+/// first case that failed.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __private_join {
+    ($store:ident; $($case:ident),*) => {
+        let cases: ::std::vec::Vec<(&str, ::std::pin::Pin<::std::boxed::Box<dyn ::std::future::Future<Output = ()> + ::std::marker::Send>>)> = ::std::vec![
+            $((::std::stringify!($case), ::std::boxed::Box::pin($crate::store::testing::$case(::std::sync::Arc::clone(&$store))))),*
+        ];
+        // Each on a task of its own: a panic names its case.
+        let tasks: ::std::vec::Vec<_> = cases
+            .into_iter()
+            .map(|(name, case)| (name, $crate::store::testing::__spawn(case)))
+            .collect();
+        for (name, task) in tasks {
+            if let ::std::result::Result::Err(error) = task.await {
+                ::std::panic!("conformance case {name} failed: {error}");
+            }
+        }
     };
 }
