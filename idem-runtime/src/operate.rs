@@ -97,12 +97,16 @@ pub struct Expect {
     pub token: Option<FencingToken>,
     /// Its state.
     pub state: Option<StateName>,
+    /// Settle an in-flight execution whose lease is still live: its holder
+    /// is running (or was a moment ago), and its completion would be
+    /// refused, so a retry could run it a second time. Refused without.
+    pub force: bool,
 }
 
 impl Expect {
     /// The record exactly as `inspection` found it.
     pub fn as_inspected(inspection: &Inspection) -> Self {
-        Self { token: inspection.record.token(), state: Some(inspection.record.state_name()) }
+        Self { token: inspection.record.token(), state: Some(inspection.record.state_name()), force: false }
     }
 }
 
@@ -128,6 +132,18 @@ pub enum OperatorError {
         /// Its state.
         state: StateName,
     },
+    /// The execution is in flight under a live lease: its holder is
+    /// running, so settling it would race the holder (give `force` to do it
+    /// anyway). Nothing was written.
+    #[error(
+        "record {id} is in flight with {lease_ms} ms left on its lease: its execution is running; wait for it, or force"
+    )]
+    Running {
+        /// The record's id.
+        id: String,
+        /// Time left on its lease, in milliseconds.
+        lease_ms: u128,
+    },
     /// The record is not as expected, or changed between the inspection and
     /// the write: nothing was written.
     #[error("record {id} changed: {what}; nothing was written (inspect it again)")]
@@ -147,7 +163,7 @@ impl OperatorError {
     /// settleable, changed: the tool's exit status 1) rather than a usage
     /// or store error (exit status 2).
     pub fn is_refusal(&self) -> bool {
-        matches!(self, Self::NotFound(_) | Self::NotSettleable { .. } | Self::Changed { .. })
+        matches!(self, Self::NotFound(_) | Self::NotSettleable { .. } | Self::Changed { .. } | Self::Running { .. })
     }
 }
 
@@ -269,6 +285,12 @@ impl Operator {
         let Some(token) = token else {
             return Err(OperatorError::NotSettleable { id, state: was });
         };
+        if let crate::record::RecordState::InFlight { lease_left, .. } = inspection.record.state
+            && !lease_left.is_zero()
+            && !expect.force
+        {
+            return Err(OperatorError::Running { id, lease_ms: lease_left.as_millis() });
+        }
         match self.store.settle(&inspection.key, token, was, settlement).await? {
             Fence::Held => {
                 let now = match settlement {
@@ -317,7 +339,7 @@ mod tests {
         assert_eq!(store.complete(&key, token, &response, ttl).await.unwrap(), Fence::Held);
         let operator = Operator::new(store);
         let target = Target::Id(key.record_id().to_owned());
-        let stale = Expect { token: Some(token), state: None };
+        let stale = Expect { token: Some(token), state: None, force: false };
         let refused = operator.release(&target, &stale, false).await.unwrap_err();
         assert!(matches!(refused, OperatorError::Changed { .. }), "{refused}");
         assert!(refused.to_string().contains(&token.to_hex()), "{refused}");

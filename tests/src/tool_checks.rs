@@ -415,9 +415,13 @@ pub async fn a_record_that_changed_is_not_settled(store: Arc<dyn Operable>, tool
     let record = store.get(&retried).await.expect("get").expect("a record");
     assert_eq!((record.state_name(), record.token()), (StateName::InFlight, Some(second)), "nothing written");
 
-    // As inspected: applied.
+    // As inspected, but its lease is live (its holder runs): refused
+    // unless forced.
     let args = ["release", retried.record_id(), "--expect-token", &second.to_hex(), "--expect-state", "in-flight"];
-    tool.run(&args).await.exited(0);
+    let refused = tool.run(&args).await;
+    assert!(refused.exited(1).stderr.contains("running"), "{refused}");
+    assert_eq!(store.get(&retried).await.expect("get").expect("a record").token(), Some(second), "nothing written");
+    tool.run(&[&args[..], &["--force"]].concat()).await.exited(0);
     let record = store.get(&retried).await.expect("get").expect("a tombstone");
     assert_eq!(record.state_name(), StateName::Released);
 }

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `GET {path}/records?state=held&older_than_seconds=60&route=POST%20/orders&limit=50` | list |
 //! | `GET {path}/records/{id}` | inspect |
-//! | `POST {path}/records/{id}/release` with `{"expect_token": "..", "expect_state": "held", "forget_steps": false}` (all optional) | release |
+//! | `POST {path}/records/{id}/release` with `{"expect_token": "..", "expect_state": "held", "forget_steps": false, "force": false}` (all optional) | release |
 //! | `POST {path}/records/{id}/resolve` with `{"status": 201, "headers": [["content-type", "application/json"]], "body": "..", "expect_token": "..", "expect_state": ".."}` | resolve |
 //!
 //! Answers: 200 with the record(s) or `{"id", "was", "now"}`; 404 not
@@ -69,6 +69,8 @@ struct Release {
     expect_state: Option<String>,
     #[serde(default)]
     forget_steps: bool,
+    #[serde(default)]
+    force: bool,
 }
 
 /// The body of a resolve.
@@ -82,6 +84,8 @@ struct Resolution {
     body: String,
     expect_token: Option<String>,
     expect_state: Option<String>,
+    #[serde(default)]
+    force: bool,
 }
 
 fn bad_request(detail: impl std::fmt::Display) -> HttpResponse {
@@ -94,6 +98,7 @@ fn failed(error: &OperatorError) -> HttpResponse {
         OperatorError::NotFound(_) => HttpResponse::NotFound().json(body("not-found")),
         OperatorError::NotSettleable { .. } => HttpResponse::Conflict().json(body("not-settleable")),
         OperatorError::Changed { .. } => HttpResponse::Conflict().json(body("changed")),
+        OperatorError::Running { .. } => HttpResponse::Conflict().json(body("running")),
         OperatorError::InvalidTarget(_) | OperatorError::InvalidResponse(_) => {
             HttpResponse::BadRequest().json(body("usage"))
         }
@@ -114,7 +119,7 @@ fn settled(settled: Result<Settled, OperatorError>) -> HttpResponse {
 }
 
 /// What a write expects of the record, as its body gives it.
-fn expected(token: Option<&str>, state: Option<&str>) -> Result<Expect, String> {
+fn expected(token: Option<&str>, state: Option<&str>, force: bool) -> Result<Expect, String> {
     let token = match token {
         Some(token) => Some(FencingToken::from_hex(token).ok_or("expect_token is 32 hex digits")?),
         None => None,
@@ -123,7 +128,7 @@ fn expected(token: Option<&str>, state: Option<&str>) -> Result<Expect, String> 
         Some(state) => Some(state.parse::<StateName>().map_err(|error| error.to_string())?),
         None => None,
     };
-    Ok(Expect { token, state })
+    Ok(Expect { token, state, force })
 }
 
 /// A JSON body, or `T::default()` for an empty one; anything else is an
@@ -163,7 +168,7 @@ async fn release(operator: web::Data<Operator>, id: web::Path<String>, body: web
         Ok(release) => release,
         Err(error) => return bad_request(error),
     };
-    let expect = match expected(release.expect_token.as_deref(), release.expect_state.as_deref()) {
+    let expect = match expected(release.expect_token.as_deref(), release.expect_state.as_deref(), release.force) {
         Ok(expect) => expect,
         Err(error) => return bad_request(error),
     };
@@ -175,10 +180,11 @@ async fn resolve(operator: web::Data<Operator>, id: web::Path<String>, body: web
         Ok(resolution) => resolution,
         Err(error) => return bad_request(format!("the body is not the JSON this request takes: {error}")),
     };
-    let expect = match expected(resolution.expect_token.as_deref(), resolution.expect_state.as_deref()) {
-        Ok(expect) => expect,
-        Err(error) => return bad_request(error),
-    };
+    let expect =
+        match expected(resolution.expect_token.as_deref(), resolution.expect_state.as_deref(), resolution.force) {
+            Ok(expect) => expect,
+            Err(error) => return bad_request(error),
+        };
     let headers =
         resolution.headers.into_iter().map(|(name, value)| (name.to_ascii_lowercase(), value.into_bytes())).collect();
     let response = StoredResponse { status: resolution.status, headers, body: resolution.body.into_bytes().into() };

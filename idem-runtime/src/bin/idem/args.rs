@@ -65,6 +65,11 @@ pub(crate) enum Command {
         /// Refuse unless the record is still in this state.
         #[arg(long, value_parser = state)]
         expect_state: Option<StateName>,
+        /// Settle an in-flight execution whose lease is still live (its
+        /// holder is running: it would lose its completion, and a retry could
+        /// run it again).
+        #[arg(long)]
+        force: bool,
     },
     /// Completes an in-flight or held execution with the response you
     /// established (from the provider's dashboard, say): retries replay it.
@@ -86,6 +91,11 @@ pub(crate) enum Command {
         /// Refuse unless the record is still in this state.
         #[arg(long, value_parser = state)]
         expect_state: Option<StateName>,
+        /// Settle an in-flight execution whose lease is still live (its
+        /// holder is running: it would lose its completion, and a retry could
+        /// run it again).
+        #[arg(long)]
+        force: bool,
     },
 }
 

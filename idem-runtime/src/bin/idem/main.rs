@@ -64,14 +64,14 @@ async fn run(cli: Cli) -> ExitCode {
             Ok(target) => operator.inspect(&target).await.map(|inspection| output.inspect(&inspection)),
             Err(error) => Err(error),
         },
-        Command::Release { record, forget_steps, expect_token, expect_state } => match target(&record) {
+        Command::Release { record, forget_steps, expect_token, expect_state, force } => match target(&record) {
             Ok(target) => {
-                let expect = Expect { token: expect_token, state: expect_state };
+                let expect = Expect { token: expect_token, state: expect_state, force };
                 operator.release(&target, &expect, forget_steps).await.map(|settled| output.settled(&settled))
             }
             Err(error) => Err(error),
         },
-        Command::Resolve { record, status, header, body, expect_token, expect_state } => {
+        Command::Resolve { record, status, header, body, expect_token, expect_state, force } => {
             let response = match std::fs::read(&body) {
                 Ok(bytes) => StoredResponse { status, headers: header, body: bytes.into() },
                 Err(error) => {
@@ -81,7 +81,7 @@ async fn run(cli: Cli) -> ExitCode {
             };
             match target(&record) {
                 Ok(target) => {
-                    let expect = Expect { token: expect_token, state: expect_state };
+                    let expect = Expect { token: expect_token, state: expect_state, force };
                     operator.resolve(&target, response, &expect).await.map(|settled| output.settled(&settled))
                 }
                 Err(error) => Err(error),

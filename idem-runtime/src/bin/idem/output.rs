@@ -42,6 +42,7 @@ impl Output {
                 OperatorError::NotFound(_) => "not-found",
                 OperatorError::NotSettleable { .. } => "not-settleable",
                 OperatorError::Changed { .. } => "changed",
+                OperatorError::Running { .. } => "running",
                 OperatorError::InvalidTarget(_) | OperatorError::InvalidResponse(_) => "usage",
                 _ => "store",
             };
