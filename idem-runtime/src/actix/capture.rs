@@ -13,7 +13,7 @@ use futures_util::{StreamExt, stream};
 
 use super::config::Config;
 use super::problem::{self, ProblemKind};
-use super::retryable::{is_kept, is_marked};
+use super::retryable::{is_kept, is_left_held, is_marked};
 use crate::record::StoredResponse;
 
 /// Header added to every replayed response. It belongs to the runtime: a
@@ -33,6 +33,9 @@ pub(crate) struct Captured {
     /// The runtime marked it kept whatever the 5xx policy (a durable
     /// step's failure: its effect may have happened).
     kept: bool,
+    /// A durable step found the record held for an operator: the execution
+    /// stops, neither completing nor releasing.
+    left_held: bool,
 }
 
 enum Body {
@@ -48,17 +51,24 @@ enum Body {
 impl Captured {
     /// Reads the body of `response`, at most `limit` bytes of it.
     pub(crate) async fn collect(mut response: HttpResponse<BoxBody>, limit: usize) -> Self {
-        let (retryable, kept) = (is_marked(&response), is_kept(&response));
+        let (retryable, kept, left_held) = (is_marked(&response), is_kept(&response), is_left_held(&response));
         response.headers_mut().remove(REPLAYED);
         let status = response.status();
         let headers = response.headers().iter().map(|(n, v)| (n.clone(), v.clone())).collect();
         let body = response.into_body();
         if matches!(body.size(), BodySize::Sized(size) if size > limit as u64) {
-            return Self { status, headers, body: Body::Overflow { head: Bytes::new(), rest: body }, retryable, kept };
+            return Self {
+                status,
+                headers,
+                body: Body::Overflow { head: Bytes::new(), rest: body },
+                retryable,
+                kept,
+                left_held,
+            };
         }
         // A body already in memory (most are) is kept as it is, not copied.
         let mut body = match body.try_into_bytes() {
-            Ok(bytes) => return Self { status, headers, body: Body::Whole(bytes), retryable, kept },
+            Ok(bytes) => return Self { status, headers, body: Body::Whole(bytes), retryable, kept, left_held },
             Err(body) => body,
         };
         let mut read = BytesMut::new();
@@ -76,7 +86,13 @@ impl Captured {
                 }
             }
         };
-        Self { status, headers, body, retryable, kept }
+        Self { status, headers, body, retryable, kept, left_held }
+    }
+
+    /// Whether a durable step found the record held for an operator: the
+    /// execution leaves it so.
+    pub(crate) fn leaves_held(&self) -> bool {
+        self.left_held
     }
 
     /// Whether the handler marked this response retryable, honoured on

@@ -141,6 +141,13 @@ where
         let counted = settle(&route, execution, Ending::Complete(stored)).await;
         return (problem::response(ProblemKind::HandlerPanicked, PANICKED), counted);
     };
+    if captured.leaves_held() {
+        // Its record waits for an operator, who settles it on the steps it
+        // saw: neither completed nor released here.
+        tracing::error!("the execution found its record held for an operator; it stops and leaves the record held");
+        drop(execution);
+        return (captured.into_response(), settled(&route, Outcome::Held));
+    }
     let ending =
         if releases(&captured, &config) { Ending::Release } else { Ending::Complete(captured.to_stored(&config)) };
     let counted = settle(&route, execution, ending).await;

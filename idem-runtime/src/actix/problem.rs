@@ -224,7 +224,10 @@ impl actix_web::ResponseError for crate::engine::StepError {
     fn error_response(&self) -> HttpResponse {
         tracing::error!(error = %self, "a durable step failed");
         let mut answer = response(self.kind(), &self.to_string());
-        answer.extensions_mut().insert(super::retryable::KeptMark);
+        match self {
+            Self::Held(_) => drop(answer.extensions_mut().insert(super::retryable::LeftHeldMark)),
+            _ => drop(answer.extensions_mut().insert(super::retryable::KeptMark)),
+        }
         answer
     }
 }
@@ -233,6 +236,7 @@ impl crate::engine::StepError {
     fn kind(&self) -> ProblemKind {
         match self {
             Self::Lost(_) => ProblemKind::LeaseLost,
+            Self::Held(_) => ProblemKind::ExecutionHeld,
             _ => ProblemKind::StepFailed,
         }
     }

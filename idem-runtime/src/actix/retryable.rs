@@ -80,6 +80,17 @@ pub(crate) fn is_marked(response: &HttpResponse<BoxBody>) -> bool {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct KeptMark;
 
+/// The runtime's own mark on a response after which the execution stops
+/// without completing or releasing: a durable step found its record held
+/// for an operator, who settles it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeftHeldMark;
+
+/// Whether `response` carries [`LeftHeldMark`].
+pub(crate) fn is_left_held(response: &HttpResponse<BoxBody>) -> bool {
+    response.extensions().contains::<LeftHeldMark>()
+}
+
 /// Whether `response` carries [`KeptMark`].
 pub(crate) fn is_kept(response: &HttpResponse<BoxBody>) -> bool {
     response.extensions().contains::<KeptMark>()

@@ -69,6 +69,13 @@ where
             return (problem::response(ProblemKind::TransactionFailed, detail), counted);
         }
     };
+    if captured.leaves_held() {
+        // As in `execute.rs`: the record stays held for an operator.
+        tracing::error!("the execution found its record held for an operator; it stops and leaves the record held");
+        rolled_back(Some(tx), &config).await;
+        drop(execution);
+        return (captured.into_response(), settled(&route, Outcome::Held));
+    }
     if releases(&captured, &config) {
         rolled_back(Some(tx), &config).await;
         let counted = settle(&route, execution, Ending::Release).await;

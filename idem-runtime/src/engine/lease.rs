@@ -38,6 +38,9 @@ pub(crate) struct LeaseState {
     pub(crate) timeout: Duration,
     times: Mutex<Times>,
     lost: AtomicBool,
+    /// A renewal sent after the deadline was confirmed: the lease lapsed
+    /// once, and another claim may have found it so (a held record).
+    lapsed_once: AtomicBool,
     /// The holder is done with it (completed, released or gone): the keeper
     /// leaves it alone.
     done: AtomicBool,
@@ -82,6 +85,7 @@ impl LeaseState {
             timeout,
             times: Mutex::new(Times { confirmed_sent: sent, deadline: later(sent, lease) }),
             lost: AtomicBool::new(false),
+            lapsed_once: AtomicBool::new(false),
             done: AtomicBool::new(false),
             plan: Mutex::new(Plan { due: later(sent, lease / 3), renewing: false, retrying: false, lapsed: false }),
         }
@@ -112,6 +116,12 @@ impl LeaseState {
         self.done.store(true, Ordering::Release);
     }
 
+    /// Whether the lease lapsed at some point and was confirmed again: its
+    /// record may have been held for an operator meanwhile.
+    pub(crate) fn has_lapsed(&self) -> bool {
+        self.lapsed_once.load(Ordering::Acquire)
+    }
+
     /// Whether the store said the record no longer holds the token.
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire)
@@ -132,6 +142,9 @@ impl LeaseState {
             return;
         }
         if sent > times.confirmed_sent {
+            if sent >= times.deadline {
+                self.lapsed_once.store(true, Ordering::Release);
+            }
             times.confirmed_sent = sent;
             times.deadline = times.deadline.max(later(sent, self.lease));
         }

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use super::FIRST_PAUSE;
 use super::lease::LeaseState;
 use crate::observe::store_call;
+use crate::record::RecordState;
 use crate::store::{Fence, Step, StoreError};
 
 /// Why a durable step could not give its result.
@@ -28,6 +29,12 @@ pub enum StepError {
     /// has a control character; nothing ran.
     #[error("a step name must be 1 to {max} bytes without control characters ({0} bytes given)", max = Step::MAX_NAME_BYTES)]
     InvalidName(usize),
+    /// The execution's lease lapsed and its record was held for an operator
+    /// meanwhile (`on_lapse = "hold"`): the step did not run. Returned from
+    /// the handler, the execution stops and leaves the record held (409
+    /// `execution-held`): the operator settles it on the steps it saw.
+    #[error("the execution is held for an operator; step `{0}` did not run")]
+    Held(String),
     /// The execution no longer owns its key (another execution took it
     /// over): its step's result was not recorded, and it must stop.
     #[error("the execution lost its key before step `{0}` was recorded; another execution owns it")]
@@ -95,15 +102,38 @@ impl Steps {
     /// renews a lapsed lease at least once a second, so this waits as long
     /// as the store is away; the store's answer that another execution owns
     /// the key is [`StepError::Lost`].
+    ///
+    /// A lease that lapsed once may have had its record held for an operator
+    /// meanwhile (`on_lapse = "hold"`): the record is read (a round trip,
+    /// only after a lapse), and a held one starts no new step
+    /// ([`StepError::Held`]): the operator settles it on what it saw.
     pub(crate) async fn confirmed(&self, name: &str) -> Result<(), StepError> {
         let lease = &*self.lease;
-        while !lease.is_held() {
-            if lease.is_lost() || Instant::now() >= self.ends {
-                return Err(StepError::Lost(name.to_owned()));
+        loop {
+            while !lease.is_held() {
+                if lease.is_lost() || Instant::now() >= self.ends {
+                    return Err(StepError::Lost(name.to_owned()));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            if !lease.has_lapsed() {
+                return Ok(());
+            }
+            let read = store_call(lease.store.kind(), "get", lease.timeout, lease.store.get(&lease.key)).await;
+            match read {
+                Ok(Some(record)) => match record.state {
+                    RecordState::Held { token, .. } if token == lease.token => {
+                        return Err(StepError::Held(name.to_owned()));
+                    }
+                    RecordState::InFlight { token, .. } if token == lease.token => return Ok(()),
+                    _ => return Err(StepError::Lost(name.to_owned())),
+                },
+                Ok(None) => return Err(StepError::Lost(name.to_owned())),
+                // Unknown: looked at again, while the lease holds.
+                Err(_) if Instant::now() < self.ends => tokio::time::sleep(Duration::from_millis(200)).await,
+                Err(_) => return Err(StepError::Lost(name.to_owned())),
+            }
         }
-        Ok(())
     }
 
     /// Records `step`, trying again as the module's docs say.

@@ -20,9 +20,10 @@ use idem_tests::orders::TEST_STORE_TIMEOUT;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use serde_json::{Value, json};
 
-/// A provider that does not deduplicate: every call is a new charge.
+/// A provider that does not deduplicate: every call is a new charge (or
+/// a new parcel).
 #[derive(Default)]
-struct Provider(AtomicUsize);
+struct Provider(AtomicUsize, AtomicUsize);
 
 impl Provider {
     async fn charge(&self) -> u64 {
@@ -31,6 +32,14 @@ impl Provider {
 
     fn charges(&self) -> usize {
         self.0.load(Ordering::SeqCst)
+    }
+
+    fn ship(&self) -> usize {
+        self.1.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    fn shipped(&self) -> usize {
+        self.1.load(Ordering::SeqCst)
     }
 }
 
@@ -435,4 +444,59 @@ async fn the_operator_service_refuses_a_body_it_cannot_read() {
         assert_eq!(test::call_service(&app, request).await.status(), StatusCode::CONFLICT, "{content_type}");
     }
     assert_eq!(memory.get(&key).await.unwrap().expect("the record").state_name(), StateName::InFlight);
+}
+
+/// Charges, then (on its first execution) stalls for 11.6 s before it
+/// ships: a holder frozen past its lease and grace, that wakes after its
+/// record was held and settled.
+#[idempotent(scope = "route", lock_ttl = "6s", ttl = "1h", on_lapse = "hold")]
+#[post("/frozen")]
+async fn frozen(execution: ExecutionContext, provider: web::Data<Provider>) -> Result<HttpResponse, StepError> {
+    let charge: u64 = execution.step("charge", provider.charge()).await?;
+    if execution.attempt() == idem_runtime::Attempt::First {
+        tokio::time::sleep(Duration::from_millis(11_600)).await;
+    }
+    let shipped: usize = execution.step("ship", async { provider.ship() }).await?;
+    Ok(HttpResponse::Created().json(json!({"charge": charge, "shipped": shipped})))
+}
+
+/// A holder whose lease lapsed and whose record was held, then released by
+/// an operator while it was frozen, starts no new step when it wakes (its
+/// renewal had found the held record still its own): the record is read
+/// first. The operator's release runs the payment once more, which gets the
+/// recorded charge back and ships once.
+#[actix_web::test]
+async fn a_holder_that_wakes_after_its_record_was_held_starts_no_new_step() {
+    let memory = Arc::new(MemoryStore::new());
+    let provider = web::Data::new(Provider::default());
+    let operator = Operator::new(memory.clone());
+    let inner: Arc<dyn Store> = memory.clone();
+    let store = FaultyStore::over(inner).renewals_fail_between(Duration::ZERO, Duration::from_millis(10_000));
+    let idem = Idem::new(store).store_timeout(TEST_STORE_TIMEOUT);
+    let app = test::init_service(App::new().app_data(idem).app_data(provider.clone()).service(frozen)).await;
+    let first = test::call_service(&app, post("/frozen", "pay-10"));
+    let operate = async {
+        let send = async || answer(test::call_service(&app, post("/frozen", "pay-10")).await).await;
+        tokio::time::sleep(Duration::from_millis(6_400)).await;
+        assert_eq!(send().await.0, StatusCode::CONFLICT, "the grace");
+        tokio::time::sleep(idem_runtime::store::grace(Duration::from_secs(6)) + Duration::from_millis(200)).await;
+        assert_eq!(send().await.2["type"], "urn:idem:problem:execution-held");
+        // Renewals come back at 10 s and find the held record their own.
+        tokio::time::sleep(Duration::from_millis(11_200).saturating_sub(Duration::from_millis(9_600))).await;
+        let listed = operator.list(&ListFilter::new(10).state(StateName::Held)).await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].record.steps.len(), 1, "charged, not shipped");
+        operator
+            .release(&Target::Id(listed[0].id().to_owned()), &Expect::as_inspected(&listed[0]), false)
+            .await
+            .unwrap();
+    };
+    let (first, ()) = tokio::join!(first, operate);
+    let (status, _, problem) = answer(first).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    assert_eq!(provider.shipped(), 0, "the woken holder did not ship");
+    let (status, _, run) = answer(test::call_service(&app, post("/frozen", "pay-10")).await).await;
+    assert_eq!(status, StatusCode::CREATED, "{run}");
+    assert_eq!((run["charge"].as_u64(), run["shipped"].as_u64()), (Some(1), Some(1)));
+    assert_eq!((provider.charges(), provider.shipped()), (1, 1), "one charge, one parcel");
 }

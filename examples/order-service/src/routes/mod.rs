@@ -106,10 +106,12 @@ fn charge_key(execution: &ExecutionContext) -> String {
 /// takeover after a crash gets that answer back and does not call the
 /// provider again: a captured or timed-out charge is never made twice, and
 /// the takeover answers as the first execution would have. A call that got
-/// no answer (the provider unreachable before charging, its ledger failing:
-/// a 503 marked retryable) is not recorded: nothing happened, and a
-/// recorded failure would only hand a stale one to the takeover; the next
-/// execution asks the provider again.
+/// no answer is not recorded (`try_step` records results only): the
+/// provider unreachable before charging, or its ledger failing while it
+/// deduplicates, is a 503 marked retryable (nothing happened, or asking
+/// again is safe), and the next execution asks the provider again; a ledger
+/// failing while it does not deduplicate is a 502 kept for the key, since
+/// the charge may stand.
 ///
 /// The step runs again if the crash came between the charge and its record
 /// (`--crash-after-charge`), which is why the provider still gets the
