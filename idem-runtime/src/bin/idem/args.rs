@@ -10,7 +10,7 @@ use idem_runtime::store::{FencingToken, StateName};
 #[derive(Debug, Parser)]
 #[command(name = "idem", version, about = "Lists, inspects, releases and resolves idempotency records on Redis, Redis Cluster and Postgres.", long_about = None)]
 pub(crate) struct Cli {
-    /// The store: redis://..., rediss://..., redis-cluster://h:p,h:p,...
+    /// The store: redis://..., redis-cluster://h:p,h:p,...
     /// or postgres://... (a password in it is never printed).
     #[arg(long, env = "IDEM_STORE", hide_env_values = true, global = true, default_value = "")]
     pub(crate) store: String,

@@ -20,7 +20,7 @@ pub(crate) async fn open(
         };
         return Ok(Arc::new(store));
     }
-    if url.starts_with("redis") || url.starts_with("rediss") || url.starts_with("valkey") {
+    if url.starts_with("redis") || url.starts_with("valkey") {
         let store = RedisStore::connect(url).await.map_err(failed)?;
         let store = match key_prefix {
             Some(prefix) => store.with_key_prefix(prefix).map_err(|e| e.to_string())?,
@@ -32,5 +32,5 @@ pub(crate) async fn open(
         return Err("no store: give --store URL or set IDEM_STORE".to_owned());
     }
     // Not echoed: it may hold a password in a form we do not know.
-    Err("the store URL must start with redis://, rediss://, redis-cluster:// or postgres://".to_owned())
+    Err("the store URL must start with redis://, redis-cluster:// or postgres://".to_owned())
 }
