@@ -59,17 +59,8 @@ pub(crate) enum Command {
         /// step again (only for effects you undid, such as a refunded charge).
         #[arg(long)]
         forget_steps: bool,
-        /// Refuse unless the execution's token is still this one (from `inspect`).
-        #[arg(long, value_parser = token)]
-        expect_token: Option<FencingToken>,
-        /// Refuse unless the record is still in this state.
-        #[arg(long, value_parser = state)]
-        expect_state: Option<StateName>,
-        /// Settle an in-flight execution whose lease is still live (its
-        /// holder is running: it would lose its completion, and a retry could
-        /// run it again).
-        #[arg(long)]
-        force: bool,
+        #[command(flatten)]
+        expect: ExpectArgs,
     },
     /// Completes an in-flight or held execution with the response you
     /// established (from the provider's dashboard, say): retries replay it.
@@ -85,18 +76,32 @@ pub(crate) enum Command {
         /// A file holding the response's body.
         #[arg(long)]
         body: PathBuf,
-        /// Refuse unless the execution's token is still this one (from `inspect`).
-        #[arg(long, value_parser = token)]
-        expect_token: Option<FencingToken>,
-        /// Refuse unless the record is still in this state.
-        #[arg(long, value_parser = state)]
-        expect_state: Option<StateName>,
-        /// Settle an in-flight execution whose lease is still live (its
-        /// holder is running: it would lose its completion, and a retry could
-        /// run it again).
-        #[arg(long)]
-        force: bool,
+        #[command(flatten)]
+        expect: ExpectArgs,
     },
+}
+
+/// What a write expects the record to still be.
+#[derive(Debug, Args)]
+pub(crate) struct ExpectArgs {
+    /// Refuse unless the execution's token is still this one (from `inspect`).
+    #[arg(long, value_parser = token)]
+    pub(crate) expect_token: Option<FencingToken>,
+    /// Refuse unless the record is still in this state.
+    #[arg(long, value_parser = state)]
+    pub(crate) expect_state: Option<StateName>,
+    /// Settle an in-flight execution whose lease is still live (its holder
+    /// is running: it would lose its completion, and a retry could run it
+    /// again).
+    #[arg(long)]
+    pub(crate) force: bool,
+}
+
+impl ExpectArgs {
+    /// The operator's expectation.
+    pub(crate) fn expect(&self) -> idem_runtime::operate::Expect {
+        idem_runtime::operate::Expect { token: self.expect_token, state: self.expect_state, force: self.force }
+    }
 }
 
 /// A record, by its id or by what its storage key is derived from.

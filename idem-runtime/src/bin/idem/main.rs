@@ -12,7 +12,7 @@ mod output;
 use std::process::ExitCode;
 
 use clap::Parser;
-use idem_runtime::operate::{Expect, Operator, OperatorError, Target};
+use idem_runtime::operate::{Operator, OperatorError, Target};
 use idem_runtime::store::{ListFilter, StoredResponse};
 
 use self::args::{Cli, Command, RecordArgs};
@@ -64,14 +64,13 @@ async fn run(cli: Cli) -> ExitCode {
             Ok(target) => operator.inspect(&target).await.map(|inspection| output.inspect(&inspection)),
             Err(error) => Err(error),
         },
-        Command::Release { record, forget_steps, expect_token, expect_state, force } => match target(&record) {
+        Command::Release { record, forget_steps, expect } => match target(&record) {
             Ok(target) => {
-                let expect = Expect { token: expect_token, state: expect_state, force };
-                operator.release(&target, &expect, forget_steps).await.map(|settled| output.settled(&settled))
+                operator.release(&target, &expect.expect(), forget_steps).await.map(|settled| output.settled(&settled))
             }
             Err(error) => Err(error),
         },
-        Command::Resolve { record, status, header, body, expect_token, expect_state, force } => {
+        Command::Resolve { record, status, header, body, expect } => {
             let response = match std::fs::read(&body) {
                 Ok(bytes) => StoredResponse { status, headers: header, body: bytes.into() },
                 Err(error) => {
@@ -81,8 +80,7 @@ async fn run(cli: Cli) -> ExitCode {
             };
             match target(&record) {
                 Ok(target) => {
-                    let expect = Expect { token: expect_token, state: expect_state, force };
-                    operator.resolve(&target, response, &expect).await.map(|settled| output.settled(&settled))
+                    operator.resolve(&target, response, &expect.expect()).await.map(|settled| output.settled(&settled))
                 }
                 Err(error) => Err(error),
             }

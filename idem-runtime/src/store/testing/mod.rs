@@ -82,16 +82,21 @@ where
     C: FnOnce(Arc<dyn crate::store::Operable>) -> CF,
     CF: Future<Output = ()>,
 {
+    on_a_runtime(async move {
+        if let Some(store) = make().await {
+            case(store).await;
+        }
+    });
+}
+
+/// Runs `work` on a fresh multi-threaded runtime.
+fn on_a_runtime(work: impl Future<Output = ()>) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
         .build()
         .expect("building a tokio runtime");
-    runtime.block_on(async move {
-        if let Some(store) = make().await {
-            case(store).await;
-        }
-    });
+    runtime.block_on(work);
 }
 
 #[doc(hidden)]
@@ -108,12 +113,7 @@ where
     C: FnOnce(Arc<dyn Store>) -> CF,
     CF: Future<Output = ()>,
 {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .expect("building a tokio runtime");
-    runtime.block_on(async move {
+    on_a_runtime(async move {
         if let Some(store) = make().await {
             case(store).await;
         }
