@@ -22,3 +22,6 @@ idem_runtime::store::testing::operable_conformance_tests!(operable_memory_store)
 async fn purge_keeps_live_records() {
     idem_runtime::store::testing::purge_keeps_live_records(Arc::new(MemoryStore::new())).await;
 }
+
+// Random sequences of operations, each answer compared with a reference.
+idem_runtime::store::testing::store_sequence_tests!(memory_store);

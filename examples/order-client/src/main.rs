@@ -6,7 +6,15 @@
 //! ```text
 //! order-client --base-url http://127.0.0.1:8080 --user alice --orders 20
 //! ```
+//!
+//! Given several `--base-url`s, each attempt goes to the next one (a load
+//! balancer in front of a fleet); `--history FILE` appends one JSON line per
+//! intent with its keys and answers, for a checker.
 
+mod history;
+mod spread;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -17,13 +25,17 @@ use reqwest::StatusCode;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use serde_json::{Value, json};
 
+use crate::history::{Answer, History, Intent};
+use crate::spread::Spread;
+
 /// The client's flags.
 #[derive(Debug, Parser)]
 #[command(name = "order-client", version, about = "Places and pays orders through idem's retrying client.")]
 struct Config {
-    /// The order service, such as `http://127.0.0.1:8080`.
-    #[arg(long)]
-    base_url: String,
+    /// The order service, such as `http://127.0.0.1:8080`. Given more than
+    /// once, each attempt goes to the next.
+    #[arg(long, required = true)]
+    base_url: Vec<String>,
     /// The caller (`X-User-ID`).
     #[arg(long)]
     user: String,
@@ -42,6 +54,10 @@ struct Config {
     /// How long one request may keep retrying.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     deadline: Duration,
+    /// Appends one JSON line per intent to this file: its idempotency keys,
+    /// what it sent and the answers it ended with.
+    #[arg(long)]
+    history: Option<PathBuf>,
     /// For tests only: a new key on every attempt (a broken client).
     #[arg(long, hide = true)]
     new_key_per_attempt: bool,
@@ -73,11 +89,25 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let base = config.base_url.trim_end_matches('/').to_owned();
+    let history = match config.history.as_deref().map(History::open).transpose() {
+        Ok(history) => history,
+        Err(error) => {
+            eprintln!("order-client: the history file: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let base = config.base_url[0].trim_end_matches('/').to_owned();
     let intents = futures_util::stream::iter(0..config.orders)
         .map(|n| {
-            let (client, base, user) = (&client, &base, &config.user);
-            async move { (n, intent(client, base, user, n).await) }
+            let (client, base, user, history) = (&client, &base, &config.user, &history);
+            async move {
+                let mut record = Intent::new(n, user);
+                let ended = intent(client, base, &mut record).await;
+                if let Some(history) = history {
+                    history.append(&record);
+                }
+                (n, ended)
+            }
         })
         .buffer_unordered(config.concurrency.max(1))
         .collect::<Vec<_>>()
@@ -104,10 +134,13 @@ async fn main() -> ExitCode {
 fn client(config: &Config) -> Result<ClientWithMiddleware, reqwest::Error> {
     let http = reqwest::Client::builder().timeout(config.timeout).build()?;
     let policy = RetryPolicy::default().max_attempts(config.attempts).deadline(config.deadline);
-    let builder = ClientBuilder::new(http).with(IdempotencyMiddleware::new(policy));
+    let mut builder = ClientBuilder::new(http).with(IdempotencyMiddleware::new(policy));
+    // After the retrying middleware: these run once per attempt.
+    if config.base_url.len() > 1 {
+        builder = builder.with(Spread::new(&config.base_url));
+    }
     if config.new_key_per_attempt {
-        // After the retrying middleware: it runs once per attempt.
-        return Ok(builder.with(NewKeyPerAttempt).build());
+        builder = builder.with(NewKeyPerAttempt);
     }
     Ok(builder.build())
 }
@@ -132,17 +165,14 @@ impl reqwest_middleware::Middleware for NewKeyPerAttempt {
 }
 
 /// One intent: place order `n`, then pay it. (placed, paid, tally, failure)
-async fn intent(
-    client: &ClientWithMiddleware,
-    base: &str,
-    user: &str,
-    n: usize,
-) -> (bool, bool, Tally, Option<String>) {
+async fn intent(client: &ClientWithMiddleware, base: &str, record: &mut Intent) -> (bool, bool, Tally, Option<String>) {
     let mut tally = Tally::default();
+    let n = record.n;
     let amount = 1000 + n as i64;
     let order = json!({"customer_id": format!("cus_{n}"), "amount_cents": amount, "currency": "EUR"});
-    let placed = post(client, &format!("{base}/orders"), user, &order, &mut tally).await;
-    let id = match placed {
+    let placed = post(client, &format!("{base}/orders"), &record.user, &order, &mut tally).await;
+    record.order = Some(placed.answer.clone());
+    let id = match placed.created() {
         Ok(body) => match body["id"].as_str() {
             Some(id) => id.to_owned(),
             None => return (false, false, tally, Some(format!("an order without an id: {body}"))),
@@ -150,35 +180,63 @@ async fn intent(
         Err(failure) => return (false, false, tally, Some(format!("placing the order: {failure}"))),
     };
     let payment = json!({"amount_cents": amount});
-    match post(client, &format!("{base}/orders/{id}/payments"), user, &payment, &mut tally).await {
+    let paid = post(client, &format!("{base}/orders/{id}/payments"), &record.user, &payment, &mut tally).await;
+    record.payment = Some(paid.answer.clone());
+    match paid.created() {
         Ok(_) => (true, true, tally, None),
         Err(failure) => (true, false, tally, Some(format!("paying order {id}: {failure}"))),
     }
 }
 
-/// POSTs `body`; its 201 body, or why it ended otherwise.
-async fn post(
-    client: &ClientWithMiddleware,
-    url: &str,
-    user: &str,
-    body: &Value,
-    tally: &mut Tally,
-) -> Result<Value, String> {
-    let sent = client.post(url).header("X-User-ID", user).json(body).send().await;
+/// How one POST ended.
+struct Posted {
+    answer: Answer,
+}
+
+impl Posted {
+    /// The 201's body, or why the POST ended otherwise.
+    fn created(&self) -> Result<Value, String> {
+        match (self.answer.status, &self.answer.text) {
+            (Some(201), Some(text)) => serde_json::from_str(text).map_err(|e| format!("an unreadable 201: {e}")),
+            (Some(status), text) => Err(format!(
+                "{}: {}",
+                StatusCode::from_u16(status).map_or_else(|_| status.to_string(), |s| s.to_string()),
+                text.as_deref().unwrap_or("")
+            )),
+            (None, _) => Err(self.answer.error.clone().unwrap_or_default()),
+        }
+    }
+}
+
+/// POSTs `body` with a key of its own, kept through every retry.
+async fn post(client: &ClientWithMiddleware, url: &str, user: &str, body: &Value, tally: &mut Tally) -> Posted {
+    let key = idem_runtime::client::new_key();
+    let mut answer = Answer { key: key.clone(), request: body.clone(), status: None, text: None, error: None };
+    let sent = client
+        .post(url)
+        .header("X-User-ID", user)
+        .header(idem_runtime::client::IDEMPOTENCY_KEY, key)
+        .json(body)
+        .send()
+        .await;
     let response = match sent {
         Ok(response) => response,
         Err(error) => {
             if let Some(gave_up) = GaveUp::of(&error) {
                 tally.retries += u64::from(gave_up.attempts.saturating_sub(1));
             }
-            return Err(error.to_string());
+            answer.error = Some(error.to_string());
+            return Posted { answer };
         }
     };
     tally.add(Report::of(&response));
-    let status = response.status();
-    let text = response.text().await.map_err(|e| format!("reading the answer: {e}"))?;
-    if status != StatusCode::CREATED {
-        return Err(format!("{status}: {text}"));
+    let status = response.status().as_u16();
+    match response.text().await {
+        Ok(text) => {
+            answer.status = Some(status);
+            answer.text = Some(text);
+        }
+        Err(error) => answer.error = Some(format!("reading the answer: {error}")),
     }
-    serde_json::from_str(&text).map_err(|e| format!("an unreadable 201: {e}"))
+    Posted { answer }
 }

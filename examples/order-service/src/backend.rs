@@ -2,6 +2,7 @@
 //! provider's ledger to one backend.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use idem_runtime::inbox::Inbox;
 use idem_runtime::outbox::PostgresOutbox;
@@ -42,9 +43,15 @@ pub struct Backend {
     pub shown: String,
 }
 
-/// Connects all three to the backend `url` names. Errors never hold a
-/// password: the stores mask it in their own errors.
-pub async fn connect(url: &StoreUrl) -> Result<Backend, String> {
+/// How long a write on Redis waits for its replicas' acknowledgements
+/// (`--replica-acks`): below half the connection's response timeout (2 s)
+/// and the runtime's store timeout (2 s), as `with_replica_acks` asks.
+const REPLICA_ACK_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Connects all three to the backend `url` names, with `replica_acks`
+/// replicas acknowledging the idempotency records' writes on Redis. Errors
+/// never hold a password: the stores mask it in their own errors.
+pub async fn connect(url: &StoreUrl, replica_acks: u32) -> Result<Backend, String> {
     match url {
         StoreUrl::Memory => {
             let repo = Arc::new(MemoryRepo::default());
@@ -69,7 +76,10 @@ pub async fn connect(url: &StoreUrl) -> Result<Backend, String> {
             // database). On one server or a cluster alike: every connection
             // is a `RedisConnection`, and each multi-key script touches one
             // slot (see `repo::redis`).
-            let store = RedisStore::connect(raw).await.map_err(|e| e.to_string())?;
+            let store = RedisStore::connect(raw)
+                .await
+                .map_err(|e| e.to_string())?
+                .with_replica_acks(replica_acks, REPLICA_ACK_TIMEOUT);
             let repo =
                 Arc::new(RedisRepo::connect(raw).await.map_err(|e| format!("the order repository on redis: {e}"))?);
             let ledger = RedisLedger::connect(raw).await.map_err(|e| format!("the payment provider on redis: {e}"))?;

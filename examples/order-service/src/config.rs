@@ -48,6 +48,14 @@ pub struct Config {
     #[arg(long = "provider-dedup", env = "ORDER_SERVICE_PROVIDER_DEDUP", value_enum, default_value_t = Switch::On)]
     pub provider_dedup: Switch,
 
+    /// On Redis and Redis Cluster: how many replicas of a record's primary
+    /// must acknowledge each claim that wins a key, each completion and
+    /// each renewal batch (`WAIT`, 500 ms) before it counts; 0 (the
+    /// default) waits for none. With 1, a primary that fails over keeps
+    /// every key that reached its handler.
+    #[arg(long = "replica-acks", env = "ORDER_SERVICE_REPLICA_ACKS", default_value_t = 0)]
+    pub replica_acks: u32,
+
     /// What a retry does with a payment or order whose execution lapsed
     /// unfinished (its process crashed): `takeover` runs it again, handing
     /// back its recorded durable steps; `hold` never runs it again by

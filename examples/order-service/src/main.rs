@@ -32,7 +32,7 @@ async fn main() -> std::io::Result<()> {
     let metrics = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| std::io::Error::other(format!("installing the metrics recorder: {e}")))?;
-    let backend = backend::connect(&config.store).await.map_err(|e| {
+    let backend = backend::connect(&config.store, config.replica_acks).await.map_err(|e| {
         tracing::error!(store = config.store.kind(), error = %e, "cannot reach the store");
         std::io::Error::other(e)
     })?;

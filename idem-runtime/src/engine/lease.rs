@@ -118,6 +118,7 @@ impl LeaseState {
 
     /// Whether the lease lapsed at some point and was confirmed again: its
     /// record may have been held for an operator meanwhile.
+    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
     pub(crate) fn has_lapsed(&self) -> bool {
         self.lapsed_once.load(Ordering::Acquire)
     }

@@ -25,6 +25,7 @@ mod drain;
 mod held;
 pub(crate) mod keeper;
 mod lease;
+#[cfg_attr(not(feature = "actix"), allow(dead_code))]
 mod steps;
 #[cfg(feature = "postgres")]
 pub(crate) mod tx_commit;
@@ -218,6 +219,7 @@ pub(crate) struct Execution {
     /// Which execution of the key this is.
     attempt: Attempt,
     /// The durable steps recorded before it.
+    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
     steps: Vec<Step>,
     /// When its claim was sent: the record lives `ttl` from about then.
     claimed: Instant,
@@ -260,6 +262,7 @@ impl Execution {
 
     /// Its durable steps, those recorded before it included: results up to
     /// `limit` bytes are recorded.
+    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
     pub(crate) fn steps(&mut self, limit: usize) -> Steps {
         let steps = std::mem::take(&mut self.steps);
         Steps::new(self.lease.shared(), steps, limit, later(self.claimed, self.ttl))

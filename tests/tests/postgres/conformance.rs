@@ -19,6 +19,11 @@ async fn pg_store() -> Option<Arc<dyn Store>> {
 }
 
 idem_runtime::store::testing::store_conformance_tests!(pg_store);
+// Its renewals never shorten a lease (docs/contract.md, section 8).
+idem_runtime::store::testing::store_sequence_tests!(
+    pg_store,
+    idem_runtime::store::testing::sequences::Choices::renewals_never_shorten()
+);
 
 async fn operable_pg_store() -> Option<Arc<dyn Operable>> {
     let url = idem_tests::backend::url("IDEM_POSTGRES_URL", "postgres_conformance")?;

@@ -103,7 +103,7 @@ async fn replay_is_one_statement_and_first_execution_two() {
     assert_eq!(store.complete(&key, token, &response(b"first"), LEASE).await.unwrap(), Fence::Held);
     let (statements, total) = executed(&admin).await;
     assert_eq!(total, 2, "first execution: {statements:#?}");
-    assert!(statements.iter().any(|(q, n)| q.contains("_claim_v3\"(") && *n == 1), "{statements:#?}");
+    assert!(statements.iter().any(|(q, n)| q.contains("_claim_v4\"(") && *n == 1), "{statements:#?}");
     // (Literals may show as `$n`: pg_stat_statements normalizes constants.)
     assert!(statements.iter().any(|(q, n)| q.contains("UPDATE") && q.contains("header_values =") && *n == 1));
 
@@ -232,7 +232,7 @@ async fn a_transactional_first_execution_adds_only_begin_and_commit() {
     let (statements, total) = executed(&admin).await;
     let calls =
         |needle: &dyn Fn(&str) -> bool| statements.iter().filter(|(q, _)| needle(q)).map(|(_, n)| n).sum::<i64>();
-    assert_eq!(calls(&|q| q.contains("_claim_v3\"(")), 1, "claim: {statements:#?}");
+    assert_eq!(calls(&|q| q.contains("_claim_v4\"(")), 1, "claim: {statements:#?}");
     assert_eq!(calls(&|q| q.starts_with("BEGIN ISOLATION LEVEL READ COMMITTED")), 1, "BEGIN: {statements:#?}");
     assert_eq!(calls(&|q| q.contains("INSERT INTO tx_rows")), 1, "the handler's: {statements:#?}");
     assert_eq!(calls(&|q| q.starts_with("-- Complete, fenced.")), 1, "completion: {statements:#?}");
@@ -257,7 +257,7 @@ async fn a_transactional_first_execution_adds_only_begin_and_commit() {
 async fn a_schema_without_the_claim_function_claims_in_one_statement() {
     let Some((_server, admin, store)) = counting_server("postgres_statements fallback").await else { return };
     let drop =
-        format!("DROP FUNCTION {}_claim_v3(text, bytea, bytea, interval, interval, boolean, text)", store.table_name());
+        format!("DROP FUNCTION {}_claim_v4(text, bytea, bytea, interval, interval, boolean, text)", store.table_name());
     sqlx::query(sqlx::AssertSqlSafe(drop)).execute(store.pool()).await.expect("dropping the claim function");
 
     reset(&admin).await;
@@ -285,7 +285,7 @@ async fn a_schema_without_the_claim_function_claims_in_one_statement() {
     assert_eq!(store.claim(&key, &fingerprint("a"), LEASE, TTL).await.unwrap(), Claim::Replay(response(b"first")));
     let (statements, total) = executed(&admin).await;
     assert_eq!(total, 1, "one statement: {statements:#?}");
-    assert!(statements.iter().any(|(q, n)| q.contains("_claim_v3\"(") && *n == 1), "{statements:#?}");
+    assert!(statements.iter().any(|(q, n)| q.contains("_claim_v4\"(") && *n == 1), "{statements:#?}");
     store.pool().close().await;
     admin.close().await;
 }

@@ -23,6 +23,7 @@ async fn cluster_store() -> Option<Arc<dyn Store>> {
 }
 
 idem_runtime::store::testing::store_conformance_tests!(cluster_store);
+idem_runtime::store::testing::store_sequence_tests!(cluster_store);
 
 /// What operators do on the cluster: list (every primary scanned), find
 /// (the one slot an id names) and settle records, with and without replica
@@ -162,6 +163,28 @@ async fn a_renewal_batch_over_many_slots_answers_each_lease() {
     for (i, fence) in fences.iter().enumerate() {
         let expected = if i % 4 == 0 { Fence::Lost } else { Fence::Held };
         assert_eq!(*fence, expected, "renewal {i}");
+    }
+}
+
+/// Batches of renewals sent at once on a store that has not read the slot
+/// map yet (several keepers on one store: an `Idem` and an `Inbox`) are
+/// all answered: those sent while one of them reads the map wait for it,
+/// instead of failing with "renewals' slots have no known primary".
+/// Found by the store sequences (`store_sequence_tests!`).
+#[tokio::test(flavor = "multi_thread")]
+async fn renewal_batches_sent_at_once_are_all_answered() {
+    let Some(store) = redis_cluster_store("renewal_batches_sent_at_once_are_all_answered").await else { return };
+    let store = Arc::new(store);
+    let key = fresh_key();
+    let Claim::Acquired { token, .. } = store.claim(&key, &fingerprint("a"), LEASE, TTL).await.unwrap() else {
+        panic!("a fresh key is acquired");
+    };
+    let batches = (0..16).map(|_| {
+        let (store, renewal) = (Arc::clone(&store), Renewal { key: key.clone(), token, lease: LEASE });
+        tokio::spawn(async move { store.renew_many(&[renewal]).await })
+    });
+    for answer in futures_util::future::join_all(batches).await {
+        assert_eq!(answer.unwrap().unwrap(), [Fence::Held]);
     }
 }
 

@@ -12,6 +12,7 @@ async fn shared_store() -> Option<Arc<dyn Store>> {
 }
 
 idem_runtime::store::testing::store_conformance_tests!(shared_store);
+idem_runtime::store::testing::store_sequence_tests!(shared_store);
 
 /// What operators do on the same server: list, find and settle records.
 mod operable {

@@ -14,21 +14,37 @@ use crate::repo::RepoError;
 /// loses them with everything else of the `memory` backend.
 #[derive(Debug, Default)]
 pub struct MemoryLedger {
-    charges: Mutex<HashMap<String, Charge>>,
+    charges: Mutex<Charges>,
+}
+
+/// The charges by key, and their keys in the order recorded.
+#[derive(Debug, Default)]
+struct Charges {
+    by_key: HashMap<String, Charge>,
+    order: Vec<String>,
 }
 
 #[async_trait]
 impl Ledger for MemoryLedger {
     async fn charge_once(&self, key: &str, charge: &Charge) -> Result<Charge, RepoError> {
         let mut charges = self.charges.lock();
-        Ok(match charges.entry(key.to_owned()) {
+        let Charges { by_key, order } = &mut *charges;
+        Ok(match by_key.entry(key.to_owned()) {
             Entry::Occupied(first) => first.get().clone(),
-            Entry::Vacant(slot) => slot.insert(charge.clone()).clone(),
+            Entry::Vacant(slot) => {
+                order.push(key.to_owned());
+                slot.insert(charge.clone()).clone()
+            }
         })
     }
 
     async fn charges(&self) -> Result<u64, RepoError> {
-        Ok(self.charges.lock().len() as u64)
+        Ok(self.charges.lock().by_key.len() as u64)
+    }
+
+    async fn list(&self) -> Result<Vec<Charge>, RepoError> {
+        let charges = self.charges.lock();
+        Ok(charges.order.iter().filter_map(|key| charges.by_key.get(key).cloned()).collect())
     }
 }
 
@@ -44,5 +60,7 @@ mod tests {
         assert_eq!(again, first, "the first charge, not a second one");
         ledger.charge_once("k2", &Charge::captured("o1", 100)).await.unwrap();
         assert_eq!(ledger.charges().await.unwrap(), 2);
+        let listed: Vec<_> = ledger.list().await.unwrap().into_iter().map(|charge| charge.order_id).collect();
+        assert_eq!(listed, ["o1", "o1"]);
     }
 }

@@ -34,6 +34,8 @@ pub trait Ledger: Send + Sync + 'static {
     async fn charge_once(&self, key: &str, charge: &Charge) -> Result<Charge, RepoError>;
     /// How many charges are recorded.
     async fn charges(&self) -> Result<u64, RepoError>;
+    /// Every charge recorded, in the order recorded (on Postgres, by time).
+    async fn list(&self) -> Result<Vec<Charge>, RepoError>;
 }
 
 /// What the provider answered to a charge: what it did with the money. The
@@ -106,6 +108,12 @@ impl Provider {
     /// How many charges the provider captured.
     pub async fn charges(&self) -> Result<u64, RepoError> {
         self.ledger.charges().await
+    }
+
+    /// Every charge the provider captured: its ledger, as a reconciliation
+    /// report would show it.
+    pub async fn ledger(&self) -> Result<Vec<Charge>, RepoError> {
+        self.ledger.list().await
     }
 }
 

@@ -54,6 +54,16 @@ impl PostgresLedger {
     }
 }
 
+/// The charge of a row of the provider's table.
+fn charge_of(row: &sqlx::postgres::PgRow) -> Result<Charge, RepoError> {
+    Ok(Charge {
+        id: row.try_get("id").map_err(fail)?,
+        order_id: row.try_get("order_id").map_err(fail)?,
+        amount_cents: row.try_get("amount_cents").map_err(fail)?,
+        status: row.try_get("status").map_err(fail)?,
+    })
+}
+
 #[async_trait]
 impl Ledger for PostgresLedger {
     async fn charge_once(&self, key: &str, charge: &Charge) -> Result<Charge, RepoError> {
@@ -79,15 +89,20 @@ impl Ledger for PostgresLedger {
         .fetch_one(&self.pool)
         .await
         .map_err(fail)?;
-        Ok(Charge {
-            id: row.try_get("id").map_err(fail)?,
-            order_id: row.try_get("order_id").map_err(fail)?,
-            amount_cents: row.try_get("amount_cents").map_err(fail)?,
-            status: row.try_get("status").map_err(fail)?,
-        })
+        charge_of(&row)
     }
 
     async fn charges(&self) -> Result<u64, RepoError> {
         count(&self.pool, "SELECT count(*) FROM order_service_provider_charges").await.map_err(fail)
+    }
+
+    async fn list(&self) -> Result<Vec<Charge>, RepoError> {
+        let rows = sqlx::query(
+            "SELECT id, order_id, amount_cents, status FROM order_service_provider_charges ORDER BY created_at, id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(fail)?;
+        rows.iter().map(charge_of).collect()
     }
 }

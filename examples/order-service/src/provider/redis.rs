@@ -14,20 +14,25 @@ use crate::repo::RepoError;
 /// The charges counter.
 const CHARGES: &str = "{order-service}:provider:charges";
 
+/// Every charge, in the order recorded (a list of JSON strings).
+const LEDGER: &str = "{order-service}:provider:ledger";
+
 /// Records a charge under its idempotency key unless one is there, counts
 /// it only then, and returns the charge stored under the key: one round
 /// trip (`EVALSHA`), atomic.
 const CHARGE_ONCE: &str = r"
--- KEYS[1]: the charge of one idempotency key; KEYS[2]: the charges counter.
--- ARGV[1]: the new charge (JSON).
+-- KEYS[1]: the charge of one idempotency key; KEYS[2]: the charges counter;
+-- KEYS[3]: the ledger. ARGV[1]: the new charge (JSON).
 if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
     redis.call('INCR', KEYS[2])
+    redis.call('RPUSH', KEYS[3], ARGV[1])
     return ARGV[1]
 end
 return redis.call('GET', KEYS[1])
 ";
 
-/// Charges as JSON strings keyed by idempotency key, and a counter.
+/// Charges as JSON strings keyed by idempotency key, a counter, and the
+/// ledger listing them.
 #[derive(Clone)]
 pub struct RedisLedger {
     connection: RedisConnection,
@@ -62,7 +67,7 @@ impl Ledger for RedisLedger {
     async fn charge_once(&self, key: &str, charge: &Charge) -> Result<Charge, RepoError> {
         let json = serde_json::to_string(charge).map_err(fail)?;
         let mut invocation = self.charge_once.key(charge_key(key));
-        invocation.key(CHARGES).arg(json);
+        invocation.key(CHARGES).key(LEDGER).arg(json);
         let invocation = &invocation;
         // Safe to send again: a repeat finds the charge and returns it.
         let stored: String = self
@@ -80,5 +85,14 @@ impl Ledger for RedisLedger {
             .await
             .map_err(fail)?;
         Ok(count.unwrap_or(0))
+    }
+
+    async fn list(&self) -> Result<Vec<Charge>, RepoError> {
+        let listed: Vec<String> = self
+            .connection
+            .repeatable(|mut connection| async move { connection.lrange(LEDGER, 0, -1).await })
+            .await
+            .map_err(fail)?;
+        listed.iter().map(|json| serde_json::from_str(json).map_err(fail)).collect()
     }
 }

@@ -76,6 +76,7 @@ pub fn configure(config: &mut web::ServiceConfig, writes: &Writes) {
         .service(list_orders)
         .service(get_order)
         .service(stats)
+        .service(provider_charges)
         .service(metrics)
         .service(healthz);
 }
@@ -177,6 +178,13 @@ async fn stats(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let refunds = state.repo.refunds().await?;
     let notifications_sent = state.outlet.sent().await.map_err(|e| RepoError::new("notifications", e))?;
     Ok(HttpResponse::Ok().json(Stats { orders_created, charges, refunds, notifications_sent }))
+}
+
+/// The simulated provider's ledger: every charge it captured, for a
+/// reconciliation (which orders were charged, and how often).
+#[get("/provider/charges")]
+async fn provider_charges(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(state.provider.ledger().await?))
 }
 
 /// Prometheus text exposition.

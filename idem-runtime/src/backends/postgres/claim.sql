@@ -3,7 +3,7 @@
 -- rather than taken over (on_lapse = 'hold'), $7 the claiming route.
 --
 -- The store calls the claim function that `migrate()` creates
--- (claim_function.sql), as `SELECT * FROM <table>_claim_v3($1, ..., $7)`.
+-- (claim_function.sql), as `SELECT * FROM <table>_claim_v4($1, ..., $7)`.
 -- This statement does the same in one SQL statement, for a database whose
 -- schema lacks the function (the store falls back to it, and says so).
 -- Both are made of the same two parts:
@@ -41,9 +41,10 @@
 -- have been cut off from the database); any other row (one that changed
 -- since the snapshot, or this claim's own, sent again) is rewritten with
 -- its own values (a no-op, HOT update). Either way RETURNING yields
--- exactly one row, and the token tells whether we own it: exactly one of
--- concurrent claimers wins, and exactly one of them holds a lapsed
--- execution.
+-- exactly one row, and the token tells whether we own it (with the
+-- fingerprint: our token on another request's row is that request's):
+-- exactly one of concurrent claimers wins, and exactly one of them holds
+-- a lapsed execution.
 --
 -- The conditions are sql.rs's TAKE_OVER, HOLD and GRACE:
 --   take over: cur.expires_at <= now()

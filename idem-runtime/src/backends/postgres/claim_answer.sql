@@ -1,6 +1,7 @@
 SELECT
     -- This very claim, sent again: its token is new to every other claim.
-    coalesce(cur.token = $3, false) AS acquired,
+    -- Its token with another request is that request's claim: a mismatch.
+    coalesce(cur.token = $3 AND cur.fingerprint = $2, false) AS acquired,
     cur.attempt,
     cur.fingerprint = $2 AS same_request,
     cur.state,
@@ -14,8 +15,8 @@ SELECT
     CASE WHEN cur.fingerprint = $2 THEN cur.header_values END AS header_values,
     CASE WHEN cur.fingerprint = $2 THEN cur.body END AS body,
     -- The steps only to their own claim, sent again.
-    CASE WHEN cur.token = $3 THEN {step_names} END AS step_names,
-    CASE WHEN cur.token = $3 THEN {step_values} END AS step_values
+    CASE WHEN cur.token = $3 AND cur.fingerprint = $2 THEN {step_names} END AS step_names,
+    CASE WHEN cur.token = $3 AND cur.fingerprint = $2 THEN {step_values} END AS step_values
 FROM {table} AS cur
 WHERE cur.key = $1
     AND cur.expires_at > now()

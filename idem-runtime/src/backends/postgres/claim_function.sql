@@ -5,9 +5,12 @@
 -- the arguments: $1 key, $2 fingerprint, $3 new token, $4 lease, $5 record
 -- TTL, $6 whether a lapsed execution is held rather than taken over
 -- (on_lapse = 'hold'), $7 the claiming route.
--- Replaced in place, so that grants given on it survive `migrate()`. (A
--- version that changes what it returns must drop it first, or take a new
--- name: CREATE OR REPLACE cannot change a function's result type.)
+-- Replaced in place, so that grants given on it survive `migrate()`. A
+-- build whose claim answers differ takes a new name (sql.rs,
+-- `claim_function`): a process of the previous build that migrates again
+-- then replaces its own function, never this one. (A version that changes
+-- what it returns must drop it first, or take a new name: CREATE OR
+-- REPLACE cannot change a function's result type.)
 CREATE OR REPLACE FUNCTION {claim_function}(text, bytea, bytea, interval, interval, boolean, text)
 RETURNS TABLE (acquired boolean, attempt text, same_request boolean, state text, held boolean,
                newly_held boolean, lease_left_us bigint, status integer, header_names text[],

@@ -35,7 +35,7 @@ ON CONFLICT (key) DO UPDATE SET
                          WHEN cur.state = 'released' THEN 'after_release'
                          ELSE 'takeover' END
 RETURNING
-    coalesce(cur.token = $3, false) AS acquired,
+    coalesce(cur.token = $3 AND cur.fingerprint = $2, false) AS acquired,
     cur.attempt,
     cur.fingerprint = $2 AS same_request,
     cur.state,
@@ -46,5 +46,5 @@ RETURNING
     CASE WHEN cur.fingerprint = $2 THEN cur.header_names END AS header_names,
     CASE WHEN cur.fingerprint = $2 THEN cur.header_values END AS header_values,
     CASE WHEN cur.fingerprint = $2 THEN cur.body END AS body,
-    CASE WHEN cur.token = $3 THEN {step_names} END AS step_names,
-    CASE WHEN cur.token = $3 THEN {step_values} END AS step_values
+    CASE WHEN cur.token = $3 AND cur.fingerprint = $2 THEN {step_names} END AS step_names,
+    CASE WHEN cur.token = $3 AND cur.fingerprint = $2 THEN {step_values} END AS step_values

@@ -70,15 +70,18 @@ impl TableName {
     }
 
     /// The quoted, qualified name of the claim function
-    /// (`<table>_claim_v3`). The version is in the name: a process of an
-    /// earlier version that migrates the table again replaces its own
-    /// function (`<table>_claim_v2`, which knows nothing of held executions
-    /// and steps; `<table>_claim`, which takes a lapsed lease over at
-    /// once), never this one.
+    /// (`<table>_claim_v4`). The version is in the name, and a build whose
+    /// claim answers differ takes the next one: a process of an earlier
+    /// version that migrates the table again replaces its own function
+    /// (`<table>_claim_v3`, which answers a claim carrying the token of
+    /// an execution in flight as that execution's whatever its request;
+    /// `<table>_claim_v2`, which knows nothing of held executions and
+    /// steps; `<table>_claim`, which takes a lapsed lease over at once),
+    /// never this one.
     fn claim_function(&self) -> String {
         match &self.schema {
-            Some(schema) => format!("\"{schema}\".\"{}_claim_v3\"", self.table),
-            None => format!("\"{}_claim_v3\"", self.table),
+            Some(schema) => format!("\"{schema}\".\"{}_claim_v4\"", self.table),
+            None => format!("\"{}_claim_v4\"", self.table),
         }
     }
 
@@ -297,9 +300,9 @@ mod tests {
     #[test]
     fn every_statement_names_the_table() {
         let statements = Statements::new(&TableName::parse("app.records").unwrap());
-        assert!(statements.claim.contains("\"app\".\"records_claim_v3\"("), "{}", statements.claim);
+        assert!(statements.claim.contains("\"app\".\"records_claim_v4\"("), "{}", statements.claim);
         assert!(
-            statements.schema.contains("CREATE OR REPLACE FUNCTION \"app\".\"records_claim_v3\"("),
+            statements.schema.contains("CREATE OR REPLACE FUNCTION \"app\".\"records_claim_v4\"("),
             "{}",
             statements.schema
         );
@@ -372,14 +375,16 @@ mod tests {
     /// The version of the claim function is in its name and in its one
     /// call; the arguments of the call match the function's.
     #[test]
-    fn the_claim_function_is_version_three_with_seven_arguments() {
+    fn the_claim_function_is_version_four_with_seven_arguments() {
         let statements = Statements::new(&TableName::default_table());
         assert!(
             statements
                 .schema
-                .contains("\"idem_records_claim_v3\"(text, bytea, bytea, interval, interval, boolean, text)")
+                .contains("\"idem_records_claim_v4\"(text, bytea, bytea, interval, interval, boolean, text)")
         );
-        assert_eq!(&*statements.claim, "SELECT * FROM \"idem_records_claim_v3\"($1, $2, $3, $4, $5, $6, $7)");
-        assert!(!statements.schema.contains("_claim_v2"), "an earlier version's function is left alone");
+        assert_eq!(&*statements.claim, "SELECT * FROM \"idem_records_claim_v4\"($1, $2, $3, $4, $5, $6, $7)");
+        for earlier in ["_claim_v3", "_claim_v2", "_claim\""] {
+            assert!(!statements.schema.contains(earlier), "an earlier version's function is left alone: {earlier}");
+        }
     }
 }

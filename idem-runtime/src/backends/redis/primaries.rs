@@ -12,20 +12,22 @@
 //! [`ConnectionManager`](redis::aio::ConnectionManager), connected when
 //! first used) and a batch sends one pipeline per primary, each within the
 //! batch's budget: a dead or hung primary fails its own pipeline and
-//! nothing else, and nothing waits on a network call while holding a
-//! lock. The slot map comes from `CLUSTER SLOTS`, asked of every known
-//! primary and seed node at once, within half the budget, one batch asking
-//! at a time: the view most of the nodes that answer share (a node cut off
-//! from the others may still name itself), among those that map any slot.
-//! It is asked again after a primary fails, is late, redirects a renewal or
-//! answers `CLUSTERDOWN`, and when renewals have slots it does not map
-//! (those are unanswered meanwhile). A renewal answered `MOVED` or `ASK` is
-//! sent once more, to the node named, on that node's own connection
-//! (after `ASKING` for `ASK`); never through the cluster client.
+//! nothing else, and nothing waits on a network call while holding the
+//! map's lock. The slot map comes from `CLUSTER SLOTS`, asked of every
+//! known primary and seed node at once, within half the budget, one batch
+//! asking at a time: the view most of the nodes that answer share (a node
+//! cut off from the others may still name itself), among those that map
+//! any slot. A batch sent meanwhile uses the map it has, or, if that map
+//! does not know its slots (no map yet), waits for the answer, within the
+//! same half of its own budget. The map is asked for again after a
+//! primary fails, is late, redirects a renewal or answers `CLUSTERDOWN`,
+//! and when renewals have slots it does not map (those are unanswered
+//! meanwhile). A renewal answered `MOVED` or `ASK` is sent once more, to
+//! the node named, on that node's own connection (after `ASKING` for
+//! `ASK`); never through the cluster client.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -49,9 +51,9 @@ pub(super) struct Primaries {
     /// For errors, with the URL's password masked.
     endpoint: Endpoint,
     routes: Mutex<Routes>,
-    /// A batch is asking for the slot map (one at a time; the others use
-    /// the map they have).
-    asking: AtomicBool,
+    /// Held by the batch asking for the slot map, one at a time, until the
+    /// map it got is in place (or the ask failed), however the ask ends.
+    asking: tokio::sync::Mutex<()>,
 }
 
 /// A primary's host:port, as `CLUSTER SLOTS` names it.
@@ -81,7 +83,7 @@ impl Primaries {
     /// `endpoint`.
     pub(super) fn new(seeds: Vec<String>, config: ConnectionManagerConfig, endpoint: Endpoint) -> Self {
         let routes = Mutex::new(Routes::default());
-        Self { seeds, config, endpoint, routes, asking: AtomicBool::new(false) }
+        Self { seeds, config, endpoint, routes, asking: tokio::sync::Mutex::new(()) }
     }
 
     fn routes(&self) -> std::sync::MutexGuard<'_, Routes> {
@@ -91,27 +93,26 @@ impl Primaries {
     /// Each primary's renewals (positions in `slots`, a batch's slots in
     /// order) with its connection, and the positions whose slot the map
     /// does not know. Asks for the slot map first, within `limit`, when it
-    /// is stale and no other batch is asking; else uses the map it has
-    /// (none at first: every slot is then unknown).
+    /// is stale and no other batch is asking. While another batch asks, it
+    /// uses the map it has if that map knows every slot of `slots`, and
+    /// else (no map yet, or one that lacks a slot) waits for the other's
+    /// answer, within `limit`.
     async fn plan(&self, slots: &[u16], limit: Duration) -> (Vec<(Node, RedisConnection, Vec<usize>)>, Vec<usize>) {
         let (stale, marks) = {
             let routes = self.routes();
             (routes.asked_at != Some(routes.marks), routes.marks)
         };
-        if stale && !self.asking.swap(true, Ordering::AcqRel) {
-            // Reset however the ask ends, the batch dropped midway included.
-            let _asking = Asking(&self.asking);
-            match self.slot_map(limit).await {
-                Some(map) => {
-                    let mut routes = self.routes();
-                    routes.nodes.retain(|node, _| map.iter().any(|(_, _, primary)| primary == node));
-                    routes.slots = map;
-                    routes.asked_at = Some(marks);
+        if stale {
+            match self.asking.try_lock() {
+                // Released however the ask ends, the batch dropped midway
+                // included.
+                Ok(_asking) => self.ask(marks, limit).await,
+                Err(_) if !self.knows(slots) => {
+                    // The ask under way ends within its own limit; its map
+                    // (or the one there was, if it failed) is read below.
+                    let _ = tokio::time::timeout(limit, self.asking.lock()).await;
                 }
-                None => tracing::warn!(
-                    ?limit,
-                    "no node answered CLUSTER SLOTS in time; renewals keep the slot map they have"
-                ),
+                Err(_) => {}
             }
         }
         let mut routes = self.routes();
@@ -137,6 +138,29 @@ impl Primaries {
             routes.mark();
         }
         (groups, unmapped)
+    }
+
+    /// Asks for the slot map, within `limit`, and puts it in place as the
+    /// map asked for after `marks` marks; keeps the map there is if no
+    /// node answers in time.
+    async fn ask(&self, marks: u64, limit: Duration) {
+        match self.slot_map(limit).await {
+            Some(map) => {
+                let mut routes = self.routes();
+                routes.nodes.retain(|node, _| map.iter().any(|(_, _, primary)| primary == node));
+                routes.slots = map;
+                routes.asked_at = Some(marks);
+            }
+            None => {
+                tracing::warn!(?limit, "no node answered CLUSTER SLOTS in time; renewals keep the slot map they have")
+            }
+        }
+    }
+
+    /// Whether the map names a primary for each of `slots`.
+    fn knows(&self, slots: &[u16]) -> bool {
+        let routes = self.routes();
+        slots.iter().all(|&slot| routes.primary_of(slot).is_some())
     }
 
     /// Forgets `node`'s connection (it failed, or was late) and marks the
@@ -227,15 +251,6 @@ impl Primaries {
 /// How long answers to `CLUSTER SLOTS` are awaited after the first.
 const GRACE: Duration = Duration::from_millis(50);
 
-/// Ends a batch's asking for the slot map when dropped.
-struct Asking<'a>(&'a AtomicBool);
-
-impl Drop for Asking<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
-
 impl Routes {
     /// Marks the map for asking again.
     fn mark(&mut self) {
@@ -253,7 +268,8 @@ impl Routes {
 impl RedisStore {
     /// A batch on a cluster's primaries: one pipeline on each primary's own
     /// connection, all sent at once, the whole within the group budget
-    /// (asking for the slot map first takes at most half of it). A primary
+    /// (asking for the slot map first, or waiting for another batch's ask,
+    /// takes at most half of it). A primary
     /// that fails or is late leaves its own renewals unanswered; its
     /// connection is made again, and the slot map asked for again, by the
     /// next batch. Renewals of slots the map does not know are unanswered.

@@ -48,7 +48,7 @@ pub(super) struct Scripts {
 
 impl Scripts {
     pub(super) fn new() -> Self {
-        let sources = SOURCES.map(with_layout);
+        let sources = SOURCES.map(|source| with_layout(&planted(source)));
         let [claim, renew, complete, release, get, step, settle] = sources.each_ref().map(|source| Script::new(source));
         Self { claim, renew, complete, release, get, step, settle, sources }
     }
@@ -66,6 +66,47 @@ impl Scripts {
             (&self.settle, settle),
         ]
     }
+}
+
+/// The bugs `scripts/campaign --mutant NAME` can plant, to show that the
+/// campaign finds them: (NAME, the first words of the script, the line
+/// planted over, the bug). A mutant is built with
+/// `RUSTFLAGS='--cfg idem_mutant="NAME"'`, never by a cargo feature, so
+/// that no build of the workspace can have one.
+///
+/// - `hold-ignored`: a claim takes over a lapsed execution on a route whose
+///   lapse policy is `hold`;
+/// - `unfenced-completion`: a completion stores its response without
+///   checking that the record holds its token.
+const MUTANTS: [(&str, &str, &str, &str); 2] = [
+    ("hold-ignored", "-- Claims one", "if ARGV[5] == 'hold' then", "if false then"),
+    (
+        "unfenced-completion",
+        "#!lua flags=allow-oom\n-- Stores the response",
+        "if not record or record.token ~= ARGV[1] then",
+        "if not record then",
+    ),
+];
+
+/// The mutant this build plants, if any.
+#[cfg(idem_mutant = "hold-ignored")]
+const PLANTED: Option<&str> = Some("hold-ignored");
+/// The mutant this build plants, if any.
+#[cfg(idem_mutant = "unfenced-completion")]
+const PLANTED: Option<&str> = Some("unfenced-completion");
+/// The mutant this build plants, if any.
+#[cfg(not(any(idem_mutant = "hold-ignored", idem_mutant = "unfenced-completion")))]
+const PLANTED: Option<&str> = None;
+
+/// `source`, with the bug of [`PLANTED`] if it is this script's.
+fn planted(source: &'static str) -> std::borrow::Cow<'static, str> {
+    for (name, script, line, bug) in MUTANTS {
+        if PLANTED == Some(name) && source.starts_with(script) {
+            assert!(source.contains(line), "the line of mutant {name} is no longer in its script");
+            return source.replacen(line, bug, 1).into();
+        }
+    }
+    source.into()
 }
 
 /// `source` with [`LAYOUT`] put in: after its `#!lua` line if it has one
@@ -88,6 +129,16 @@ pub(super) fn millis(duration: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_mutant_finds_its_line_in_exactly_one_script() {
+        for (name, script, line, _) in MUTANTS {
+            let scripts: Vec<_> = SOURCES.iter().filter(|source| source.starts_with(script)).collect();
+            assert_eq!(scripts.len(), 1, "mutant {name}: one script starts with {script:?}");
+            assert_eq!(scripts[0].matches(line).count(), 1, "mutant {name}: its line, once");
+        }
+        assert_eq!(Scripts::new().sources.map(|s| s.len()), SOURCES.map(|s| with_layout(s).len()), "no mutant here");
+    }
 
     #[test]
     fn durations_round_up_to_whole_milliseconds() {

@@ -142,6 +142,24 @@ pub async fn the_same_claim_sent_again_is_its_own(store: Arc<dyn Store>) {
     in_flight(&*store, &key, token).await;
 }
 
+/// A claim is its own only for its request: another request sending the
+/// holder's token is a mismatch, as any other claim of it is, its lease
+/// running or lapsed, and the record stays its holder's, the request's.
+pub async fn the_holders_token_with_another_request_is_a_mismatch(store: Arc<dyn Store>) {
+    let key = fresh_key();
+    let token = FencingToken::generate();
+    let first = store.claim_as(&key, &fingerprint("a"), token, SHORT, TTL).await.unwrap();
+    assert!(matches!(first, Claim::Acquired { .. }), "{first:?}");
+    assert_eq!(store.claim_as(&key, &fingerprint("b"), token, SHORT, TTL).await.unwrap(), Claim::Mismatch);
+    in_flight(&*store, &key, token).await;
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(store.claim_as(&key, &fingerprint("b"), token, SHORT, TTL).await.unwrap(), Claim::Mismatch);
+    let record = store.get(&key).await.unwrap().expect("an in-flight record");
+    assert_eq!(record.fingerprint, fingerprint("a"), "the record is the first request's");
+    assert_eq!(in_flight(&*store, &key, token).await.0, Duration::ZERO, "no grace, no new lease");
+    assert_eq!(store.claim_as(&key, &fingerprint("a"), token, SHORT, TTL).await.unwrap(), first);
+}
+
 /// Renewing keeps a short lease alive far past its first expiry.
 pub async fn renew_keeps_the_lease_alive(store: Arc<dyn Store>) {
     let key = fresh_key();

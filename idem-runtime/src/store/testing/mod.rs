@@ -20,11 +20,28 @@
 //!
 //! Each case uses fresh random keys, so the cases can share one server and
 //! run in parallel.
+//!
+//! [`store_sequence_tests!`] adds the [`sequences`]: random sequences of
+//! operations whose every answer is compared with a reference store, and
+//! the regression cases they found (10 to 15 s per store, mostly waiting
+//! for leases to lapse):
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use idem_runtime::MemoryStore;
+//! # use idem_runtime::store::Store;
+//! # async fn store() -> Option<Arc<dyn Store>> {
+//! #     Some(Arc::new(MemoryStore::new()))
+//! # }
+//! idem_runtime::store::testing::store_sequence_tests!(store);
+//! # fn main() {}
+//! ```
 
 mod cases;
 mod leases;
 mod operable;
 mod race;
+pub mod sequences;
 mod steps;
 mod tombstones;
 
@@ -42,7 +59,8 @@ pub use self::leases::{
     a_lapsed_owner_without_successor_renews_and_completes, a_record_past_its_ttl_is_gone_for_its_token,
     expired_lease_can_be_taken_over, forged_token_is_refused, renew_extends_a_record_past_its_ttl,
     renew_keeps_the_lease_alive, renew_many_answers_each_lease, renew_many_tells_a_stale_token_from_the_live_one,
-    stale_owner_can_neither_complete_nor_release, the_same_claim_sent_again_is_its_own,
+    stale_owner_can_neither_complete_nor_release, the_holders_token_with_another_request_is_a_mismatch,
+    the_same_claim_sent_again_is_its_own,
 };
 pub use self::operable::{
     a_record_is_found_by_its_id, listing_filters_by_state_route_and_age,
@@ -52,6 +70,7 @@ pub use self::race::{
     CLAIMERS, concurrent_claims_after_completion_all_replay, different_requests_racing_for_one_key_one_wins,
     sixty_four_claimers_one_winner, sixty_four_claimers_take_over_a_tombstone_once,
 };
+pub use self::sequences::{replay, sequences_agree_with_the_reference};
 pub use self::steps::{
     a_lapsed_execution_under_hold_is_held_for_its_holder, a_record_tells_its_route_attempt_and_age,
     a_stale_token_cannot_record_a_step, a_step_name_recorded_twice_keeps_the_first,
@@ -67,6 +86,15 @@ pub use self::tombstones::{
 pub use crate::__store_conformance_tests as store_conformance_tests;
 
 use crate::store::Store;
+
+/// Instantiates the [`sequences`] and their regression cases as `#[test]`
+/// functions; the argument is the path of an
+/// `async fn() -> Option<Arc<dyn Store>>`, as for
+/// [`store_conformance_tests!`], then, for a store that made other
+/// choices where the contract leaves one, its
+/// [`Choices`](sequences::Choices).
+#[doc(inline)]
+pub use crate::__store_sequence_tests as store_sequence_tests;
 
 /// Instantiates the [`Operable`](crate::store::Operable) cases as `#[test]`
 /// functions; the argument is the path of an
@@ -142,6 +170,7 @@ macro_rules! __store_conformance_tests {
             a_lapsed_owner_completes_or_releases_without_renewing,
             a_record_past_its_ttl_is_gone_for_its_token,
             the_same_claim_sent_again_is_its_own,
+            the_holders_token_with_another_request_is_a_mismatch,
             lapsed_lease_keeps_its_fingerprint,
             record_outlives_a_lapsed_lease_until_its_ttl,
             renew_keeps_the_lease_alive,
@@ -189,6 +218,40 @@ macro_rules! __store_conformance_tests {
             fn $case() {
                 $crate::store::testing::$run($make, |store| async move {
                     $crate::store::testing::$case(store).await
+                });
+            }
+        )*
+    };
+}
+
+/// Instantiates the random sequences and their regression cases as
+/// `#[test]` functions. Reached as
+/// `idem_runtime::store::testing::store_sequence_tests!`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __store_sequence_tests {
+    ($make:path) => {
+        $crate::__store_sequence_tests!($make, $crate::store::testing::sequences::Choices::default());
+    };
+    ($make:path, $choices:expr) => {
+        #[test]
+        fn sequences_agree_with_the_reference() {
+            $crate::store::testing::run($make, |store| async move {
+                $crate::store::testing::sequences::sequences_agree_with_the_reference_given(store, $choices).await
+            });
+        }
+        $crate::__store_sequence_tests!(@each $make, $choices;
+            renewing_a_long_lease_for_less,
+            renewing_within_a_grace,
+            completing_twice,
+        );
+    };
+    (@each $make:path, $choices:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::store::testing::run($make, |store| async move {
+                    $crate::store::testing::sequences::regressions::$case(store, $choices).await
                 });
             }
         )*
