@@ -8,7 +8,12 @@
 //!
 //! Every write is fenced: it applies only to the record as inspected (its
 //! token and state), and is refused with [`OperatorError::Changed`] when the
-//! record changed meanwhile.
+//! record changed meanwhile. An execution in flight is settled only as a
+//! claim takes a lapsed lease over: refused while its lease is live
+//! ([`OperatorError::Running`]), and, when its lease has lapsed, only after
+//! a grace that the first write gives its holder
+//! ([`OperatorError::Graced`]): its renewal may have been on its way when
+//! the operator looked. `force` settles it whatever its lease.
 //!
 //! ```
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -31,13 +36,14 @@ pub mod service;
 mod text;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use self::json::to_json;
 pub use self::text::{detail_lines, summary_line};
 use crate::key::IdempotencyKey;
 use crate::record::{Record, StoredResponse};
 use crate::scope::{Scope, StorageKey};
-use crate::store::{Fence, FencingToken, ListFilter, Operable, Settlement, StateName, StoreError};
+use crate::store::{FencingToken, InFlightSettle, ListFilter, Operable, Settle, Settlement, StateName, StoreError};
 
 /// Which record an operation is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,9 +103,11 @@ pub struct Expect {
     pub token: Option<FencingToken>,
     /// Its state.
     pub state: Option<StateName>,
-    /// Settle an in-flight execution whose lease is still live: its holder
-    /// is running (or was a moment ago), and its completion would be
-    /// refused, so a retry could run it a second time. Refused without.
+    /// Settle an in-flight execution whatever its lease: a live one (its
+    /// holder is running, or was a moment ago, and its completion would be
+    /// refused, so a retry could run it a second time), or a lapsed one
+    /// without first giving its holder a grace. For an operator who knows
+    /// the holder's process is gone. Refused without.
     pub force: bool,
 }
 
@@ -144,6 +152,24 @@ pub enum OperatorError {
         /// Time left on its lease, in milliseconds.
         lease_ms: u128,
     },
+    /// The execution is in flight and its lease had lapsed, but nothing had
+    /// given its holder a grace yet: its renewal may have been on its way
+    /// when the operator looked, and a holder that never saw its lease
+    /// lapse goes on without reading its record. The write gave it a grace
+    /// (a renewal within it shows the holder alive: the record is then
+    /// running again), and wrote nothing else: the same write after the
+    /// grace applies (or give `force`, if its process is gone).
+    #[error(
+        "record {id} is in flight and its lease lapsed only now: its holder gets a grace; nothing was written; \
+         try again in {} s (or force, if its process is gone)",
+        grace_ms.div_ceil(1000)
+    )]
+    Graced {
+        /// The record's id.
+        id: String,
+        /// The grace given, in milliseconds.
+        grace_ms: u128,
+    },
     /// The record is not as expected, or changed between the inspection and
     /// the write: nothing was written.
     #[error("record {id} changed: {what}; nothing was written (inspect it again)")]
@@ -163,7 +189,25 @@ impl OperatorError {
     /// settleable, changed: the tool's exit status 1) rather than a usage
     /// or store error (exit status 2).
     pub fn is_refusal(&self) -> bool {
-        matches!(self, Self::NotFound(_) | Self::NotSettleable { .. } | Self::Changed { .. } | Self::Running { .. })
+        matches!(
+            self,
+            Self::NotFound(_)
+                | Self::NotSettleable { .. }
+                | Self::Changed { .. }
+                | Self::Running { .. }
+                | Self::Graced { .. }
+        )
+    }
+
+    /// When the same write may apply: after the lease of a running
+    /// execution, or the grace just given; `None` for other errors.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            &Self::Running { lease_ms: ms, .. } | &Self::Graced { grace_ms: ms, .. } => {
+                Some(Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX)))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -201,18 +245,32 @@ fn check_response(response: &StoredResponse) -> Result<(), String> {
 #[derive(Clone)]
 pub struct Operator {
     store: Arc<dyn Operable>,
+    grace: Duration,
 }
 
 impl std::fmt::Debug for Operator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Operator").field("store", &self.store.kind()).finish()
+        f.debug_struct("Operator").field("store", &self.store.kind()).field("grace", &self.grace).finish()
     }
 }
 
 impl Operator {
+    /// The grace a write gives the holder of an in-flight execution whose
+    /// lease it finds lapsed ([`OperatorError::Graced`]): a claim's grace
+    /// for a `lock_ttl` of a minute ([`crate::store::grace`]).
+    pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
+
     /// Operations on `store`.
     pub fn new(store: Arc<dyn Operable>) -> Self {
-        Self { store }
+        Self { store, grace: Self::DEFAULT_GRACE }
+    }
+
+    /// The same, giving the holder of a lapsed lease `grace` (at least a
+    /// second, as a claim gives) before a write settles it. Its holder
+    /// must be able to renew within it: as a claim's grace, at least half
+    /// the route's `lock_ttl`.
+    pub fn with_grace(self, grace: Duration) -> Self {
+        Self { grace: grace.max(Duration::from_secs(1)), ..self }
     }
 
     /// The records `filter` admits.
@@ -291,14 +349,23 @@ impl Operator {
         {
             return Err(OperatorError::Running { id, lease_ms: lease_left.as_millis() });
         }
-        match self.store.settle(&inspection.key, token, was, settlement).await? {
-            Fence::Held => {
+        // The lease as read above may have been renewed since: the store
+        // checks it again in the write itself, and gives a lapsed one a
+        // grace first.
+        let in_flight = if expect.force { InFlightSettle::Force } else { InFlightSettle::AfterGrace(self.grace) };
+        match self.store.settle(&inspection.key, token, was, settlement, in_flight).await? {
+            Settle::Applied => {
                 let now = match settlement {
                     Settlement::Release { .. } => StateName::Released,
                     _ => StateName::Completed,
                 };
                 tracing::warn!(record = %id, %was, %now, "an operator settled an idempotency record");
                 Ok(Settled { id, was, now })
+            }
+            Settle::Running { lease_left } => Err(OperatorError::Running { id, lease_ms: lease_left.as_millis() }),
+            Settle::Graced { grace } => {
+                tracing::info!(record = %id, grace_ms = grace.as_millis(), "an operator's write gave a lapsed lease a grace");
+                Err(OperatorError::Graced { id, grace_ms: grace.as_millis() })
             }
             _ => Err(changed("it changed between its inspection and the write".to_owned())),
         }
@@ -312,7 +379,7 @@ mod tests {
     use super::*;
     use crate::MemoryStore;
     use crate::fingerprint::{Fingerprint, RequestParts};
-    use crate::store::{Claim, Store};
+    use crate::store::{Claim, Fence, Store};
 
     /// An execution that ended after the operator read its token is
     /// reported as a change (the operator's view is stale), not as a record

@@ -74,7 +74,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-pub use self::operable::{ListFilter, Operable, Settlement};
+pub use self::operable::{InFlightSettle, ListFilter, Operable, Settle, Settlement};
 #[cfg(feature = "postgres")]
 pub use self::transactions::{Opening, PgTransaction, Transactional};
 pub use crate::error::{BoxError, StoreError};

@@ -135,9 +135,9 @@ class Postgres:
         self.pg(["pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop"])
 
     def pause(self):
-        # Every backend of the server, not only the postmaster: a frozen server.
-        subprocess.run(["pkill", "-STOP", "-P", str(self.postmaster())])
+        # The postmaster first (no new backend forks), then every backend: a frozen server.
         os.kill(self.postmaster(), signal.SIGSTOP)
+        subprocess.run(["pkill", "-STOP", "-P", str(self.postmaster())])
 
     def resume(self):
         os.kill(self.postmaster(), signal.SIGCONT)
@@ -308,8 +308,18 @@ class Service:
         self.clock = os.path.join(work, f"clock-{index}")
         self.proc = None
         self.frozen = False
+        self.starting = False
+        # Exits the campaign did not cause (a crash under faults), and starts refused at first.
+        self.crashes = []
 
     def start(self):
+        self.starting = True
+        try:
+            self.spawn()
+        finally:
+            self.starting = False
+
+    def spawn(self):
         env = dict(os.environ, RUST_LOG="warn")
         if self.args.faketime:
             # A wall clock this campaign can step (libfaketime reads the file at every call); the
@@ -330,6 +340,7 @@ class Service:
             if self.proc.poll() is None:
                 return
             # It could not reach its store at start (the store is down): a supervisor starts it again.
+            self.crashes.append(("exited at start", self.proc.returncode))
             if time.monotonic() > deadline:
                 raise RuntimeError(f"service {self.index} did not start")
             time.sleep(1)
@@ -341,6 +352,7 @@ class Service:
     def kill9(self):
         self.proc.kill()
         self.proc.wait()
+        self.proc = None
 
     def freeze(self):
         self.proc.send_signal(signal.SIGSTOP)
@@ -354,10 +366,20 @@ class Service:
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
+    def healthy(self):
+        """Serving, and free for a fault: not frozen, not being started."""
+        return self.alive() and not self.frozen and not self.starting
+
+    def note_crash(self):
+        """Records an exit nobody asked for (a dead process the heal finds)."""
+        if self.proc is not None and self.proc.poll() is not None:
+            self.crashes.append(("died", self.proc.returncode))
+
     def stop(self):
         if self.proc and self.proc.poll() is None:
             self.thaw()
             self.proc.kill()
+            self.proc.wait()
             self.proc.wait()
 
 
@@ -380,7 +402,11 @@ def request(port, method, path, user, key=None, body=None, timeout=10):
 class Campaign:
     def __init__(self, args):
         self.args = args
+        # The faults draw from a generator of their own, the clients from another: the schedule a seed
+        # gives does not depend on how the workload went.
         self.rng = random.Random(args.seed)
+        self.client_rng = random.Random(args.seed ^ 0x5EED)
+        self.client_failures = []
         self.work = tempfile.mkdtemp(prefix=f"campaign-{args.store}-")
         os.chmod(self.work, 0o755)
         self.schedule = []
@@ -431,12 +457,16 @@ class Campaign:
             argv = [os.path.join(self.args.bin_dir, "order-client"), "--user", f"user-{worker}-{run}",
                     "--orders", "8", "--concurrency", "2", "--timeout", "5s", "--attempts", "1000",
                     "--deadline", f"{int(LEASE + GRACE + 120)}s", "--history", self.history]
-            for s in self.rng.sample(self.services, len(self.services)):
+            for s in self.client_rng.sample(self.services, len(self.services)):
                 argv += ["--base-url", f"http://127.0.0.1:{s.port}"]
             proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.DEVNULL,
                                                         stderr=asyncio.subprocess.DEVNULL)
             self.clients.append(proc)
-            await proc.wait()
+            code = await proc.wait()
+            # 0: every intent ended in its 201; 1: some did not (held, gave up): both are answers the checker
+            # reads. Anything else (a panic, a signal, a flag refused) loses intents: a violation.
+            if code not in (0, 1):
+                self.client_failures.append({"worker": worker, "run": run, "exit": code})
 
     async def restart(self, service, after):
         await asyncio.sleep(after)
@@ -451,34 +481,39 @@ class Campaign:
         # The first fault is a pause past the lease and its grace: the fault a short campaign must not miss.
         bag = ["pause"]
         background = []
+        rng = self.rng
         while time.monotonic() < self.faults_until:
             # A quiet moment first: the first fault finds executions in flight.
-            await asyncio.sleep(self.rng.uniform(2, 6))
+            await asyncio.sleep(rng.uniform(2, 6))
             if not bag:
-                bag = self.rng.sample(kinds, len(kinds))
+                bag = rng.sample(kinds, len(kinds))
             kind = bag.pop(0)
-            healthy = [s for s in self.services if s.alive() and not s.frozen]
-            if kind in ("kill", "pause", "clock") and len(healthy) < 2:
-                continue  # keep one process serving
+            # Every fault draws the same numbers whatever it finds, so that a seed gives one schedule: which
+            # process or link or node, and two numbers for its lengths and sizes.
+            target, x, y = rng.randrange(3), rng.random(), rng.random()
+            if kind in ("kill", "pause", "clock"):
+                s = self.services[target]
+                serving = [other for other in self.services if other.healthy()]
+                if not s.healthy() or len(serving) < 2:
+                    # Keep one process serving; a process being started or frozen is left as it is.
+                    self.note(kind, f"service-{s.index}", skipped=True)
+                    continue
             if kind == "kill":
-                s = self.rng.choice(healthy)
                 s.kill9()
-                down = self.rng.uniform(0.5, 3)
+                down = 0.5 + 2.5 * x
                 self.note(kind, f"service-{s.index}", down=round(down, 1))
                 background.append(asyncio.create_task(self.restart(s, down)))
             elif kind == "pause":
-                s = self.rng.choice(healthy)
                 s.freeze()
-                length = LEASE + GRACE + self.rng.uniform(12, 20)
+                length = LEASE + GRACE + 12 + 8 * x
                 self.note(kind, f"service-{s.index}", seconds=round(length, 1))
                 asyncio.get_running_loop().call_later(length, s.thaw)
             elif kind == "clock":
-                s = self.rng.choice(healthy)
-                step = self.rng.choice([-1, 1]) * self.rng.randint(60, 3600)
+                step = (1 if y < 0.5 else -1) * int(60 + 3540 * x)
                 s.step_clock(step)
                 self.note(kind, f"service-{s.index}", step=step)
             elif kind in ("store-kill", "store-pause"):
-                down = self.rng.uniform(1, 5)
+                down = 1 + 4 * x
                 self.note(kind, self.args.store, down=round(down, 1))
                 if kind == "store-kill":
                     await asyncio.to_thread(self.store.kill)
@@ -489,29 +524,29 @@ class Campaign:
                     await asyncio.sleep(down)
                     self.store.resume()
             elif kind == "primary-kill":
-                victim = self.rng.choice(self.store.primaries())
+                primaries = self.store.primaries()
+                victim = primaries[target % len(primaries)]
                 self.store.procs[victim].kill()
-                down = self.rng.uniform(5, 9)
+                down = 5 + 4 * x
                 self.note(kind, f"node-{victim}", down=round(down, 1))
                 await asyncio.sleep(down)
                 await asyncio.to_thread(self.store.start_node, victim)
             else:
-                p = self.rng.choice(self.proxies)
-                target = f"link-{self.proxies.index(p)}"
+                p = self.proxies[target]
                 if kind == "cut":
-                    length = self.rng.uniform(1, 8)
+                    length = 1 + 7 * x
                     p.cut()
                 elif kind == "stall":
-                    length = self.rng.uniform(1, 5)
+                    length = 1 + 4 * x
                     p.stall()
                 elif kind == "stall-long":
                     # An outage of one process's store link longer than the lease.
-                    length = LEASE + self.rng.uniform(1, 10)
+                    length = LEASE + 1 + 9 * x
                     p.stall()
                 else:
-                    length = self.rng.uniform(5, 15)
-                    p.slow(self.rng.uniform(0.02, 0.3))
-                self.note(kind, target, seconds=round(length, 1))
+                    length = 5 + 10 * x
+                    p.slow(0.02 + 0.28 * y)
+                self.note(kind, f"link-{target}", seconds=round(length, 1))
                 await asyncio.sleep(length)
                 p.heal()
         await asyncio.gather(*background)
@@ -526,7 +561,12 @@ class Campaign:
             if self.args.faketime:
                 s.step_clock(0)
             if not s.alive():
+                s.note_crash()
                 await asyncio.to_thread(s.start)
+        if isinstance(self.store, Cluster):
+            deadline = time.monotonic() + 60
+            while not await asyncio.to_thread(self.store.healthy) and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
 
     async def run(self):
         # The proxies' pipes still open at the end are cancelled: not an error.
@@ -561,6 +601,16 @@ class Campaign:
                                "order_key": (intent.get("order") or {}).get("key"),
                                "payment_key": (intent.get("payment") or {}).get("key"), "detail": detail})
 
+        def final(path, user, answer):
+            """Sends a request again until it has a final answer: not in flight, not refused for a store that
+            is not back yet; within a lease and its grace, the longest an execution can still be running."""
+            deadline = time.monotonic() + LEASE + GRACE + 15
+            while True:
+                status, headers, text = request(port, "POST", path, user, answer["key"], answer["request"])
+                if status not in (0, 409, 503) or "execution-held" in text or time.monotonic() > deadline:
+                    return status, headers, text
+                time.sleep(min(float(headers.get("retry-after", "1")), 5.0))
+
         def settle(intent, which, path):
             """The answer an intent's request ends with. One the client got no answer for (it gave up, or the
             execution was held for an operator) is sent again now that everything healed: a held execution
@@ -570,11 +620,18 @@ class Campaign:
                 return None
             if answer["status"] is None:
                 held = "held for an operator" in (answer["error"] or "")
-                status, headers, text = request(port, "POST", path, intent["user"], answer["key"], answer["request"])
+                status, headers, text = final(path, intent["user"], answer)
                 answer.update(status=status, text=text, settled_late=True)
                 answers[f"{which} {'held' if held else 'unanswered'}, then {status}"] += 1
             else:
                 answers[f"{which} {answer['status']}"] += 1
+            # The answers a request may end with under these faults: its 201; 409 execution-held (its
+            # process died mid-way: left to an operator); 502 provider-outcome-unknown (the provider's
+            # ledger failed during the charge: kept, never charged again). Anything else is a bug.
+            text = answer["text"] or ""
+            if not (answer["status"] == 201 or (answer["status"] == 409 and "execution-held" in text)
+                    or (answer["status"] == 502 and "provider-outcome-unknown" in text)):
+                violation(f"{which} ended in an unexpected answer", intent, [answer["status"], text[:200]])
             return answer
 
         for intent in intents:
@@ -606,22 +663,30 @@ class Campaign:
                 if status != 201 or text != payment["text"] or headers.get("idempotent-replayed") != "true":
                     violation("payment replay differs from its acknowledgement", intent, [status, text[:200]])
 
-        # At most one charge per order (each order has one payment key); acknowledged ones have theirs.
+        # At most one charge per order (each order has one payment key), read once nothing can still be
+        # charging: every request above has its final answer, and a holder thawed before the heal has had a
+        # provider call's time to finish. Acknowledged payments have their charge.
+        time.sleep(5)
         status, _, text = request(port, "GET", "/provider/charges", "campaign")
         charges = collections.Counter(c["order_id"] for c in json.loads(text)) if status == 200 else None
         if charges is None:
             violations.append({"kind": "no ledger", "detail": [status, text[:200]]})
             charges = collections.Counter()
+        known = set()
         for intent in intents:
             order_id = intent.get("order_id")
             if not order_id:
                 continue
+            known.add(order_id)
             count = charges.get(order_id, 0)
             if count > 1:
                 violation("payment ran twice", intent, {"order_id": order_id, "charges": count})
             payment = intent.get("payment")
             if payment and payment["status"] == 201 and count == 0:
                 violation("acknowledged charge missing", intent, {"order_id": order_id})
+        for order_id, count in charges.items():
+            if order_id not in known:
+                violations.append({"kind": "a charge of an order no intent names", "detail": [order_id, count]})
 
         # Every order created is notified, once the notifier caught up.
         stats = None
@@ -634,6 +699,21 @@ class Campaign:
             time.sleep(1)
         if not stats or stats["notifications_sent"] != stats["orders_created"]:
             violations.append({"kind": "notifications_sent != orders_created", "detail": stats})
+
+        # The campaign itself: enough intents to mean something, no workload process lost, no service
+        # that died by itself or panicked.
+        if len(intents) < self.args.min_intents:
+            violations.append({"kind": "too few intents to check", "detail": len(intents)})
+        for failure in self.client_failures:
+            violations.append({"kind": "a workload process failed", "detail": failure})
+        for service in self.services:
+            service.note_crash()
+            for crash in service.crashes:
+                if crash[0] != "exited at start":
+                    violations.append({"kind": "a service died by itself", "detail": [service.index, crash]})
+            with open(os.path.join(self.work, f"service-{service.index}.log"), errors="replace") as f:
+                if "panicked" in f.read():
+                    violations.append({"kind": "a service panicked", "detail": f"service-{service.index}.log"})
 
         executions = collections.Counter(charges.values())
         return {"intents": len(intents), "answers": dict(sorted(answers.items())), "stats": stats,
@@ -649,25 +729,29 @@ def main():
     parser.add_argument("--bin-dir", required=True, help="where order-service, order-notifier, order-client are")
     parser.add_argument("--clients", type=int, default=6, help="workload processes at a time")
     parser.add_argument("--label", default="main", help="what was built (main, or the mutant's name)")
+    parser.add_argument("--min-intents", type=int, default=10, help="fewer intents is a failed campaign")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, history) even when all held")
     args = parser.parse_args()
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1 << 32)
     args.faketime = os.path.exists(FAKETIME_LIB)
+    # Stopped by scripts/test or scripts/campaign (SIGTERM): tear down what this campaign started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     campaign = Campaign(args)
     try:
         result = asyncio.run(campaign.run())
     finally:
         campaign.teardown()
-    faults = dict(sorted(collections.Counter(f["fault"] for f in campaign.schedule).items()))
+    faults = dict(sorted(collections.Counter(f["fault"] for f in campaign.schedule if not f.get("skipped")).items()))
+    skipped = sum(1 for f in campaign.schedule if f.get("skipped"))
     violations = result["violations"]
     print(f"campaign store={args.store} build={args.label} seed={args.seed} minutes={args.minutes} "
-          f"intents={result['intents']} faults={json.dumps(faults)} "
+          f"intents={result['intents']} faults={json.dumps(faults)} skipped={skipped} "
           f"charges_per_order={json.dumps(result['charges_per_order'])} answers={json.dumps(result['answers'])} "
           f"stats={json.dumps(result['stats'])} violations={len(violations)}", flush=True)
     if violations:
         print(f"  replay: scripts/campaign --store {args.store} --minutes {args.minutes} --seed {args.seed}"
-              + ("" if args.label == "main" else f" --mutant {args.label}"))
+              f" --clients {args.clients}" + ("" if args.label == "main" else f" --mutant {args.label}"))
         print("  schedule: " + json.dumps(campaign.schedule))
         kinds = collections.Counter(v["kind"] for v in violations)
         print("  violations by kind: " + json.dumps(kinds))

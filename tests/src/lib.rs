@@ -40,5 +40,6 @@ pub mod restart_checks;
 pub mod server;
 pub mod service;
 pub mod slow_store;
+pub mod start_gate;
 pub mod tool_checks;
 pub mod webhook_checks;

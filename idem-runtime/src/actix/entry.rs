@@ -254,10 +254,7 @@ fn answer(claim: Result<engine::Claimed, StoreError>) -> Answer {
             refuse(Outcome::InFlight, problem::retry_after(ProblemKind::InFlight, detail, retry_after))
         }
         Ok(engine::Claimed::Other(Claim::Held { .. })) => {
-            let detail = "an earlier execution of this request stopped before it finished, and this route never \
-                          runs it again by itself: it will not run again until an operator releases or resolves \
-                          it (or its record expires); retrying does not help";
-            refuse(Outcome::Held, problem::response(ProblemKind::ExecutionHeld, detail))
+            refuse(Outcome::Held, problem::response(ProblemKind::ExecutionHeld, problem::HELD))
         }
         Ok(engine::Claimed::Draining) => {
             let detail = "the server is shutting down; the request was not processed, retry";

@@ -20,6 +20,7 @@ use super::config::Config;
 use super::context::Annotated;
 use super::finish::{Answer, Counted, Ending, Won, call, releases, settle, settled};
 use super::problem::{self, ProblemKind};
+use crate::engine::Standing;
 use crate::observe::Outcome;
 
 /// Runs the handler in this request's own future, and moves it to a task of
@@ -128,6 +129,30 @@ where
                       retry later";
         let response = problem::retry_after(ProblemKind::StoreUnavailable, detail, std::time::Duration::from_secs(1));
         return (response, settled(&route, Outcome::StoreError));
+    }
+    // A lease that lapsed before the start and was confirmed again may have
+    // had its record held for an operator meanwhile: a renewal of a held
+    // record confirms its holder's lease. The record tells (read only after
+    // a lapse), as before a durable step.
+    match execution.standing().await {
+        Standing::Owner => {}
+        Standing::Held => {
+            // Left held, never released: the operator settles it on what it
+            // saw, which is that nothing ran.
+            tracing::error!(
+                "the execution's record was held for an operator before its handler started; not running it"
+            );
+            drop(execution);
+            let response = problem::response(ProblemKind::ExecutionHeld, problem::HELD);
+            return (response, settled(&route, Outcome::Held));
+        }
+        Standing::Lost => {
+            tracing::warn!("the lease was lost before the handler could start; not running it");
+            let detail = "another execution took this request's key over before its handler started; the request \
+                          was not processed here, retry to get the key's outcome";
+            let response = problem::retry_after(ProblemKind::LeaseLost, detail, std::time::Duration::from_secs(1));
+            return (response, settled(&route, Outcome::LeaseLost));
+        }
     }
     #[cfg(feature = "postgres")]
     if let Some(pending) = super::tx_extractor::PendingTx::take(&req) {

@@ -7,6 +7,11 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{CONTENT_TYPE, RETRY_AFTER};
 use serde::Serialize;
 
+/// What a request whose execution is held for an operator is told.
+pub(super) const HELD: &str = "an earlier execution of this request stopped before it finished, and this route never \
+                               runs it again by itself: it will not run again until an operator releases or resolves \
+                               it (or its record expires); retrying does not help";
+
 /// Prefix of every problem `type` URI; the README lists them all.
 pub const TYPE_PREFIX: &str = "urn:idem:problem:";
 

@@ -24,8 +24,25 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::clock::later;
+use crate::observe::store_call;
+use crate::record::RecordState;
 use crate::scope::StorageKey;
 use crate::store::{FencingToken, Store};
+
+/// Whether an execution may act as its key's owner, as its record says
+/// after a lapse ([`LeaseState::standing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Its lease is confirmed and the record is its own, in flight.
+    Owner,
+    /// Its record was held for an operator while the lease had lapsed
+    /// (`on_lapse = "hold"`): it starts nothing; the operator settles the
+    /// record on what it saw.
+    Held,
+    /// Another execution owns the key, or the record is gone or settled, or
+    /// the record's TTL passed before this could be known.
+    Lost,
+}
 
 /// One live lease, shared by its holder and the keeper.
 pub(crate) struct LeaseState {
@@ -148,6 +165,45 @@ impl LeaseState {
             }
             times.confirmed_sent = sent;
             times.deadline = times.deadline.max(later(sent, self.lease));
+        }
+    }
+
+    /// Waits until the lease is confirmed live, before the execution starts
+    /// something its record does not know of (its handler, a durable step):
+    /// a holder that was frozen, or cut off from the store, past its lease
+    /// may have been taken over meanwhile. The keeper renews a lapsed lease
+    /// at least once a second, so this waits as long as the store is away,
+    /// up to `ends` (the record's TTL).
+    ///
+    /// A renewal of a record held for an operator (`on_lapse = "hold"`) is
+    /// answered held, so that its holder may still complete: it confirms
+    /// the lease. So a lease that lapsed once has its record read (a round
+    /// trip, only after a lapse), and a held one starts nothing.
+    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    pub(crate) async fn standing(&self, ends: Instant) -> Standing {
+        loop {
+            while !self.is_held() {
+                if self.is_lost() || Instant::now() >= ends {
+                    return Standing::Lost;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if !self.has_lapsed() {
+                return Standing::Owner;
+            }
+            match store_call(self.store.kind(), "get", self.timeout, self.store.get(&self.key)).await {
+                Ok(Some(record)) => {
+                    return match record.state {
+                        RecordState::Held { token, .. } if token == self.token => Standing::Held,
+                        RecordState::InFlight { token, .. } if token == self.token => Standing::Owner,
+                        _ => Standing::Lost,
+                    };
+                }
+                Ok(None) => return Standing::Lost,
+                // Unknown: looked at again, while the lease holds.
+                Err(_) if Instant::now() < ends => tokio::time::sleep(Duration::from_millis(200)).await,
+                Err(_) => return Standing::Lost,
+            }
         }
     }
 

@@ -39,6 +39,7 @@ pub use self::drain::Drained;
 pub(crate) use self::drain::{Refused, Running, RunningGuard};
 pub use self::held::HELD_METRIC;
 use self::keeper::Lease;
+pub(crate) use self::lease::Standing;
 pub use self::steps::StepError;
 pub(crate) use self::steps::Steps;
 #[cfg(feature = "actix")]
@@ -271,6 +272,14 @@ impl Execution {
     /// Whether this process owns the key with a confirmed lease.
     pub(crate) fn is_held(&self) -> bool {
         self.lease.state().is_held()
+    }
+
+    /// Whether it may start its work now: its lease confirmed, and, if the
+    /// lease lapsed once, its record still its own and not held for an
+    /// operator (one read, only after a lapse; see [`Standing`]).
+    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    pub(crate) async fn standing(&self) -> Standing {
+        self.lease.state().standing(later(self.claimed, self.ttl)).await
     }
 
     /// One attempt at storing `response`. `None` when it failed and may be

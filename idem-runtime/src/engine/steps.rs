@@ -16,9 +16,8 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use super::FIRST_PAUSE;
-use super::lease::LeaseState;
+use super::lease::{LeaseState, Standing};
 use crate::observe::store_call;
-use crate::record::RecordState;
 use crate::store::{Fence, Step, StoreError};
 
 /// Why a durable step could not give its result.
@@ -95,44 +94,17 @@ impl Steps {
         self.recorded.lock().len()
     }
 
-    /// Waits until this execution's lease is confirmed live, before a step
-    /// that was not recorded runs: a holder that was frozen, or cut off from
-    /// the store, past its lease may have been taken over meanwhile, and a
-    /// step it ran then would repeat the takeover's effect. The keeper
-    /// renews a lapsed lease at least once a second, so this waits as long
-    /// as the store is away; the store's answer that another execution owns
-    /// the key is [`StepError::Lost`].
-    ///
-    /// A lease that lapsed once may have had its record held for an operator
-    /// meanwhile (`on_lapse = "hold"`): the record is read (a round trip,
-    /// only after a lapse), and a held one starts no new step
-    /// ([`StepError::Held`]): the operator settles it on what it saw.
+    /// Waits until this execution may run a step that was not recorded, as
+    /// [`LeaseState::standing`] says: its lease confirmed live, and, after a
+    /// lapse, its record still its own. The store's answer that another
+    /// execution owns the key is [`StepError::Lost`]; a record held for an
+    /// operator meanwhile (`on_lapse = "hold"`) is [`StepError::Held`]: the
+    /// operator settles it on the steps it saw.
     pub(crate) async fn confirmed(&self, name: &str) -> Result<(), StepError> {
-        let lease = &*self.lease;
-        loop {
-            while !lease.is_held() {
-                if lease.is_lost() || Instant::now() >= self.ends {
-                    return Err(StepError::Lost(name.to_owned()));
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            if !lease.has_lapsed() {
-                return Ok(());
-            }
-            let read = store_call(lease.store.kind(), "get", lease.timeout, lease.store.get(&lease.key)).await;
-            match read {
-                Ok(Some(record)) => match record.state {
-                    RecordState::Held { token, .. } if token == lease.token => {
-                        return Err(StepError::Held(name.to_owned()));
-                    }
-                    RecordState::InFlight { token, .. } if token == lease.token => return Ok(()),
-                    _ => return Err(StepError::Lost(name.to_owned())),
-                },
-                Ok(None) => return Err(StepError::Lost(name.to_owned())),
-                // Unknown: looked at again, while the lease holds.
-                Err(_) if Instant::now() < self.ends => tokio::time::sleep(Duration::from_millis(200)).await,
-                Err(_) => return Err(StepError::Lost(name.to_owned())),
-            }
+        match self.lease.standing(self.ends).await {
+            Standing::Owner => Ok(()),
+            Standing::Held => Err(StepError::Held(name.to_owned())),
+            Standing::Lost => Err(StepError::Lost(name.to_owned())),
         }
     }
 

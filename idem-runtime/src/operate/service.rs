@@ -10,7 +10,9 @@
 //! | `POST {path}/records/{id}/resolve` with `{"status": 201, "headers": [["content-type", "application/json"]], "body": "..", "expect_token": "..", "expect_state": ".."}` | resolve |
 //!
 //! Answers: 200 with the record(s) or `{"id", "was", "now"}`; 404 not
-//! found; 409 refused (the record changed, or is not in flight or held);
+//! found; 409 refused (the record changed, or is not in flight or held;
+//! `"error": "running"` with a `Retry-After` for an execution whose lease
+//! is live, or whose lease lapsed only now: its holder gets a grace first);
 //! 400 a malformed request (a body that is not that JSON, whatever its
 //! content type, or has a field not listed here); 503 the store failed.
 //!
@@ -98,7 +100,12 @@ fn failed(error: &OperatorError) -> HttpResponse {
         OperatorError::NotFound(_) => HttpResponse::NotFound().json(body("not-found")),
         OperatorError::NotSettleable { .. } => HttpResponse::Conflict().json(body("not-settleable")),
         OperatorError::Changed { .. } => HttpResponse::Conflict().json(body("changed")),
-        OperatorError::Running { .. } => HttpResponse::Conflict().json(body("running")),
+        // The same write may apply after the lease, or the grace this one
+        // gave a lapsed lease: Retry-After says when.
+        OperatorError::Running { .. } | OperatorError::Graced { .. } => {
+            let seconds = error.retry_after().unwrap_or_default().as_millis().div_ceil(1000);
+            HttpResponse::Conflict().insert_header(("retry-after", seconds.to_string())).json(body("running"))
+        }
         OperatorError::InvalidTarget(_) | OperatorError::InvalidResponse(_) => {
             HttpResponse::BadRequest().json(body("usage"))
         }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Fence, FencingToken, Record, StateName, StorageKey, Store, StoreError, StoredResponse};
+use super::{FencingToken, Record, StateName, StorageKey, Store, StoreError, StoredResponse};
 
 /// Which records [`Operable::list`] reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +78,46 @@ pub enum Settlement {
     Resolve(StoredResponse),
 }
 
+/// What [`Operable::settle`] does with an execution in flight (a held one
+/// is settled at once: a claim already waited out its grace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InFlightSettle {
+    /// Only as a claim takes a lapsed lease over: refused while its lease is
+    /// live (a grace included); the first settle to find it lapsed gives
+    /// its holder this grace (as a claim's does: a renewal within it takes
+    /// the record back to live) and is refused; one after the grace
+    /// applies. A holder whose renewal was on its way when the operator
+    /// looked is never settled under its feet.
+    AfterGrace(Duration),
+    /// Whatever its lease: the operator knows its process is gone.
+    Force,
+}
+
+/// What [`Operable::settle`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Settle {
+    /// It was settled.
+    Applied,
+    /// The record changed since the operator inspected it (or is gone):
+    /// nothing was written.
+    Changed,
+    /// In flight under a live lease (or within a grace), `lease_left` of
+    /// it left: its holder may be running. Nothing was written.
+    Running {
+        /// What is left of the lease (or grace).
+        lease_left: Duration,
+    },
+    /// In flight, its lease lapsed, and nothing had given its holder a
+    /// grace yet: this settle gave it one, of `grace`, and wrote nothing
+    /// else. A settle after the grace applies, unless the holder renewed.
+    Graced {
+        /// The grace given.
+        grace: Duration,
+    },
+}
+
 /// A store an operator can look into and repair: the `idem` tool and
 /// [`Operator`](crate::Operator) work through it. Every store of this crate
 /// implements it.
@@ -93,14 +133,16 @@ pub trait Operable: Store {
 
     /// Settles the record of `key` if it still is as the operator inspected
     /// it: held by `token`, in `state` ([`StateName::InFlight`] or
-    /// [`StateName::Held`]). [`Fence::Held`] when it was applied,
-    /// [`Fence::Lost`] when the record changed meanwhile (or is gone) and
-    /// nothing was written.
+    /// [`StateName::Held`]); in flight, besides, as `in_flight` says, in
+    /// the same atomic step (the lease as the operator read it may have
+    /// been renewed since). [`Settle::Changed`] when the record changed
+    /// meanwhile (or is gone).
     async fn settle(
         &self,
         key: &StorageKey,
         token: FencingToken,
         state: StateName,
         settlement: &Settlement,
-    ) -> Result<Fence, StoreError>;
+        in_flight: InFlightSettle,
+    ) -> Result<Settle, StoreError>;
 }

@@ -24,30 +24,33 @@ pub enum OnLapse {
 /// How the store fences an operator's write (`Operable::settle`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SettleFence {
-    /// As the stores implement it (settle.lua, the memory store,
-    /// settle.sql): the record must still hold the inspected token, in the
-    /// inspected state (in flight, graced or not, or held). Whether an
-    /// in-flight lease is live is checked on the operator's read only.
+    /// As the stores implemented it before the fix of the first finding
+    /// (`checks/findings.rs`): the record must still hold the inspected
+    /// token, in the inspected state (in flight, graced or not, or held).
+    /// Whether an in-flight lease is live is checked on the operator's read
+    /// only.
     AsInspected,
     /// Besides, an in-flight record whose lease is live (a grace included)
     /// is refused in the same atomic step: the `Running` check of
     /// `Operator::settle`, moved into the store.
     LiveRefused,
-    /// Besides, an in-flight record is settled as a takeover would take
-    /// it: only after a grace. A write that finds the lease lapsed, with no
-    /// grace given yet, gives one and is refused; one after the grace
-    /// applies.
+    /// As the stores implement it (settle.lua, the memory store,
+    /// settle.sql): besides, an in-flight record is settled as a takeover
+    /// would take it: only after a grace. A write that finds the lease
+    /// live is refused; one that finds it lapsed, with no grace given yet,
+    /// gives one and is refused; one after the grace applies.
     AfterGrace,
 }
 
 /// What an execution checks before it starts its handler (`execute.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StartCheck {
-    /// As the engine does: a confirmed lease (`Execution::is_held`).
+    /// As the engine did before the second finding was fixed: a confirmed
+    /// lease (`Execution::is_held`) only.
     Lease,
-    /// Besides, a lease that lapsed once has its record read first, as
-    /// `Steps::confirmed` does before a step: a held record, or another's,
-    /// starts nothing.
+    /// As the engine does: besides, a lease that lapsed once has its record
+    /// read first (`LeaseState::standing`, as before a step): a held record,
+    /// or another's, starts nothing.
     ReadAfterLapse,
 }
 

@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use stateright::{Checker, HasDiscoveries, Model};
 
-use crate::{Action, Bounds, OnLapse, Protocol, SettleFence, StartCheck, State};
+use crate::{Action, Bounds, OnLapse, Protocol, State};
 
-/// The protocol as implemented, with the two changes the findings call for
-/// (an operator's write to an in-flight record only after a grace, and a
-/// record read before a handler starts on a lease that lapsed once).
+/// The protocol as implemented, both findings' changes included (a record
+/// read before a handler starts on a lease that lapsed once, and an
+/// operator's write to an in-flight record only after a grace).
 fn amended(on_lapse: OnLapse, bounds: Bounds) -> Protocol {
-    Protocol::new(on_lapse, bounds).with_settle(SettleFence::AfterGrace).with_start(StartCheck::ReadAfterLapse)
+    Protocol::new(on_lapse, bounds)
 }
 
 /// Two executions, a handler of two steps, one failed call, an operator

@@ -99,8 +99,8 @@ impl Protocol {
         Self {
             on_lapse,
             bounds,
-            settle: SettleFence::AsInspected,
-            start: StartCheck::Lease,
+            settle: SettleFence::AfterGrace,
+            start: StartCheck::ReadAfterLapse,
             mutant: None,
             symmetry: false,
         }

@@ -12,6 +12,7 @@ mod cluster_setup;
 mod conformance;
 mod dead_shard;
 mod failover;
+mod held_start;
 mod lease;
 mod long_outage;
 mod outage;

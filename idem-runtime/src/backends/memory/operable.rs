@@ -7,9 +7,10 @@ use async_trait::async_trait;
 
 use super::MemoryStore;
 use super::shard::{RESERVED, State, steps_size};
+use crate::clock::later;
 use crate::record::Record;
 use crate::scope::StorageKey;
-use crate::store::{Fence, FencingToken, ListFilter, Operable, Settlement, StateName, StoreError};
+use crate::store::{FencingToken, InFlightSettle, ListFilter, Operable, Settle, Settlement, StateName, StoreError};
 
 /// Listing visits every shard under its lock, one at a time: a cost in
 /// proportion to the records held, for an operator's occasional look.
@@ -57,20 +58,37 @@ impl Operable for MemoryStore {
         token: FencingToken,
         state: StateName,
         settlement: &Settlement,
-    ) -> Result<Fence, StoreError> {
+        in_flight: InFlightSettle,
+    ) -> Result<Settle, StoreError> {
         let now = Instant::now();
         let mut shard = self.shard(key).lock();
         let Some(entry) = shard.records.get_mut(key.digest()).filter(|entry| entry.expires_at > now) else {
-            return Ok(Fence::Lost);
+            return Ok(Settle::Changed);
         };
-        let State::InFlight { token: holder, held, steps, .. } = &entry.state else { return Ok(Fence::Lost) };
+        let State::InFlight { token: holder, held, steps, lease_until, graced } = &mut entry.state else {
+            return Ok(Settle::Changed);
+        };
         let inspected = match state {
-            StateName::InFlight => !held,
+            StateName::InFlight => !*held,
             StateName::Held => *held,
             StateName::Completed | StateName::Released => false,
         };
         if *holder != token || !inspected {
-            return Ok(Fence::Lost);
+            return Ok(Settle::Changed);
+        }
+        // In flight, settled only as a claim takes a lapsed lease over:
+        // after a grace, which a renewal ends (the holder's renewal may
+        // have landed since the operator looked).
+        if let (false, InFlightSettle::AfterGrace(grace)) = (*held, in_flight) {
+            if *lease_until > now {
+                return Ok(Settle::Running { lease_left: *lease_until - now });
+            }
+            if !*graced {
+                *lease_until = later(now, grace);
+                *graced = true;
+                entry.expires_at = entry.expires_at.max(*lease_until);
+                return Ok(Settle::Graced { grace });
+            }
         }
         let held_bytes = RESERVED + steps_size(steps);
         match settlement {
@@ -78,7 +96,7 @@ impl Operable for MemoryStore {
                 let State::InFlight { steps, .. } =
                     std::mem::replace(&mut entry.state, State::Released { steps: Vec::new() })
                 else {
-                    return Ok(Fence::Lost);
+                    return Ok(Settle::Changed);
                 };
                 let kept = if forget_steps { Vec::new() } else { steps };
                 self.totals.free(held_bytes - steps_size(&kept), false);
@@ -105,6 +123,6 @@ impl Operable for MemoryStore {
         }
         drop(shard);
         self.publish();
-        Ok(Fence::Held)
+        Ok(Settle::Applied)
     }
 }

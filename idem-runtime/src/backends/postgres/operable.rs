@@ -2,12 +2,15 @@
 //! finding a record by its id, and settling an execution, each one
 //! statement.
 
-use async_trait::async_trait;
+use std::time::Duration;
 
-use super::{PostgresStore, error, fence, interval, row, sql};
+use async_trait::async_trait;
+use sqlx::Row;
+
+use super::{PostgresStore, error, interval, row, sql};
 use crate::record::Record;
 use crate::scope::StorageKey;
-use crate::store::{Fence, FencingToken, ListFilter, Operable, Settlement, StateName, StoreError};
+use crate::store::{FencingToken, InFlightSettle, ListFilter, Operable, Settle, Settlement, StateName, StoreError};
 
 /// Listing executions in flight or held reads the partial index of
 /// in-flight rows in its order (oldest claim first) and stops at the limit:
@@ -70,12 +73,17 @@ impl Operable for PostgresStore {
         token: FencingToken,
         state: StateName,
         settlement: &Settlement,
-    ) -> Result<Fence, StoreError> {
+        in_flight: InFlightSettle,
+    ) -> Result<Settle, StoreError> {
         let held = match state {
             StateName::InFlight => false,
             StateName::Held => true,
             // Nothing to settle: only an execution is.
-            StateName::Completed | StateName::Released => return Ok(Fence::Lost),
+            StateName::Completed | StateName::Released => return Ok(Settle::Changed),
+        };
+        let grace = match in_flight {
+            InFlightSettle::AfterGrace(grace) => Some(interval(grace)),
+            InFlightSettle::Force => None,
         };
         let token_bytes = token.to_bytes();
         let (response, forget_steps) = match settlement {
@@ -95,9 +103,19 @@ impl Operable for PostgresStore {
             .bind(names)
             .bind(values)
             .bind(response.map(|response| &response.body[..]))
-            .bind(forget_steps);
+            .bind(forget_steps)
+            .bind(grace);
         // Not sent again on a dropped connection: a settlement that landed
-        // would be answered lost the second time.
-        Ok(fence(self.run(self.kept.execute(query)).await?.rows_affected()))
+        // would be answered changed the second time.
+        let Some(found) = self.run(self.kept.fetch_optional(query)).await? else { return Ok(Settle::Changed) };
+        let outcome: String = found.try_get("outcome").map_err(|error| self.corrupt(error.to_string()))?;
+        let left_ms: i64 = found.try_get("left_ms").map_err(|error| self.corrupt(error.to_string()))?;
+        let left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
+        match (outcome.as_str(), in_flight) {
+            ("settle", _) => Ok(Settle::Applied),
+            ("running", _) => Ok(Settle::Running { lease_left: left }),
+            ("grace", InFlightSettle::AfterGrace(grace)) => Ok(Settle::Graced { grace }),
+            (other, _) => Err(self.corrupt(format!("unexpected settle outcome {other:?}"))),
+        }
     }
 }

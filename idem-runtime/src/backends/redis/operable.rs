@@ -20,7 +20,9 @@ use redis::{RedisError, Value};
 use super::{RedisStore, layout, reply, slot_of};
 use crate::record::{Record, RecordState, StoredResponse};
 use crate::scope::StorageKey;
-use crate::store::{Fence, FencingToken, ListFilter, Operable, Settlement, StateName, Store, StoreError};
+use crate::store::{
+    FencingToken, InFlightSettle, ListFilter, Operable, Settle, Settlement, StateName, Store, StoreError,
+};
 
 /// Keys each `SCAN` call asks for.
 const SCAN_COUNT: usize = 1_000;
@@ -99,26 +101,35 @@ impl Operable for RedisStore {
         token: FencingToken,
         state: StateName,
         settlement: &Settlement,
-    ) -> Result<Fence, StoreError> {
+        in_flight: InFlightSettle,
+    ) -> Result<Settle, StoreError> {
         if !matches!(state, StateName::InFlight | StateName::Held) {
-            return Ok(Fence::Lost);
+            return Ok(Settle::Changed);
         }
         let (action, response) = match settlement {
             Settlement::Release { forget_steps: false } => ("release", None),
             Settlement::Release { forget_steps: true } => ("forget", None),
             Settlement::Resolve(response) => ("resolve", Some(Self::fits(response.to_bytes())?)),
         };
+        let lapsed = match in_flight {
+            InFlightSettle::AfterGrace(grace) => grace.as_millis().max(1).to_string(),
+            InFlightSettle::Force => "force".to_owned(),
+        };
         let (reply, acked) = self
             .run_acked("settle", &self.scripts.settle, key, |args| {
-                args.arg(token.to_bytes().as_slice()).arg(state.as_str()).arg(action);
+                args.arg(token.to_bytes().as_slice()).arg(state.as_str()).arg(action).arg(lapsed.as_str());
                 if let Some(response) = response {
                     args.arg(response);
                 }
             })
             .await?;
-        match reply::fence(reply)? {
-            Fence::Held => acked.map(|()| Fence::Held),
-            lost => Ok(lost),
+        match reply::settle(reply)? {
+            Settle::Applied => acked.map(|()| Settle::Applied),
+            // A grace is a write too, acknowledged as a settlement is: a
+            // grace lost with a failover would let the next settle apply
+            // at once.
+            Settle::Graced { grace } => acked.map(|()| Settle::Graced { grace }),
+            other => Ok(other),
         }
     }
 }

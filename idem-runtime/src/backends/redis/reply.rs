@@ -6,13 +6,16 @@ use redis::Value;
 
 use super::layout::{self, State, Stored};
 use crate::record::{Record, RecordState, StoredResponse};
-use crate::store::{Attempt, Claim, Fence, FencingToken, StoreError};
+use crate::store::{Attempt, Claim, Fence, FencingToken, Settle, StoreError};
 
 /// Reply codes of `claim.lua` beside an acquired key's attempt (0, 1, 2)
 /// (a replay is answered with the stored response alone).
 const IN_FLIGHT: i64 = 3;
 const MISMATCH: i64 = 4;
 const HELD: i64 = 5;
+/// Reply code of `settle.lua` beside the claim's in flight: the settle gave
+/// a lapsed lease a grace.
+const GRACED: i64 = 6;
 
 pub(super) fn corrupt(message: impl Into<String>) -> StoreError {
     StoreError::Corrupt { store: "redis", message: message.into() }
@@ -75,6 +78,26 @@ pub(super) fn fence(value: Value) -> Result<Fence, StoreError> {
         Value::Int(0) => Ok(Fence::Lost),
         other => Err(corrupt(format!("unexpected fenced reply {other:?}"))),
     }
+}
+
+/// The reply of `settle.lua`: 1 settled, 0 changed, `{3, lease ms left}`
+/// running, `{6, grace ms}` graced.
+pub(super) fn settle(value: Value) -> Result<Settle, StoreError> {
+    let millis = |value: &Value| match value {
+        &Value::Int(ms) => u64::try_from(ms).ok().map(Duration::from_millis),
+        _ => None,
+    };
+    let settle = match &value {
+        Value::Int(1) => Some(Settle::Applied),
+        Value::Int(0) => Some(Settle::Changed),
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(IN_FLIGHT), left] => millis(left).map(|lease_left| Settle::Running { lease_left }),
+            [Value::Int(GRACED), grace] => millis(grace).map(|grace| Settle::Graced { grace }),
+            _ => None,
+        },
+        _ => None,
+    };
+    settle.ok_or_else(|| corrupt(format!("unexpected settle reply {value:?}")))
 }
 
 /// A record's value read back, or [`StoreError::Corrupt`].

@@ -42,7 +42,9 @@ impl Output {
                 OperatorError::NotFound(_) => "not-found",
                 OperatorError::NotSettleable { .. } => "not-settleable",
                 OperatorError::Changed { .. } => "changed",
-                OperatorError::Running { .. } => "running",
+                // Refused as running too: the same write applies after the
+                // grace (the detail says when).
+                OperatorError::Running { .. } | OperatorError::Graced { .. } => "running",
                 OperatorError::InvalidTarget(_) | OperatorError::InvalidResponse(_) => "usage",
                 _ => "store",
             };

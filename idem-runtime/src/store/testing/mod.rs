@@ -64,7 +64,7 @@ pub use self::leases::{
 };
 pub use self::operable::{
     a_record_is_found_by_its_id, listing_filters_by_state_route_and_age,
-    settling_applies_only_to_the_record_as_inspected,
+    settling_a_lapsed_execution_first_gives_its_holder_a_grace, settling_applies_only_to_the_record_as_inspected,
 };
 pub use self::race::{
     CLAIMERS, concurrent_claims_after_completion_all_replay, different_requests_racing_for_one_key_one_wins,
@@ -268,7 +268,8 @@ macro_rules! __operable_conformance_tests {
         $crate::__store_conformance_tests!(@joined run_operable $make; operable:
             listing_filters_by_state_route_and_age,
             a_record_is_found_by_its_id,
-            settling_applies_only_to_the_record_as_inspected
+            settling_applies_only_to_the_record_as_inspected,
+            settling_a_lapsed_execution_first_gives_its_holder_a_grace
         );
     };
 }
