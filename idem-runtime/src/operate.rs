@@ -268,7 +268,11 @@ impl Operator {
     /// The same, giving the holder of a lapsed lease `grace` (at least a
     /// second, as a claim gives) before a write settles it. Its holder
     /// must be able to renew within it: as a claim's grace, at least half
-    /// the route's `lock_ttl`.
+    /// the route's `lock_ttl`, and longer than the store timeout of the
+    /// services that hold such records (a renewal may take that long to
+    /// land). A claim after this grace takes the record over (or holds it)
+    /// without a grace of its own, so a grace shorter than the claims'
+    /// would shorten theirs.
     pub fn with_grace(self, grace: Duration) -> Self {
         Self { grace: grace.max(Duration::from_secs(1)), ..self }
     }

@@ -146,6 +146,15 @@ where
             let response = problem::response(ProblemKind::ExecutionHeld, problem::HELD);
             return (response, settled(&route, Outcome::Held));
         }
+        Standing::Unknown => {
+            tracing::error!("the lease could not be confirmed before the handler could start; not running it");
+            let _ = execution.try_release().await;
+            let detail = "the idempotency store could not confirm this request's hold on its key; the request was not \
+                          processed, retry later";
+            let response =
+                problem::retry_after(ProblemKind::StoreUnavailable, detail, std::time::Duration::from_secs(1));
+            return (response, settled(&route, Outcome::StoreError));
+        }
         Standing::Lost => {
             tracing::warn!("the lease was lost before the handler could start; not running it");
             let detail = "another execution took this request's key over before its handler started; the request \

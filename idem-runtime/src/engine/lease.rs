@@ -39,9 +39,11 @@ pub(crate) enum Standing {
     /// (`on_lapse = "hold"`): it starts nothing; the operator settles the
     /// record on what it saw.
     Held,
-    /// Another execution owns the key, or the record is gone or settled, or
-    /// the record's TTL passed before this could be known.
+    /// Another execution owns the key, or the record is gone or settled.
     Lost,
+    /// Not known by the deadline given: the lease was not confirmed, or the
+    /// record could not be read (the store is away).
+    Unknown,
 }
 
 /// One live lease, shared by its holder and the keeper.
@@ -173,7 +175,8 @@ impl LeaseState {
     /// a holder that was frozen, or cut off from the store, past its lease
     /// may have been taken over meanwhile. The keeper renews a lapsed lease
     /// at least once a second, so this waits as long as the store is away,
-    /// up to `ends` (the record's TTL).
+    /// up to `ends` (for a durable step the record's TTL; for a start, a
+    /// lease: a request does not wait out an outage before its handler).
     ///
     /// A renewal of a record held for an operator (`on_lapse = "hold"`) is
     /// answered held, so that its holder may still complete: it confirms
@@ -183,8 +186,11 @@ impl LeaseState {
     pub(crate) async fn standing(&self, ends: Instant) -> Standing {
         loop {
             while !self.is_held() {
-                if self.is_lost() || Instant::now() >= ends {
+                if self.is_lost() {
                     return Standing::Lost;
+                }
+                if Instant::now() >= ends {
+                    return Standing::Unknown;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -202,7 +208,7 @@ impl LeaseState {
                 Ok(None) => return Standing::Lost,
                 // Unknown: looked at again, while the lease holds.
                 Err(_) if Instant::now() < ends => tokio::time::sleep(Duration::from_millis(200)).await,
-                Err(_) => return Standing::Lost,
+                Err(_) => return Standing::Unknown,
             }
         }
     }

@@ -277,9 +277,10 @@ impl Execution {
     /// Whether it may start its work now: its lease confirmed, and, if the
     /// lease lapsed once, its record still its own and not held for an
     /// operator (one read, only after a lapse; see [`Standing`]).
-    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    /// Waits at most a lease for the answer: a request whose store is away
+    /// answers 503 rather than wait out the outage before its handler.
     pub(crate) async fn standing(&self) -> Standing {
-        self.lease.state().standing(later(self.claimed, self.ttl)).await
+        self.lease.state().standing(later(Instant::now(), self.length)).await
     }
 
     /// One attempt at storing `response`. `None` when it failed and may be

@@ -104,7 +104,7 @@ impl Steps {
         match self.lease.standing(self.ends).await {
             Standing::Owner => Ok(()),
             Standing::Held => Err(StepError::Held(name.to_owned())),
-            Standing::Lost => Err(StepError::Lost(name.to_owned())),
+            Standing::Lost | Standing::Unknown => Err(StepError::Lost(name.to_owned())),
         }
     }
 

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::background;
-use crate::engine::{self, Claimed, Execution, Terms};
+use crate::engine::{self, Claimed, Execution, Standing, Terms};
 use crate::fingerprint::{Fingerprint, RequestParts};
 use crate::key::{IdempotencyKey, KeyError};
 use crate::observe::Outcome;
@@ -306,6 +306,21 @@ impl Inbox {
                 let _ = execution.release().await;
             });
             return Err(Err(InboxError::NotRun));
+        }
+        // As before a handler (see the actix wing): a lease that lapsed and
+        // was confirmed again may have had its record held for an operator
+        // meanwhile; the record tells.
+        match execution.standing().await {
+            Standing::Owner => {}
+            // Left held, never released: the operator settles it on what it
+            // saw, which is that nothing ran.
+            Standing::Held => return Err(Err(InboxError::Held { record: key.record_id().to_owned() })),
+            Standing::Lost | Standing::Unknown => {
+                background::spawn(async move {
+                    let _ = execution.release().await;
+                });
+                return Err(Err(InboxError::NotRun));
+            }
         }
         let context = MessageContext { key, token: execution.token(), attempt: execution.attempt() };
         Ok((execution, context))

@@ -15,10 +15,10 @@ use stateright::{Checker, HasDiscoveries, Model};
 
 use crate::{Action, Bounds, OnLapse, Protocol, State};
 
-/// The protocol as implemented, both findings' changes included (a record
+/// The protocol as implemented (both findings' fixes included: a record
 /// read before a handler starts on a lease that lapsed once, and an
 /// operator's write to an in-flight record only after a grace).
-fn amended(on_lapse: OnLapse, bounds: Bounds) -> Protocol {
+fn implemented(on_lapse: OnLapse, bounds: Bounds) -> Protocol {
     Protocol::new(on_lapse, bounds)
 }
 
@@ -104,33 +104,33 @@ fn replay(protocol: &Protocol, actions: &[Action]) -> State {
 
 #[test]
 fn under_hold_no_handler_runs_twice() {
-    check(amended(OnLapse::Hold, WIDE));
+    check(implemented(OnLapse::Hold, WIDE));
 }
 
 #[test]
 fn under_hold_a_retryable_handler_runs_again_only_after_its_release() {
-    check(amended(OnLapse::Hold, Bounds { retryable: true, ..Bounds::small() }));
+    check(implemented(OnLapse::Hold, Bounds { retryable: true, ..Bounds::small() }));
 }
 
 #[test]
 fn under_hold_three_requests_run_one_handler() {
-    check(amended(OnLapse::Hold, Bounds { executions: 3, operator_looks: 0, ..Bounds::small() }));
+    check(implemented(OnLapse::Hold, Bounds { executions: 3, operator_looks: 0, ..Bounds::small() }));
 }
 
 #[test]
 fn under_takeover_a_second_run_comes_only_after_a_lapse() {
-    check(amended(OnLapse::Takeover, Bounds { steps: 2, ..Bounds::small() }));
+    check(implemented(OnLapse::Takeover, Bounds { steps: 2, ..Bounds::small() }));
 }
 
 #[test]
 fn under_takeover_a_failed_call_changes_nothing() {
-    check(amended(OnLapse::Takeover, Bounds { failures: 1, ..Bounds::small() }));
+    check(implemented(OnLapse::Takeover, Bounds { failures: 1, ..Bounds::small() }));
 }
 
 #[test]
 fn under_takeover_another_request_with_the_key_is_refused() {
     let bounds = Bounds { executions: 3, other_request: true, operator_looks: 0, ..Bounds::small() };
-    check(amended(OnLapse::Takeover, bounds));
+    check(implemented(OnLapse::Takeover, bounds));
 }
 
 #[test]

@@ -25,7 +25,7 @@ const LEASE: Duration = Duration::from_secs(1);
 
 /// Renewals of the frozen process fail until then (after its claim): its
 /// lease lapses, and a retry finds it lapsed, then past its grace.
-const RENEWALS_FAIL_FOR: Duration = Duration::from_millis(2_600);
+const RENEWALS_FAIL_FOR: Duration = Duration::from_millis(3_500);
 
 /// Counts each start of its body.
 #[idempotent(scope = "route", lock_ttl = "1s", ttl = "1h", on_lapse = "hold")]

@@ -119,17 +119,7 @@ if value then
         left = grace
         redis.call('PEXPIRE', KEYS[1], left)
       end
-      if string.sub(value, 1, 1) == 'L' then
-        -- A record of the upper-case layout: its holder is a process of the
-        -- previous version, whose renew, complete and release scripts know
-        -- only `L` and `G` (they answer lost for anything else). The grace
-        -- is written as that version's claim wrote it, `G` and the lease
-        -- mark in as many digits as it takes, so that its holder can still
-        -- renew (back to `L`), complete or release it.
-        redis.call('SET', KEYS[1], 'G' .. string.sub(value, 2, 50) .. string.format('%d', left - grace), 'KEEPTTL')
-      else
-        redis.call('SET', KEYS[1], write(record, 'g', left - grace, record.body), 'KEEPTTL')
-      end
+      give_grace(value, record, left, grace)
       return {3, grace}
     end
     if ARGV[5] == 'hold' then

@@ -73,3 +73,19 @@ local function write(record, state, mark, body)
   return state .. record.fp .. record.token .. record.attempt .. string.format('%015d', mark) .. record.tail .. body
 end
 
+-- Gives the holder of a lapsed lease a grace of `grace` ms from now (a
+-- claim's, or an operator's settle): the record `value` (read as `record`)
+-- becomes `g`, its lease mark `left - grace` (`left`: the key's time to
+-- live in ms, at least `grace`). A record of the upper-case layout is held
+-- by a process of the previous version, whose renew, complete and release
+-- scripts know only `L` and `G` (they answer lost for anything else): its
+-- grace is written as that version's claim wrote it, `G` and the lease
+-- mark in as many digits as it takes, so that its holder can still renew
+-- (back to `L`), complete or release it.
+local function give_grace(value, record, left, grace)
+  if string.sub(value, 1, 1) == 'L' then
+    redis.call('SET', KEYS[1], 'G' .. string.sub(value, 2, 50) .. string.format('%d', left - grace), 'KEEPTTL')
+  else
+    redis.call('SET', KEYS[1], write(record, 'g', left - grace, record.body), 'KEEPTTL')
+  end
+end

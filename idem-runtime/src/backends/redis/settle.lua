@@ -57,11 +57,7 @@ if in_flight and ARGV[4] ~= 'force' then
       left = math.max(left, grace)
       redis.call('PEXPIRE', KEYS[1], left)
     end
-    if string.sub(value, 1, 1) == 'L' then
-      redis.call('SET', KEYS[1], 'G' .. string.sub(value, 2, 50) .. string.format('%d', left - grace), 'KEEPTTL')
-    else
-      redis.call('SET', KEYS[1], write(record, 'g', left - grace, record.body), 'KEEPTTL')
-    end
+    give_grace(value, record, left, grace)
     return {6, grace}
   end
 end

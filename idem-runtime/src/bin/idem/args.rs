@@ -23,6 +23,11 @@ pub(crate) struct Cli {
     /// JSON output, one object per record, for scripts.
     #[arg(long, global = true)]
     pub(crate) json: bool,
+    /// The grace a release or resolve gives the holder of an execution whose
+    /// lease it finds lapsed, before a later one applies: at least half the
+    /// route's `lock_ttl`, and longer than the services' store timeout.
+    #[arg(long, global = true, default_value = "30s")]
+    pub(crate) grace: humantime::Duration,
     #[command(subcommand)]
     pub(crate) command: Command,
 }

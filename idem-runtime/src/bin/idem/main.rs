@@ -45,7 +45,7 @@ async fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(FAILED);
         }
     };
-    let operator = Operator::new(store);
+    let operator = Operator::new(store).with_grace(cli.grace.into());
     let done = match cli.command {
         Command::List { state, older_than, route, limit } => {
             let mut filter = ListFilter::new(limit);
