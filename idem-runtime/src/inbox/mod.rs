@@ -301,16 +301,12 @@ impl Inbox {
             Claimed::Overloaded => return Err(Err(InboxError::Overloaded)),
             Claimed::KeeperStopped => return Err(Err(InboxError::KeeperStopped)),
         };
-        if !execution.is_held() {
-            background::spawn(async move {
-                let _ = execution.release().await;
-            });
-            return Err(Err(InboxError::NotRun));
-        }
-        // As before a handler (see the actix wing): a lease that lapsed and
-        // was confirmed again may have had its record held for an operator
-        // meanwhile; the record tells.
-        match execution.standing().await {
+        // Its lease confirmed (the claim may have been answered after its
+        // end), and, as before a handler (see the actix wing), a lease that
+        // lapsed and was confirmed again may have had its record held for
+        // an operator meanwhile: the record tells.
+        let standing = if execution.is_held() { execution.standing().await } else { Standing::Unknown };
+        match standing {
             Standing::Owner => {}
             // Left held, never released: the operator settles it on what it
             // saw, which is that nothing ran.
