@@ -42,15 +42,22 @@ impl StartGate {
         std::mem::forget(tracing::subscriber::set_default(subscriber));
     }
 
-    /// Waits (polling) until an execution stopped at the gate.
-    pub async fn reached(&self) {
-        for _ in 0..500 {
+    /// Waits (polling) until an execution stopped at the gate, or until
+    /// `request`, the task whose execution should stop there, ended first:
+    /// then its answer is returned (a claim that timed out on a loaded
+    /// machine answers 503 and never reaches the gate, which stays set for
+    /// the next try).
+    pub async fn reached_before<T>(&self, request: &mut tokio::task::JoinHandle<T>) -> Result<(), T> {
+        for _ in 0..1_000 {
             if self.0.reached.load(Ordering::SeqCst) {
-                return;
+                return Ok(());
+            }
+            if request.is_finished() {
+                return Err(request.await.expect("the request's task"));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        panic!("no execution reached the start gate within 5 s");
+        panic!("no execution reached the start gate within 10 s, and its request is still waiting");
     }
 
     /// Lets the stopped execution go on.

@@ -21,14 +21,15 @@ use idem_tests::server::TestServer;
 use idem_tests::start_gate::StartGate;
 
 /// The route's lease.
-const LEASE: Duration = Duration::from_secs(1);
+const LEASE: Duration = Duration::from_secs(2);
 
 /// Renewals of the frozen process fail until then (after its claim): its
-/// lease lapses, and a retry finds it lapsed, then past its grace.
-const RENEWALS_FAIL_FOR: Duration = Duration::from_millis(3_500);
+/// lease lapses, and a retry finds it lapsed, then past its grace, about
+/// two seconds before the renewals land again.
+const RENEWALS_FAIL_FOR: Duration = Duration::from_millis(5_500);
 
 /// Counts each start of its body.
-#[idempotent(scope = "route", lock_ttl = "1s", ttl = "1h", on_lapse = "hold")]
+#[idempotent(scope = "route", lock_ttl = "2s", ttl = "1h", on_lapse = "hold")]
 #[post("/held-start/orders")]
 async fn order(started: web::Data<Counter>) -> HttpResponse {
     let n = started.next();
@@ -36,25 +37,14 @@ async fn order(started: web::Data<Counter>) -> HttpResponse {
 }
 
 fn idem(store: impl Store + 'static) -> Idem {
-    Idem::new(store).store_timeout(LEASE / 4)
+    Idem::new(store).store_timeout(LEASE / 3)
 }
 
 #[actix_web::test]
 async fn a_holder_frozen_before_its_start_never_starts_on_a_held_record() {
     const TEST: &str = "a_holder_frozen_before_its_start_never_starts_on_a_held_record";
-    let (Some(frozen_store), Some(retry_store)) = (redis_store(TEST).await, redis_store(TEST).await) else { return };
+    let Some(retry_store) = redis_store(TEST).await else { return };
     let started = web::Data::new(Counter::default());
-    // The frozen process: one worker, stopped at the gate once its claim is
-    // won; its keeper's renewals fail meanwhile.
-    let gate = StartGate::default();
-    let faulty = FaultyStore::over(Arc::new(frozen_store)).renewals_fail_between(Duration::ZERO, RENEWALS_FAIL_FOR);
-    let frozen = TestServer::with_workers(1, idem(faulty), {
-        let (gate, started) = (gate.clone(), started.clone());
-        move |cfg| {
-            gate.install_here();
-            cfg.app_data(started.clone()).service(order);
-        }
-    });
     // Another process of the same app, where the retries land.
     let other = TestServer::start(idem(retry_store), {
         let started = started.clone();
@@ -62,13 +52,37 @@ async fn a_holder_frozen_before_its_start_never_starts_on_a_held_record() {
             cfg.app_data(started.clone()).service(order);
         }
     });
-    let key = fresh_key();
     let body = Some(r#"{"coffees": 2}"#);
-    let first = actix_web::rt::spawn({
-        let (url, key) = (frozen.at("/held-start/orders"), key.clone());
-        async move { send(&url, None, Some(&key), body).await }
-    });
-    gate.reached().await;
+    // The frozen process: one worker, where the first request stops at the
+    // gate once its claim is won; its keeper's renewals fail meanwhile. A
+    // claim that timed out on a loaded machine (503: nothing claimed that
+    // could run) is tried again on a new process, under another key.
+    let mut tries = 0;
+    let (frozen, gate, key, first) = loop {
+        let Some(frozen_store) = redis_store(TEST).await else { return };
+        let gate = StartGate::default();
+        let faulty = FaultyStore::over(Arc::new(frozen_store)).renewals_fail_between(Duration::ZERO, RENEWALS_FAIL_FOR);
+        let frozen = TestServer::with_workers(1, idem(faulty), {
+            let (gate, started) = (gate.clone(), started.clone());
+            move |cfg| {
+                gate.install_here();
+                cfg.app_data(started.clone()).service(order);
+            }
+        });
+        let key = fresh_key();
+        let mut first = actix_web::rt::spawn({
+            let (url, key) = (frozen.at("/held-start/orders"), key.clone());
+            async move { send(&url, None, Some(&key), body).await }
+        });
+        match gate.reached_before(&mut first).await {
+            Ok(()) => break (frozen, gate, key, first),
+            Err(answer) if answer.status == StatusCode::SERVICE_UNAVAILABLE && tries < 3 => {
+                tries += 1;
+                frozen.stop().await;
+            }
+            Err(answer) => panic!("the first request was answered before its start: {answer:?}"),
+        }
+    };
     let claimed = tokio::time::Instant::now();
     let retry = async || send(&other.at("/held-start/orders"), None, Some(&key), body).await;
 
@@ -84,7 +98,7 @@ async fn a_holder_frozen_before_its_start_never_starts_on_a_held_record() {
     // The frozen process's renewals land again (answered held: the record
     // keeps its token); within a second, its lease is confirmed, and it
     // goes on to its start.
-    tokio::time::sleep_until(claimed + RENEWALS_FAIL_FOR + Duration::from_millis(1_200)).await;
+    tokio::time::sleep_until(claimed + RENEWALS_FAIL_FOR + Duration::from_millis(1_500)).await;
     gate.open();
     let first = first.await.expect("the first request's task");
     let problem = first.assert_problem(409);
