@@ -52,7 +52,8 @@
 //!   time (§2).
 //! - [`Idem`]: the configuration registered on the `App` (§3), with its
 //!   [`ServerErrorPolicy`], and the graceful shutdown ([`Idem::drain`],
-//!   [`Idem::shutdown_on_signal`], reporting [`Drained`]).
+//!   [`Idem::shutdown_on_signal`], reporting [`Drained`]), and the opt-in
+//!   [`ReplayCache`] of completed records in front of the store.
 //! - [`MarkRetryable`] and [`Retryable`]: a handler's word that nothing
 //!   happened, so the same request may run again (§4.8).
 //! - [`ExecutionContext`]: which execution of its key a handler is
@@ -154,6 +155,8 @@ pub use backends::MemoryStore;
 pub use backends::{InvalidKeyPrefix, OnEviction, RedisConnection, RedisStore};
 #[cfg(feature = "postgres")]
 pub use backends::{InvalidTableName, OnAsyncStandby, PostgresStore};
+#[cfg(feature = "actix")]
+pub use engine::ReplayCache;
 pub use engine::{Drained, StepError};
 pub use error::StoreError;
 /// Makes an actix-web handler idempotent.

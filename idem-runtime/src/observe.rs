@@ -4,6 +4,8 @@ use std::future::Future;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use metrics::{Key, Label, Level, Metadata};
+
 use crate::store::StoreError;
 
 /// Counter of idempotent requests, labelled `outcome` and `route`.
@@ -43,6 +45,20 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in the order of their declaration.
+    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    pub(crate) const ALL: [Outcome; 9] = [
+        Self::Executed,
+        Self::Replayed,
+        Self::InFlight,
+        Self::Mismatch,
+        Self::Rejected,
+        Self::StoreError,
+        Self::LeaseLost,
+        Self::Overloaded,
+        Self::Held,
+    ];
+
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -64,6 +80,58 @@ impl Outcome {
 pub(crate) fn count(route: &str, outcome: Outcome) {
     metrics::counter!(REQUESTS_METRIC, "outcome" => outcome.as_str(), "route" => route.to_owned()).increment(1);
     tracing::Span::current().record("outcome", outcome.as_str());
+}
+
+/// [`count`] with the labels made once for its route and outcome: no
+/// allocation per request.
+#[cfg_attr(not(feature = "actix"), allow(dead_code))]
+pub(crate) fn count_labelled(labels: &'static [Label], outcome: Outcome) {
+    let key = Key::from_static_labels(REQUESTS_METRIC, labels);
+    metrics::with_recorder(|recorder| recorder.register_counter(&key, &METADATA)).increment(1);
+    tracing::Span::current().record("outcome", outcome.as_str());
+}
+
+/// The metadata of this crate's metrics, as its macros would give them.
+static METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// Most pairs of a store call's labels kept per thread (see
+/// [`store_labels`]); past it, each call makes its own.
+const STORE_LABELS: usize = 64;
+
+thread_local! {
+    /// The labels of each store call's latency, by the addresses of its
+    /// operation and store names (both `'static`): made once, kept for the
+    /// process's life.
+    static KEPT_STORE_LABELS: std::cell::RefCell<Vec<([usize; 4], &'static [Label])>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The labels `op` and `store` of a store call's latency, made once.
+fn store_labels(op: &'static str, store: &'static str) -> Option<&'static [Label]> {
+    let id = [op.as_ptr() as usize, op.len(), store.as_ptr() as usize, store.len()];
+    KEPT_STORE_LABELS.with_borrow_mut(|kept| {
+        if let Some((_, labels)) = kept.iter().find(|(kept, _)| *kept == id) {
+            return Some(*labels);
+        }
+        if kept.len() >= STORE_LABELS {
+            return None;
+        }
+        let labels: &'static [Label] =
+            Box::leak(Box::new([Label::from_static_parts("op", op), Label::from_static_parts("store", store)]));
+        kept.push((id, labels));
+        Some(labels)
+    })
+}
+
+/// Records the latency of one store call.
+fn record_latency(op: &'static str, store: &'static str, seconds: f64) {
+    match store_labels(op, store) {
+        Some(labels) => {
+            let key = Key::from_static_labels(STORE_LATENCY_METRIC, labels);
+            metrics::with_recorder(|recorder| recorder.register_histogram(&key, &METADATA)).record(seconds);
+        }
+        None => metrics::histogram!(STORE_LATENCY_METRIC, "op" => op, "store" => store).record(seconds),
+    }
 }
 
 /// Runs one store call with the configured timeout, recording its latency.
@@ -95,7 +163,7 @@ pub(crate) async fn store_call_since<T>(
             Err(_) => Err(StoreError::Timeout { store, after: timeout }),
         },
     };
-    metrics::histogram!(STORE_LATENCY_METRIC, "op" => op, "store" => store).record(started.elapsed().as_secs_f64());
+    record_latency(op, store, started.elapsed().as_secs_f64());
     if let Err(error) = &result {
         tracing::warn!(op, %error, "idempotency store call failed");
     }

@@ -116,8 +116,7 @@ impl StorageKey {
     }
 
     /// The 32 bytes [`StorageKey::as_str`] spells in hex: a compact form of
-    /// the key for in-process stores.
-    #[cfg_attr(not(feature = "memory"), allow(dead_code, reason = "only the memory store keys its records by it"))]
+    /// the key for in-process stores and caches.
     pub(crate) fn digest(&self) -> &[u8; 32] {
         &self.digest
     }

@@ -6,10 +6,16 @@ Round trips are counted in a separate, sequential pass per mode and path
 (so that counting does not slow the timed rounds): Redis through MONITOR
 (commands a script runs are not round trips), Postgres through
 pg_stat_statements.
+
+A latency pass follows the throughput rounds: each mode and path at a
+fixed rate well below saturation, driven by bench-server's open_loop binary
+(open loop, as wrk2 does: a request's latency counts from when it was meant
+to leave, so a stall is charged to every request it delays).
 """
 
 import argparse
 import http.client
+import json
 import os
 import re
 import statistics
@@ -36,6 +42,8 @@ MODES = [
     ("hand-redis-per-worker", "/hand/redis-per-worker", "redis"),
     ("postgres", "/postgres", "postgres"),
     ("hand-postgres", "/hand/postgres", "postgres"),
+    ("redis-cached", "/redis-cached", "redis"),
+    ("postgres-cached", "/postgres-cached", "postgres"),
 ]
 
 # (mode, its anchor, the target ratio)
@@ -166,6 +174,26 @@ def timed(args, mode, prefix, store, path, round_):
     return result
 
 
+def open_loop(args, mode, prefix, path, round_):
+    """One latency run of mode and path at --latency-rate: open_loop's JSON report."""
+    url = f"{args.url}{prefix}/orders"
+    key = f"latency-{path}-{mode}-{round_}-{time.time_ns()}"
+    if path == "replay":
+        status = post(url, key)
+        if status != 201:
+            sys.exit(f"scripts/bench: priming {mode} answered {status}")
+    command = [
+        args.open_loop, "--url", url, "--rate", str(args.latency_rate), "--seconds", str(args.latency_seconds),
+        "--connections", str(args.latency_connections), "--path", path, "--key", key, "--body", ORDER,
+    ]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    if result["errors"]:
+        print(f"  warning: {mode} {path}: {result['errors']} of {result['requests']} requests not answered 201",
+              file=sys.stderr)
+    return result
+
+
 class Monitor:
     """Counts the commands clients send to Redis (not those scripts run)."""
 
@@ -228,7 +256,15 @@ def main():
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--modes", default="")
+    parser.add_argument("--open-loop", help="bench-server's open_loop binary, for the latency pass")
+    parser.add_argument("--latency-rate", type=int, default=2000)
+    parser.add_argument("--latency-seconds", type=int, default=8, help="0 skips the latency pass")
+    parser.add_argument("--latency-rounds", type=int, default=1)
+    parser.add_argument("--latency-connections", type=int, default=16)
     args = parser.parse_args()
+    args.latency = args.latency_seconds > 0 and args.latency_rounds > 0
+    if args.latency and not args.open_loop:
+        sys.exit("scripts/bench: the latency pass needs --open-loop (or --latency-seconds 0)")
     if args.modes:
         wanted = args.modes.split(",")
         unknown = set(wanted) - {mode for mode, _, _ in MODES}
@@ -239,6 +275,9 @@ def main():
 
     print(f"machine: {os.cpu_count()} CPUs, {platform_line()}")
     print(f"wrk -t2 -c{args.connections}, {args.seconds}s per mode and path, {args.rounds} rounds, alternating")
+    if args.latency:
+        print(f"latency: open loop at {args.latency_rate} req/s, {args.latency_connections} connections, "
+              f"{args.latency_seconds}s per mode and path, {args.latency_rounds} rounds, alternating")
     for mode, prefix, _ in MODES:  # warm-up
         wrk(args, f"{args.url}{prefix}/orders", lua_script(args.work, "first"), f"warm-{mode}", 1)
 
@@ -250,6 +289,15 @@ def main():
                 result = timed(args, mode, prefix, store, path, round_)
                 results[(mode, path)].append(result)
                 print(f"  round {round_ + 1} {path:6} {mode:14} {result['rate']:>10.0f} req/s", file=sys.stderr)
+
+    latencies = {(mode, path): [] for mode, _, _ in MODES for path in PATHS}
+    for round_ in range(args.latency_rounds if args.latency else 0):
+        order = MODES if round_ % 2 == 0 else list(reversed(MODES))
+        for path in PATHS:
+            for mode, prefix, _ in order:
+                result = open_loop(args, mode, prefix, path, round_)
+                latencies[(mode, path)].append(result)
+                print(f"  latency round {round_ + 1} {path:6} {mode:14} p99 {result['p99_ms']} ms", file=sys.stderr)
 
     monitors = {"redis": Monitor(args, args.redis_url), "redis-acks": Monitor(args, args.redis_acks_url)}
     trips = {}
@@ -277,6 +325,11 @@ def main():
                   f"{median(mode, path, 'p99'):.2f} | {trips[(mode, path)]:.2f} | {median(mode, path, 'cpu_us'):.1f} | "
                   f"{median(mode, path, 'store_cpu_us'):.1f} |")
     print()
+    print("req/s, p50 and p99 are wrk's, at saturation (closed loop).")
+    print()
+    if args.latency:
+        print_latencies(args, latencies)
+        print()
     def spread(mode, anchor, path):
         # Each round's own ratio (the two modes ran minutes apart at most):
         # how far single measurements on this machine move.
@@ -319,6 +372,26 @@ def main():
     )
     print()
     print("every target met" if met else "some targets are not met")
+
+
+def print_latencies(args, latencies):
+    """The latency pass's table: the median of the rounds, the highest max, the errors of all rounds."""
+    def cell(runs, field, pick=statistics.median):
+        values = [run[field] for run in runs if run[field] is not None]
+        return f"{pick(values):.2f}" if values else "–"
+
+    print(f"Latency at a fixed rate of {args.latency_rate} req/s (open loop, {args.latency_connections} connections; "
+          "rate: the rate achieved)")
+    print()
+    print("| mode | path | rate req/s | p50 ms | p99 ms | p99.9 ms | max ms | errors |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for path in PATHS:
+        for mode, _, _ in MODES:
+            runs = latencies[(mode, path)]
+            achieved = statistics.median(run["achieved"] for run in runs)
+            errors = sum(run["errors"] for run in runs)
+            print(f"| {mode} | {path} | {achieved:.0f} | {cell(runs, 'p50_ms')} | {cell(runs, 'p99_ms')} | "
+                  f"{cell(runs, 'p999_ms')} | {cell(runs, 'max_ms', max)} | {errors} |")
 
 
 def platform_line():

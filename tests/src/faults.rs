@@ -34,6 +34,8 @@ pub struct FaultyStore {
     lost_completion_answers: AtomicUsize,
     largest_response: Option<usize>,
     claimed_at: Mutex<Option<Instant>>,
+    /// Claims that reached it, answered or not.
+    claims_sent: AtomicUsize,
 }
 
 impl Default for FaultyStore {
@@ -50,6 +52,7 @@ impl Default for FaultyStore {
             lost_completion_answers: AtomicUsize::new(0),
             largest_response: None,
             claimed_at: Mutex::new(None),
+            claims_sent: AtomicUsize::new(0),
         }
     }
 }
@@ -111,6 +114,11 @@ impl FaultyStore {
         self
     }
 
+    /// Claims sent to it so far (each a round trip to the store it fronts).
+    pub fn claims_sent(&self) -> usize {
+        self.claims_sent.load(Ordering::SeqCst)
+    }
+
     fn since_first_claim(&self) -> Duration {
         self.claimed_at.lock().unwrap().map(|at| at.elapsed()).unwrap_or_default()
     }
@@ -149,6 +157,7 @@ impl Store for FaultyStore {
         token: FencingToken,
         terms: &ClaimTerms,
     ) -> Result<Claim, StoreError> {
+        self.claims_sent.fetch_add(1, Ordering::SeqCst);
         match self.claims {
             Claims::Refused => return Err(outage(std::io::ErrorKind::ConnectionRefused)),
             Claims::Hang => std::future::pending::<()>().await,

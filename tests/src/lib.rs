@@ -35,6 +35,7 @@ pub mod redis_events;
 pub mod redis_node;
 #[cfg(feature = "redis")]
 pub mod redis_server;
+pub mod replay_cache_checks;
 pub mod resets;
 pub mod restart_checks;
 pub mod server;

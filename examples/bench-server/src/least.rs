@@ -1,29 +1,31 @@
-//! The least (informational, not an anchor of §12 of the contract): less than any
-//! idempotency layer that keeps records can do per request, written by hand
-//! around the same handler, to show how far from the bare handler the
-//! cheapest conceivable layer lands on this machine.
+//! `least`, the anchor of the memory store's first executions in §12 of the
+//! contract: the least a *correct* in-process layer that keeps records must
+//! do, written by hand around the same handler.
 //!
-//! It does less than §4 of the contract asks, in every step:
-//! - the key is the header's bytes as they are (no sf-string or token
-//!   rules, no length check, no scope);
-//! - the body is the request's one chunk, not a copy (as the runtime's own
-//!   buffering does);
-//! - the fingerprint is SHA-256 over the raw body alone (no canonical
-//!   JSON, no method, path, query or media type);
-//! - the records live in a map of the worker thread's own, with a cheap
-//!   hash: no lock, and a retry that reaches another worker is not
-//!   recognized (a real store is shared by every worker); the key is copied
-//!   once, into a box of its own, when its record is made (the memory store
-//!   keeps a 32-byte digest inline instead, and pays a SHA-256 for it);
-//! - the response's bytes are kept by reference, not copied; no headers
-//!   but the content type, no `Idempotent-Replayed`, no storage key,
-//!   lease, fencing token, expiry, bound, task or metrics.
+//! Correct means what §12 asks and no more:
+//! - one map shared by every worker, so that a retry reaching another
+//!   worker is recognized: 64 shards under a mutex each, picked, and hashed
+//!   within, by the storage key's own first bytes (a SHA-256 digest needs no
+//!   other hash);
+//! - the storage key and the fingerprint hashed with SHA-256 over raw bytes:
+//!   the key header's bytes as they are, the body's bytes as they came (its
+//!   one chunk, not a copy);
+//! - a claim before the handler (a record in flight, so that a concurrent
+//!   duplicate is refused and never runs) and a completion after it, which
+//!   keeps the response's body by reference;
+//! - a replay of the same body, a refusal of another body or of a duplicate
+//!   in flight, and a handler whose extractor refuses the body keeps
+//!   nothing.
 //!
-//! It still runs the handler's own extractor before the claim, on a
+//! And nothing else: no key rules, scope or length check, no canonical JSON
+//! (the fingerprint is of the raw body), no lease, fencing, expiry, bound,
+//! detached task, headers but the content type, `Idempotent-Replayed`, or
+//! metrics. It still runs the handler's own extractor before the claim, on a
 //! replay too, as the handler without the attribute does on every request.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{LazyLock, Mutex};
 
 use actix_web::dev::Payload;
 use actix_web::web::{Bytes, BytesMut};
@@ -33,29 +35,60 @@ use sha2::{Digest, Sha256};
 
 use crate::order::{NewOrder, create, created};
 
-/// A key's record: the body's hash, and its response once done.
+/// A storage key: SHA-256 of the key header's bytes.
+type Key = [u8; 32];
+
+/// A key's record: the fingerprint, and the response once completed.
 type Record = ([u8; 32], Option<Bytes>);
 
-thread_local! {
-    static RECORDS: RefCell<HashMap<Box<[u8]>, Record, foldhash::fast::RandomState>> = RefCell::default();
+/// Shards of the map (a power of two).
+const SHARDS: usize = 64;
+
+/// Hashes a [`Key`] by its own bytes: it is a digest already.
+#[derive(Default)]
+struct DigestHasher(u64);
+
+impl Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // A `[u8; 32]` hashes as its length, then its bytes: keep 8 of these.
+        if let Some(word) = bytes.get(8..16) {
+            self.0 = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        }
+    }
+
+    fn write_usize(&mut self, _: usize) {}
 }
 
-/// What a claim found: `None` for a new key.
+type Shard = Mutex<HashMap<Key, Record, BuildHasherDefault<DigestHasher>>>;
+
+static RECORDS: LazyLock<Vec<Shard>> = LazyLock::new(|| (0..SHARDS).map(|_| Shard::default()).collect());
+
+fn shard(key: &Key) -> std::sync::MutexGuard<'static, HashMap<Key, Record, BuildHasherDefault<DigestHasher>>> {
+    RECORDS[usize::from(key[0]) % SHARDS].lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What a claim found: `None` when it took the key.
 enum Found {
     Replay(Bytes),
     Refused,
 }
 
-fn claim(key: &[u8], hash: [u8; 32]) -> Option<Found> {
-    RECORDS.with_borrow_mut(|records| match records.get(key) {
-        None => {
-            records.insert(key.into(), (hash, None));
+fn claim(key: Key, fingerprint: [u8; 32]) -> Option<Found> {
+    match shard(&key).entry(key) {
+        std::collections::hash_map::Entry::Vacant(free) => {
+            free.insert((fingerprint, None));
             None
         }
-        Some((kept, Some(body))) if *kept == hash => Some(Found::Replay(body.clone())),
-        // Another body (422), or a duplicate in flight (409): either way not run.
-        Some(_) => Some(Found::Refused),
-    })
+        std::collections::hash_map::Entry::Occupied(held) => match held.get() {
+            (kept, Some(body)) if *kept == fingerprint => Some(Found::Replay(body.clone())),
+            // Another body (422), or a duplicate in flight (409): either way not run.
+            _ => Some(Found::Refused),
+        },
+    }
 }
 
 /// The body: its one chunk as it is, or the chunks gathered.
@@ -70,32 +103,31 @@ async fn body(mut payload: web::Payload) -> Result<Bytes, actix_web::Error> {
     Ok(body.freeze())
 }
 
-/// The order handler under the least idempotency.
+/// The order handler under the least correct idempotency.
 #[post("/orders")]
 pub async fn least(req: HttpRequest, payload: web::Payload) -> HttpResponse {
-    let Some(key) = req.headers().get("idempotency-key").map(|value| value.as_bytes()) else {
+    let Some(key) = req.headers().get("idempotency-key") else {
         return HttpResponse::BadRequest().finish();
     };
+    let key: Key = Sha256::digest(key.as_bytes()).into();
     let body = match body(payload).await {
         Ok(body) => body,
         Err(error) => return error.error_response(),
     };
-    let hash: [u8; 32] = Sha256::digest(&body).into();
+    let fingerprint: [u8; 32] = Sha256::digest(&body).into();
     let order = match web::Json::<NewOrder>::from_request(&req, &mut Payload::from(body)).await {
         Ok(order) => order,
         Err(error) => return error.error_response(),
     };
-    match claim(key, hash) {
+    match claim(key, fingerprint) {
         None => {}
         Some(Found::Replay(body)) => return created(body),
         Some(Found::Refused) => return HttpResponse::Conflict().finish(),
     }
     let body = Bytes::from(create(&order));
-    RECORDS.with_borrow_mut(|records| {
-        if let Some(record) = records.get_mut(key) {
-            record.1 = Some(body.clone());
-        }
-    });
+    if let Some(record) = shard(&key).get_mut(&key) {
+        record.1 = Some(body.clone());
+    }
     created(body)
 }
 
@@ -114,8 +146,10 @@ mod tests {
         let first = test::call_service(&app, send("least-test", ORDER)).await;
         assert_eq!(first.status(), StatusCode::CREATED);
         let created = test::read_body(first).await;
-        // The same order again: the first response (its order id), not a new one.
-        let again = test::call_service(&app, send("least-test", ORDER)).await;
+        // The same order again, on another worker (an app of its own): the
+        // first response (its order id), not a new one.
+        let worker = test::init_service(App::new().service(web::scope("/least").service(super::least))).await;
+        let again = test::call_service(&worker, send("least-test", ORDER)).await;
         assert_eq!(again.status(), StatusCode::CREATED);
         assert_eq!(test::read_body(again).await, created);
         let other = r#"{"customer_id":"d","amount_cents":1,"currency":"EUR","lines":[]}"#;

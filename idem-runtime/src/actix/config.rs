@@ -7,7 +7,7 @@ use std::time::Duration;
 use actix_web::HttpRequest;
 use actix_web::http::header::HeaderName;
 
-use crate::engine::{Drained, Running};
+use crate::engine::{Drained, ReplayCache, Replays, Running};
 use crate::store::{OnLapse, Store};
 
 /// Resolves the authenticated subject of a request for `scope = "user"`.
@@ -66,6 +66,8 @@ pub(crate) struct Config {
     pub(crate) on_lapse: OnLapse,
     /// Shared by every clone of the configuration.
     pub(crate) running: Arc<Running>,
+    /// The replay cache, if on; shared by every clone of the configuration.
+    pub(crate) replays: Option<Arc<Replays>>,
     /// The store's transactional mode, if it has one.
     #[cfg(feature = "postgres")]
     pub(crate) transactional: Option<Arc<dyn crate::store::Transactional>>,
@@ -125,6 +127,7 @@ impl Idem {
                 fingerprint_host: true,
                 on_lapse: OnLapse::Takeover,
                 running: Arc::default(),
+                replays: None,
             }),
         }
     }
@@ -183,6 +186,19 @@ impl Idem {
     /// it before cloning the configuration into the app.
     pub fn max_running(self, executions: usize) -> Self {
         self.with(|c| c.running = Arc::new(Running::with_limit(executions)))
+    }
+
+    /// Keeps the completed records this process sees (replayed by the store,
+    /// or completed here) in a bounded in-process cache, so that the same
+    /// request again is replayed without a store round trip, for up to the
+    /// cache's `max_age` (default: off). What that allows is on
+    /// [`ReplayCache`]: a record removed from the store behind the library's
+    /// back may still be replayed by this process until then. For Redis and
+    /// Postgres; the memory store gains nothing from it. Shared by every
+    /// clone of the configuration: set it before cloning the configuration
+    /// into the app.
+    pub fn replay_cache(self, cache: ReplayCache) -> Self {
+        self.with(|c| c.replays = Replays::new(cache).map(Arc::new))
     }
 
     /// Whether the request's host name is part of its fingerprint (default
@@ -299,6 +315,7 @@ impl fmt::Debug for Idem {
             .field("max_running", &c.running.max())
             .field("on_lapse", &c.on_lapse)
             .field("fingerprint_host", &c.fingerprint_host)
+            .field("replay_cache", &c.replays.as_ref().map(|replays| replays.settings()))
             .finish_non_exhaustive()
     }
 }

@@ -21,7 +21,7 @@ use super::finish::{Answer, Counted, Won};
 use super::key_source::{Early, from_body, read_early};
 use super::options::{InFlight, RouteOptions};
 use super::problem::{self, ProblemKind};
-use super::route::route_of;
+use super::route::Route;
 use crate::clock::later;
 use crate::engine::{self, Terms};
 use crate::fingerprint::{Hashed, RequestParts};
@@ -43,7 +43,7 @@ where
 {
     // The pattern, never the raw path: metric labels and route-scoped keys
     // must not grow with what clients send.
-    let route = route_of(&req);
+    let route = Route::of(&req);
     let span = tracing::info_span!(
         "idempotent",
         method = %req.method(),
@@ -74,7 +74,7 @@ fn reject(kind: ProblemKind, detail: &str) -> Answer {
 
 async fn process<F, Args>(
     options: &'static RouteOptions,
-    route: &str,
+    route: &Route,
     req: HttpRequest,
     payload: Payload,
     handler: F,
@@ -123,15 +123,23 @@ where
         ttl: options.ttl,
         timeout: config.store_timeout,
         on_lapse: options.on_lapse.unwrap_or(config.on_lapse),
-        route: Some(format!("{} {route}", req.method()).into()),
+        route: Some(route.claimed()),
     };
     let mut fingerprint = hashed.fingerprint;
     loop {
-        let claimed = engine::claim_until(&config.store, &storage_key, &fingerprint, &terms, &config.running, until);
+        let claimed = engine::claim_until(
+            &config.store,
+            config.replays.as_ref(),
+            &storage_key,
+            &fingerprint,
+            &terms,
+            &config.running,
+            until,
+        );
         let claim = match claimed.await {
             Ok(engine::Claimed::Acquired(mut execution)) => {
                 PendingContext::fill(&req, &key, &storage_key, &fingerprint, &mut execution, config.response_limit);
-                let claimed = Won { config: Arc::clone(config), route: route.to_owned(), execution };
+                let claimed = Won { config: Arc::clone(config), route: route.clone(), execution };
                 return execute(claimed, req, handler, args).await;
             }
             // A record kept without the host in its fingerprint (by an

@@ -20,6 +20,7 @@ use super::config::Config;
 use super::context::Annotated;
 use super::finish::{Answer, Counted, Ending, Won, call, releases, settle, settled};
 use super::problem::{self, ProblemKind};
+use super::route::Route;
 use crate::engine::Standing;
 use crate::observe::Outcome;
 
@@ -42,7 +43,7 @@ where
 /// dropped; then spawned, to finish on its own.
 struct Detached {
     /// Its route and span, to count it by if it finishes on its own.
-    route: String,
+    route: Route,
     span: tracing::Span,
     work: Option<Pin<Box<dyn Future<Output = Answer>>>>,
 }
@@ -91,7 +92,7 @@ impl Drop for Detached {
         // The client left while the handler runs: it finishes on the
         // worker's task set, completes or releases as usual, and the
         // request ends (and is counted) there.
-        let route = std::mem::take(&mut self.route);
+        let route = self.route.clone();
         let finish = async move {
             match AssertUnwindSafe(work).catch_unwind().await {
                 Ok((_, counted)) => counted.tally(&route),

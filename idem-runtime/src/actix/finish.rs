@@ -14,15 +14,16 @@ use tracing::Instrument;
 use super::IdempotentHandler;
 use super::capture::{Captured, not_kept};
 use super::config::{Config, ServerErrorPolicy};
+use super::route::Route;
 use crate::background;
 use crate::engine::{Execution, Tried};
-use crate::observe::{Outcome, count};
+use crate::observe::Outcome;
 use crate::record::StoredResponse;
 
 /// A claim this request won.
 pub(crate) struct Won {
     pub(crate) config: Arc<Config>,
-    pub(crate) route: String,
+    pub(crate) route: Route,
     pub(crate) execution: Execution,
 }
 
@@ -46,9 +47,9 @@ pub(super) enum Counted {
 
 impl Counted {
     /// Counts the request of `route` if it is to be counted now.
-    pub(super) fn tally(self, route: &str) {
+    pub(super) fn tally(self, route: &Route) {
         if let Self::Now(outcome) = self {
-            count(route, outcome);
+            route.count(outcome);
         }
     }
 }
@@ -82,8 +83,8 @@ pub(super) fn releases(captured: &Captured, config: &Config) -> bool {
 
 /// Counts the request whose execution settled with `outcome`, while the
 /// execution still counts as running.
-pub(super) fn settled(route: &str, outcome: Outcome) -> Counted {
-    count(route, outcome);
+pub(super) fn settled(route: &Route, outcome: Outcome) -> Counted {
+    route.count(outcome);
     Counted::Settled
 }
 
@@ -99,7 +100,7 @@ pub(super) enum Ending {
 /// background for as long as the lease holds, while the response goes to
 /// the client. The request is counted when that is settled (now, or in
 /// the background), before the execution ends.
-pub(super) async fn settle(route: &str, execution: Execution, ending: Ending) -> Counted {
+pub(super) async fn settle(route: &Route, execution: Execution, ending: Ending) -> Counted {
     let processed = || {
         not_kept(
             "the request was processed, but the store refused to keep its response; \
@@ -122,14 +123,14 @@ pub(super) async fn settle(route: &str, execution: Execution, ending: Ending) ->
         Ok(outcome) => return settled(route, outcome),
         Err(first) => first,
     };
-    let route = route.to_owned();
+    let route = route.clone();
     let span = tracing::Span::current();
     let rest = async move {
         let outcome = match ending {
             Ending::Complete(stored) => execution.complete(first, &stored, &processed()).await,
             Ending::Release => execution.release().await,
         };
-        count(&route, outcome);
+        route.count(outcome);
     };
     // On the keeper's runtime: the worker that ran the handler may stop
     // before the store is back; the drain still waits for this.

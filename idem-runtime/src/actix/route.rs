@@ -10,10 +10,122 @@
 //! of the reported pattern, it is appended to it. A request that no
 //! resource matched (a default service) has one route, `<unmatched>`.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
 use actix_web::HttpRequest;
+use actix_web::http::Method;
+use metrics::Label;
+
+use crate::observe::{self, Outcome};
 
 /// The route of a request that matched no pattern (a default service).
 const UNMATCHED_ROUTE: &str = "<unmatched>";
+
+/// Most routes whose names are kept (per worker thread, and their metric
+/// labels for the process): routes are patterns, so a service has far
+/// fewer; past it a request makes its route's names for itself.
+const KEPT_ROUTES: usize = 1024;
+
+/// A request's route as keys, records, spans and metrics name it, made once
+/// per route and worker thread and shared by its requests (no allocation
+/// per request but the pattern actix-web reports).
+#[derive(Clone)]
+pub(crate) struct Route(Arc<Names>);
+
+struct Names {
+    /// The route (see the module's docs).
+    route: Arc<str>,
+    /// `METHOD route`, as records keep it for operators.
+    claimed: Arc<str>,
+    /// The labels of its requests' count, by outcome (see `Outcome::ALL`);
+    /// `None` past [`KEPT_ROUTES`].
+    labels: Option<&'static OutcomeLabels>,
+}
+
+/// The labels of a route's count, one pair per outcome.
+type OutcomeLabels = [[Label; 2]; Outcome::ALL.len()];
+
+/// Routes as a worker keeps them: by route, then method.
+type KeptRoutes = HashMap<Box<str>, Vec<(Method, Route)>>;
+
+thread_local! {
+    /// This worker's routes, by route and method.
+    static ROUTES: RefCell<KeptRoutes> = RefCell::default();
+}
+
+/// The metric labels of every route, made once for the process (leaked:
+/// at most [`KEPT_ROUTES`] of them).
+static LABELS: LazyLock<Mutex<HashMap<Box<str>, &'static OutcomeLabels>>> = LazyLock::new(Mutex::default);
+
+impl Route {
+    /// The route of `req`.
+    pub(crate) fn of(req: &HttpRequest) -> Self {
+        let route = route_of(req);
+        let method = req.method();
+        let kept = ROUTES.with_borrow(|routes| {
+            routes.get(route.as_str())?.iter().find(|(kept, _)| kept == method).map(|(_, route)| route.clone())
+        });
+        if let Some(kept) = kept {
+            return kept;
+        }
+        let made = Self::make(&route, method);
+        ROUTES.with_borrow_mut(|routes| {
+            if routes.len() < KEPT_ROUTES || routes.contains_key(route.as_str()) {
+                routes.entry(route.into_boxed_str()).or_default().push((method.clone(), made.clone()));
+            }
+        });
+        made
+    }
+
+    fn make(route: &str, method: &Method) -> Self {
+        let labels = {
+            let mut labels = LABELS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match labels.get(route) {
+                Some(kept) => Some(*kept),
+                None if labels.len() < KEPT_ROUTES => {
+                    let name: &'static str = Box::leak(route.into());
+                    let made: &'static OutcomeLabels = Box::leak(Box::new(Outcome::ALL.map(|outcome| {
+                        [Label::from_static_parts("outcome", outcome.as_str()), Label::from_static_parts("route", name)]
+                    })));
+                    labels.insert(route.into(), made);
+                    Some(made)
+                }
+                None => None,
+            }
+        };
+        Self(Arc::new(Names { route: route.into(), claimed: format!("{method} {route}").into(), labels }))
+    }
+
+    /// `METHOD route`, as records keep it.
+    pub(crate) fn claimed(&self) -> Arc<str> {
+        Arc::clone(&self.0.claimed)
+    }
+
+    /// Counts one request of this route that ended with `outcome`, and
+    /// records it on the current span.
+    pub(crate) fn count(&self, outcome: Outcome) {
+        match self.0.labels {
+            Some(labels) => observe::count_labelled(&labels[outcome as usize], outcome),
+            None => observe::count(&self.0.route, outcome),
+        }
+    }
+}
+
+impl std::ops::Deref for Route {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0.route
+    }
+}
+
+impl std::fmt::Display for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.route)
+    }
+}
 
 /// The route of `req` (see the module's docs).
 pub(crate) fn route_of(req: &HttpRequest) -> String {
@@ -100,6 +212,28 @@ mod tests {
     use actix_web::{App, HttpRequest, HttpResponse, guard, web};
 
     use super::*;
+
+    #[test]
+    fn outcomes_index_their_labels() {
+        for (index, outcome) in Outcome::ALL.into_iter().enumerate() {
+            assert_eq!(outcome as usize, index, "{outcome:?}");
+        }
+    }
+
+    #[actix_web::test]
+    async fn a_route_is_named_once_per_method() {
+        async fn names(req: HttpRequest) -> HttpResponse {
+            let route = Route::of(&req);
+            let again = Route::of(&req);
+            assert!(Arc::ptr_eq(&route.0, &again.0), "kept for the next request");
+            HttpResponse::Ok().body(format!("{route}|{}", route.claimed()))
+        }
+        let app = init_service(App::new().service(web::resource("/n/{id}").to(names))).await;
+        for (method, expected) in [(Method::POST, "/n/{id}|POST /n/{id}"), (Method::PUT, "/n/{id}|PUT /n/{id}")] {
+            let response = call_service(&app, TestRequest::default().method(method).uri("/n/1").to_request()).await;
+            assert_eq!(read_body(response).await, expected);
+        }
+    }
 
     #[test]
     fn patterns_are_written_as_shapes() {

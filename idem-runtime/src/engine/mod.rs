@@ -6,6 +6,9 @@
 //! - `keeper.rs`: the process-wide keeper that renews every lease, and
 //!   the holder's handle on one (`keeper::Lease`);
 //! - `drain.rs`: the count of running executions, for graceful shutdown;
+//! - `replay_cache.rs`: the opt-in cache of completed records this process
+//!   has seen, looked up before every claim and filled from replays and
+//!   completions;
 //! - `tx_commit.rs`: the transactional mode, where the work's writes and
 //!   the completion commit together in one transaction.
 //!
@@ -26,6 +29,8 @@ mod held;
 pub(crate) mod keeper;
 mod lease;
 #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+mod replay_cache;
+#[cfg_attr(not(feature = "actix"), allow(dead_code))]
 mod steps;
 #[cfg(feature = "postgres")]
 pub(crate) mod tx_commit;
@@ -40,6 +45,9 @@ pub(crate) use self::drain::{Refused, Running, RunningGuard};
 pub use self::held::HELD_METRIC;
 use self::keeper::Lease;
 pub(crate) use self::lease::Standing;
+#[cfg(feature = "actix")]
+pub use self::replay_cache::ReplayCache;
+pub(crate) use self::replay_cache::Replays;
 pub use self::steps::StepError;
 pub(crate) use self::steps::Steps;
 #[cfg(feature = "actix")]
@@ -96,14 +104,23 @@ pub(crate) enum Claimed {
 /// Claims `key`, counting the lease from the moment the claim is sent. The
 /// claim is made only if the execution may run: not while draining, past
 /// the bound on running executions, or with the lease keeper stopped.
+///
+/// With `replays`, a replay it holds for this request answers first, as
+/// the store's would, whatever the drain, the bound or the keeper (it runs
+/// nothing); a replay of the store fills it, and so does the execution's
+/// completion.
 pub(crate) async fn claim(
     store: &Arc<dyn Store>,
+    replays: Option<&Arc<Replays>>,
     key: &StorageKey,
     fingerprint: &Fingerprint,
     terms: &Terms,
     timeout: Duration,
     running: &Arc<Running>,
 ) -> Result<Claimed, StoreError> {
+    if let Some(response) = replays.and_then(|replays| replays.get(key, fingerprint)) {
+        return Ok(Claimed::Other(Claim::Replay(response)));
+    }
     let entered = match running.enter() {
         Ok(entered) => entered,
         Err(Refused::Draining) => return Ok(Claimed::Draining),
@@ -147,6 +164,8 @@ pub(crate) async fn claim(
                 attempt,
                 steps,
                 claimed: sent,
+                replays: replays.cloned(),
+                fingerprint: *fingerprint,
                 length: terms.lease,
                 ttl: terms.ttl,
                 timeout: terms.timeout,
@@ -157,6 +176,12 @@ pub(crate) async fn claim(
         Claim::Held { newly } => {
             held::seen(store, key, newly);
             Ok(Claimed::Other(Claim::Held { newly }))
+        }
+        Claim::Replay(response) => {
+            if let Some(replays) = replays {
+                replays.replayed(key, fingerprint, &response, sent, terms.ttl);
+            }
+            Ok(Claimed::Other(Claim::Replay(response)))
         }
         other => Ok(Claimed::Other(other)),
     }
@@ -224,6 +249,10 @@ pub(crate) struct Execution {
     steps: Vec<Step>,
     /// When its claim was sent: the record lives `ttl` from about then.
     claimed: Instant,
+    /// The replay cache its completion fills, if any.
+    replays: Option<Arc<Replays>>,
+    /// The request's fingerprint, for the replay cache.
+    fingerprint: Fingerprint,
     /// The lease's length.
     length: Duration,
     ttl: Duration,
@@ -287,9 +316,13 @@ impl Execution {
     /// tried again (see [`Execution::complete`]).
     pub(crate) async fn try_complete(&self, response: &StoredResponse) -> Tried {
         let store = &self.lease.state().store;
+        let sent = Instant::now();
         let call = store.complete(self.key(), self.token(), response, self.ttl);
-        match store_call(store.kind(), "complete", self.timeout, call).await {
-            Ok(Fence::Held) => Tried::Done(Outcome::Executed),
+        match store_call_since(sent, store.kind(), "complete", self.timeout, call).await {
+            Ok(Fence::Held) => {
+                self.completed(response, sent);
+                Tried::Done(Outcome::Executed)
+            }
             Ok(_) => Tried::Done(self.report(Outcome::LeaseLost)),
             Err(StoreError::Full { .. }) => Tried::Refused,
             Err(_) => Tried::Failed,
@@ -376,6 +409,14 @@ impl Execution {
                 // it over then, exactly as after a release.
                 None => return Outcome::Executed,
             }
+        }
+    }
+
+    /// Keeps `response`, whose completion sent at `sent` the store
+    /// confirmed, in the replay cache if there is one.
+    fn completed(&self, response: &StoredResponse, sent: Instant) {
+        if let Some(replays) = &self.replays {
+            replays.completed(self.key(), &self.fingerprint, response, sent, self.claimed, self.ttl);
         }
     }
 

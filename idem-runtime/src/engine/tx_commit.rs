@@ -181,10 +181,14 @@ impl Execution {
             rolled_back_here(tx, self.timeout).await;
             return Committed::LeaseLost;
         }
+        let sent = std::time::Instant::now();
         let complete = store.complete_in(&mut tx, self.key(), self.token(), response, self.ttl);
         let (what, error) = match self.timed("complete", complete).await {
             Ok(Fence::Held) => match self.timed("commit", tx.commit()).await {
-                Ok(()) => return Committed::Done,
+                Ok(()) => {
+                    self.completed(response, sent);
+                    return Committed::Done;
+                }
                 Err(error) => ("the transaction's COMMIT", error),
             },
             Ok(_) => {

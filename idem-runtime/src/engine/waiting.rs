@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::drain::Running;
-use super::{Claimed, Terms, claim};
+use super::{Claimed, Replays, Terms, claim};
 use crate::fingerprint::Fingerprint;
 use crate::scope::StorageKey;
 use crate::store::{Claim, Store, StoreError};
@@ -23,13 +23,15 @@ const FIRST_PAUSE: Duration = Duration::from_millis(20);
 /// Longest pause between two claims while waiting.
 const MAX_PAUSE: Duration = Duration::from_millis(250);
 
-/// Claims `key` as [`claim`] does; while the answer is in flight and
+/// Claims `key` as [`claim`] does (looking in `replays` first, each time);
+/// while the answer is in flight and
 /// `until` is ahead, waits and claims again. `until` of `None` claims once.
 /// No claim runs past `until` (on Tokio's clock, so that a test that
 /// pauses time waits in virtual time): one that is cut short there is answered in
 /// flight (the first execution runs, as far as anyone knows).
 pub(crate) async fn claim_until(
     store: &Arc<dyn Store>,
+    replays: Option<&Arc<Replays>>,
     key: &StorageKey,
     fingerprint: &Fingerprint,
     terms: &Terms,
@@ -45,7 +47,7 @@ pub(crate) async fn claim_until(
             }
             None => (terms.timeout, false),
         };
-        let claimed = match claim(store, key, fingerprint, terms, timeout, running).await {
+        let claimed = match claim(store, replays, key, fingerprint, terms, timeout, running).await {
             Err(StoreError::Timeout { .. }) if cut => {
                 Claimed::Other(Claim::InFlight { retry_after: Duration::from_secs(1) })
             }

@@ -286,7 +286,7 @@ impl Inbox {
         let natural = IdempotencyKey::natural(id).map_err(|error| Err(InboxError::InvalidId(error)))?;
         let key = StorageKey::new(Scope::Route, None, MESSAGE_METHOD, &self.consumer, &natural);
         let fingerprint = message_fingerprint(&key);
-        let claimed = engine::claim(&self.store, &key, &fingerprint, &self.terms, timeout, &self.running)
+        let claimed = engine::claim(&self.store, None, &key, &fingerprint, &self.terms, timeout, &self.running)
             .await
             .map_err(|error| Err(InboxError::Store(error)))?;
         let execution = match claimed {

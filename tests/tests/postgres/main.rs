@@ -1,8 +1,9 @@
 //! The Postgres store against real servers: the conformance suite, claim
 //! races, READ COMMITTED in a SERIALIZABLE database, renewals from the lease
 //! keeper's runtime, outages, a slow server behind a latency proxy, statement
-//! counts, the sweeper, and `#[idempotent]` on a real actix-web server, in one
-//! test binary. Needs `IDEM_POSTGRES_URL` (set by `scripts/test`).
+//! counts, the sweeper, and `#[idempotent]` on a real actix-web server (with
+//! the replay cache in front of the store too), in one test binary. Needs
+//! `IDEM_POSTGRES_URL` (set by `scripts/test`).
 #![cfg(feature = "postgres")]
 
 mod actix;
@@ -16,6 +17,7 @@ mod long_outage;
 mod outage;
 mod outbox;
 mod renewals;
+mod replay_cache;
 mod replication;
 mod slow_store;
 mod statements;
