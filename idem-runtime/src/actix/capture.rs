@@ -7,7 +7,7 @@ use std::pin::Pin;
 use actix_web::HttpResponse;
 use actix_web::body::{BodySize, BodyStream, BoxBody, MessageBody};
 use actix_web::http::StatusCode;
-use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use bytes::{Bytes, BytesMut};
 use futures_util::{StreamExt, stream};
 
@@ -26,7 +26,8 @@ pub(crate) const REPLAYED: HeaderName = HeaderName::from_static(REPLAYED_HEADER)
 /// A handler response, its body collected up to the stored-response limit.
 pub(crate) struct Captured {
     status: StatusCode,
-    headers: Vec<(HeaderName, HeaderValue)>,
+    /// Its headers, taken from it as they were (no copy).
+    headers: HeaderMap,
     body: Body,
     /// The handler marked it retryable: nothing happened.
     retryable: bool,
@@ -54,7 +55,7 @@ impl Captured {
         let (retryable, kept, left_held) = (is_marked(&response), is_kept(&response), is_left_held(&response));
         response.headers_mut().remove(REPLAYED);
         let status = response.status();
-        let headers = response.headers().iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+        let headers = std::mem::take(response.headers_mut());
         let body = response.into_body();
         if matches!(body.size(), BodySize::Sized(size) if size > limit as u64) {
             return Self {
@@ -170,11 +171,8 @@ impl Captured {
             }
             Body::Failed => return problem::response(ProblemKind::HandlerPanicked, BODY_FAILED),
         };
-        let mut response = HttpResponse::build(status).body(body);
-        let headers = response.headers_mut();
-        for (name, value) in self.headers {
-            headers.append(name, value);
-        }
+        let mut response = HttpResponse::with_body(status, body);
+        *response.headers_mut() = self.headers;
         response
     }
 }

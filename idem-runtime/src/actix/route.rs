@@ -28,6 +28,9 @@ const UNMATCHED_ROUTE: &str = "<unmatched>";
 /// fewer; past it a request makes its route's names for itself.
 const KEPT_ROUTES: usize = 1024;
 
+/// Most methods kept per route (see [`Route::of`]).
+const KEPT_METHODS: usize = 8;
+
 /// A request's route as keys, records, spans and metrics name it, made once
 /// per route and worker thread and shared by its requests (no allocation
 /// per request but the pattern actix-web reports).
@@ -72,7 +75,13 @@ impl Route {
         }
         let made = Self::make(&route, method);
         ROUTES.with_borrow_mut(|routes| {
-            if routes.len() < KEPT_ROUTES || routes.contains_key(route.as_str()) {
+            // Methods are the client's to choose on a resource without a
+            // method guard: only the first few of a route are kept.
+            let room = match routes.get(route.as_str()) {
+                Some(methods) => methods.len() < KEPT_METHODS,
+                None => routes.len() < KEPT_ROUTES,
+            };
+            if room {
                 routes.entry(route.into_boxed_str()).or_default().push((method.clone(), made.clone()));
             }
         });
@@ -224,8 +233,9 @@ mod tests {
     async fn a_route_is_named_once_per_method() {
         async fn names(req: HttpRequest) -> HttpResponse {
             let route = Route::of(&req);
-            let again = Route::of(&req);
-            assert!(Arc::ptr_eq(&route.0, &again.0), "kept for the next request");
+            if matches!(*req.method(), Method::POST | Method::PUT) {
+                assert!(Arc::ptr_eq(&route.0, &Route::of(&req).0), "kept for the next request");
+            }
             HttpResponse::Ok().body(format!("{route}|{}", route.claimed()))
         }
         let app = init_service(App::new().service(web::resource("/n/{id}").to(names))).await;
@@ -233,6 +243,14 @@ mod tests {
             let response = call_service(&app, TestRequest::default().method(method).uri("/n/1").to_request()).await;
             assert_eq!(read_body(response).await, expected);
         }
+        // Methods a client makes up are named, but only a few are kept.
+        for n in 0..20 {
+            let method = Method::from_bytes(format!("M{n}").as_bytes()).unwrap();
+            let response = call_service(&app, TestRequest::default().method(method).uri("/n/2").to_request()).await;
+            assert_eq!(read_body(response).await, format!("/n/{{id}}|M{n} /n/{{id}}"));
+        }
+        let kept = ROUTES.with_borrow(|routes| routes.get("/n/{id}").map(Vec::len));
+        assert_eq!(kept, Some(KEPT_METHODS));
     }
 
     #[test]

@@ -153,6 +153,13 @@ pub(crate) async fn claim(
             return Err(error);
         }
     };
+    if let Some(replays) = replays
+        && !matches!(claimed, Claim::Replay(_))
+    {
+        // Whatever the cache kept for this key is no longer the store's
+        // record (another request's claim found it expired, or it went).
+        replays.forget(key);
+    }
     match claimed {
         Claim::Acquired { token, attempt, steps } => {
             // A claim answered after its lease would have ended (a stalled

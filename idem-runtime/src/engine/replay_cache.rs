@@ -250,6 +250,13 @@ impl Replays {
         self.keep(key, fingerprint, response, later(sent, self.settings.max_age).min(later(claimed, ttl)));
     }
 
+    /// Forgets what is kept for `key`: the store answered a claim of it
+    /// with something else than this replay (its record expired and was
+    /// claimed again, or removed), so the entry no longer tells the truth.
+    pub(crate) fn forget(&self, key: &StorageKey) {
+        self.entries.remove(key.digest());
+    }
+
     fn keep(&self, key: &StorageKey, fingerprint: &Fingerprint, response: &StoredResponse, until: Instant) {
         let entry = Entry { fingerprint: *fingerprint, response: response.clone(), until };
         self.entries.insert(*key.digest(), Arc::new(entry));
@@ -350,6 +357,15 @@ mod tests {
         replays.replayed(&key, &fingerprint("b"), &response(b"second"), sent, TTL);
         assert_eq!(replays.get(&key, &fingerprint("a")), None);
         assert_eq!(replays.get(&key, &fingerprint("b")), Some(response(b"second")));
+    }
+
+    #[test]
+    fn a_forgotten_key_is_asked_of_the_store_again() {
+        let replays = cache(ReplayCache::new(10));
+        let (key, sent) = (key("k"), Instant::now());
+        replays.replayed(&key, &fingerprint("a"), &response(b"first"), sent, TTL);
+        replays.forget(&key);
+        assert_eq!(replays.get(&key, &fingerprint("a")), None);
     }
 
     #[test]
