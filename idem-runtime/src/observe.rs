@@ -94,33 +94,46 @@ pub(crate) fn count_labelled(labels: &'static [Label], outcome: Outcome) {
 /// The metadata of this crate's metrics, as its macros would give them.
 static METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
-/// Most pairs of a store call's labels kept per thread (see
-/// [`store_labels`]); past it, each call makes its own.
+/// Most pairs of a store call's labels kept (see [`store_labels`]); past
+/// it, each call makes its own.
 const STORE_LABELS: usize = 64;
 
+/// A store call's labels, by the addresses and lengths of its operation's
+/// and store's names (both `'static`).
+type KeptLabels = Vec<([usize; 4], &'static [Label])>;
+
+/// Every pair of labels made, for the process (leaked: at most
+/// [`STORE_LABELS`] of them).
+static STORE_LABEL_PAIRS: std::sync::Mutex<KeptLabels> = std::sync::Mutex::new(Vec::new());
+
 thread_local! {
-    /// The labels of each store call's latency, by the addresses of its
-    /// operation and store names (both `'static`): made once, kept for the
-    /// process's life.
-    static KEPT_STORE_LABELS: std::cell::RefCell<Vec<([usize; 4], &'static [Label])>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    /// This thread's copy of the pairs it used, looked up without a lock.
+    static KEPT_STORE_LABELS: std::cell::RefCell<KeptLabels> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The labels `op` and `store` of a store call's latency, made once.
+/// The labels `op` and `store` of a store call's latency, made once for
+/// the process.
 fn store_labels(op: &'static str, store: &'static str) -> Option<&'static [Label]> {
     let id = [op.as_ptr() as usize, op.len(), store.as_ptr() as usize, store.len()];
-    KEPT_STORE_LABELS.with_borrow_mut(|kept| {
-        if let Some((_, labels)) = kept.iter().find(|(kept, _)| *kept == id) {
-            return Some(*labels);
+    let find = |kept: &KeptLabels| kept.iter().find(|(kept, _)| *kept == id).map(|(_, labels)| *labels);
+    if let Some(labels) = KEPT_STORE_LABELS.with_borrow(find) {
+        return Some(labels);
+    }
+    let labels = {
+        let mut pairs = STORE_LABEL_PAIRS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match find(&pairs) {
+            Some(labels) => labels,
+            None if pairs.len() < STORE_LABELS => {
+                let labels: &'static [Label] =
+                    Box::leak(Box::new([Label::from_static_parts("op", op), Label::from_static_parts("store", store)]));
+                pairs.push((id, labels));
+                labels
+            }
+            None => return None,
         }
-        if kept.len() >= STORE_LABELS {
-            return None;
-        }
-        let labels: &'static [Label] =
-            Box::leak(Box::new([Label::from_static_parts("op", op), Label::from_static_parts("store", store)]));
-        kept.push((id, labels));
-        Some(labels)
-    })
+    };
+    KEPT_STORE_LABELS.with_borrow_mut(|kept| kept.push((id, labels)));
+    Some(labels)
 }
 
 /// Records the latency of one store call.

@@ -7,9 +7,15 @@
 //!   worker is recognized: 64 shards under a mutex each, picked, and hashed
 //!   within, by the storage key's own first bytes (a SHA-256 digest needs no
 //!   other hash);
-//! - the storage key and the fingerprint hashed with SHA-256 over raw bytes:
-//!   the key header's bytes as they are, the body's bytes as they came (its
-//!   one chunk, not a copy);
+//! - the storage key and the fingerprint hashed with SHA-256 over raw bytes,
+//!   each part prefixed with its length: the storage key over the method,
+//!   the route's pattern and the key header's bytes as they are; the
+//!   fingerprint over the method, host, path, query, content type and the
+//!   body's bytes as they came (its one chunk, not a copy), so that a
+//!   request to another tenant (host), another query or another media type
+//!   is never answered with this one's response;
+//! - the body read up to 1 MiB (413 beyond), as any layer facing clients
+//!   must;
 //! - a claim before the handler (a record in flight, so that a concurrent
 //!   duplicate is refused and never runs) and a completion after it, which
 //!   keeps the response's body by reference;
@@ -17,7 +23,7 @@
 //!   in flight, and a handler whose extractor refuses the body keeps
 //!   nothing.
 //!
-//! And nothing else: no key rules, scope or length check, no canonical JSON
+//! And nothing else: no key rules or length check, no canonical JSON
 //! (the fingerprint is of the raw body), no lease, fencing, expiry, bound,
 //! detached task, headers but the content type, `Idempotent-Replayed`, or
 //! metrics. It still runs the handler's own extractor before the claim, on a
@@ -91,16 +97,35 @@ fn claim(key: Key, fingerprint: [u8; 32]) -> Option<Found> {
     }
 }
 
-/// The body: its one chunk as it is, or the chunks gathered.
-async fn body(mut payload: web::Payload) -> Result<Bytes, actix_web::Error> {
-    let Some(first) = payload.next().await.transpose()? else { return Ok(Bytes::new()) };
-    let Some(second) = payload.next().await.transpose()? else { return Ok(first) };
+/// Most bytes of a body.
+const BODY_LIMIT: usize = 1 << 20;
+
+/// The body: its one chunk as it is, or the chunks gathered; `None` past
+/// [`BODY_LIMIT`].
+async fn body(mut payload: web::Payload) -> Result<Option<Bytes>, actix_web::Error> {
+    let Some(first) = payload.next().await.transpose()? else { return Ok(Some(Bytes::new())) };
+    let Some(second) = payload.next().await.transpose()? else {
+        return Ok((first.len() <= BODY_LIMIT).then_some(first));
+    };
     let mut body = BytesMut::from(&first[..]);
     body.extend_from_slice(&second);
     while let Some(chunk) = payload.next().await.transpose()? {
+        if body.len() + chunk.len() > BODY_LIMIT {
+            return Ok(None);
+        }
         body.extend_from_slice(&chunk);
     }
-    Ok(body.freeze())
+    Ok((body.len() <= BODY_LIMIT).then(|| body.freeze()))
+}
+
+/// SHA-256 over `parts`, each prefixed with its length.
+fn digest(parts: &[&[u8]]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part);
+    }
+    hasher.finalize().into()
 }
 
 /// The order handler under the least correct idempotency.
@@ -109,12 +134,23 @@ pub async fn least(req: HttpRequest, payload: web::Payload) -> HttpResponse {
     let Some(key) = req.headers().get("idempotency-key") else {
         return HttpResponse::BadRequest().finish();
     };
-    let key: Key = Sha256::digest(key.as_bytes()).into();
+    let method = req.method().as_str().as_bytes();
+    let route = req.match_pattern().unwrap_or_default();
+    let key: Key = digest(&[method, route.as_bytes(), key.as_bytes()]);
     let body = match body(payload).await {
-        Ok(body) => body,
+        Ok(Some(body)) => body,
+        Ok(None) => return HttpResponse::PayloadTooLarge().finish(),
         Err(error) => return error.error_response(),
     };
-    let fingerprint: [u8; 32] = Sha256::digest(&body).into();
+    let header = |name| req.headers().get(name).map_or(&b""[..], |value| value.as_bytes());
+    let fingerprint = digest(&[
+        method,
+        header("host"),
+        req.path().as_bytes(),
+        req.query_string().as_bytes(),
+        header("content-type"),
+        &body,
+    ]);
     let order = match web::Json::<NewOrder>::from_request(&req, &mut Payload::from(body)).await {
         Ok(order) => order,
         Err(error) => return error.error_response(),

@@ -170,10 +170,21 @@ struct Weight {
 }
 
 impl Weighter<[u8; 32], Arc<Entry>> for Weight {
+    /// What the entry holds in memory: its body (copied to its own length
+    /// when kept) and each header's name and value with their allocations.
     fn weight(&self, _: &[u8; 32], entry: &Arc<Entry>) -> u64 {
-        (entry.response.size() as u64).max(self.least)
+        let headers: usize = entry.response.headers.iter().map(|(n, v)| n.len() + v.len() + HEADER_OVERHEAD).sum();
+        ((entry.response.body.len() + headers + ENTRY_OVERHEAD) as u64).max(self.least)
     }
 }
+
+/// What a kept header costs besides its bytes: its place in the list and
+/// two allocations.
+const HEADER_OVERHEAD: usize = 64;
+
+/// What an entry costs besides its response: the entry, its key, its
+/// place in the cache.
+const ENTRY_OVERHEAD: usize = 128;
 
 impl Replays {
     /// The cache `settings` describe; `None` when they keep nothing.
@@ -183,11 +194,13 @@ impl Replays {
             return None;
         }
         let max_bytes = max_bytes as u64;
-        // `max_entries` entries of `least` each fill `max_bytes`.
-        let least = max_bytes.div_ceil(max_entries as u64);
         // A power of two (`quick_cache` rounds up to one): shards of at
         // least `SHARD_BYTES`.
         let shards = 1 << (max_bytes / SHARD_BYTES).clamp(1, MOST_SHARDS).ilog2();
+        // `max_entries` entries of `least` each fill `max_bytes`; an entry
+        // is admitted only within about 97 % of a shard, so the least
+        // weight stays below that (a cache of one entry keeps one).
+        let least = max_bytes.div_ceil(max_entries as u64).min(max_bytes / shards as u64 * 9 / 10);
         let options = OptionsBuilder::new()
             .estimated_items_capacity(max_entries)
             .weight_capacity(max_bytes)
@@ -258,7 +271,11 @@ impl Replays {
     }
 
     fn keep(&self, key: &StorageKey, fingerprint: &Fingerprint, response: &StoredResponse, until: Instant) {
-        let entry = Entry { fingerprint: *fingerprint, response: response.clone(), until };
+        // The body copied to its own length: the handler's buffer may be
+        // far larger than what it holds, and the bound counts the length.
+        let mut response = response.clone();
+        response.body = bytes::Bytes::copy_from_slice(&response.body);
+        let entry = Entry { fingerprint: *fingerprint, response, until };
         self.entries.insert(*key.digest(), Arc::new(entry));
     }
 }
@@ -322,8 +339,19 @@ mod tests {
         let (key, request) = (key("k"), fingerprint("a"));
         let kept = response(&[7; 4096]);
         replays.replayed(&key, &request, &kept, Instant::now(), TTL);
-        let hit = replays.get(&key, &request).expect("a hit");
-        assert_eq!(hit.body.as_ptr(), kept.body.as_ptr(), "the body is not copied");
+        let (hit, again) = (replays.get(&key, &request).expect("a hit"), replays.get(&key, &request).expect("a hit"));
+        assert_eq!(hit.body, kept.body);
+        assert_eq!(hit.body.as_ptr(), again.body.as_ptr(), "hits share the kept body");
+        // Kept as a copy of its own length, whatever buffer it came in.
+        assert_ne!(hit.body.as_ptr(), kept.body.as_ptr());
+    }
+
+    #[test]
+    fn a_cache_of_one_entry_keeps_one() {
+        let replays = cache(ReplayCache::new(1));
+        let (key, request) = (key("k"), fingerprint("a"));
+        replays.replayed(&key, &request, &response(b"kept"), Instant::now(), TTL);
+        assert_eq!(replays.get(&key, &request), Some(response(b"kept")));
     }
 
     #[test]
