@@ -262,7 +262,7 @@ def main():
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--modes", default="")
     parser.add_argument("--open-loop", help="bench-server's open_loop binary, for the latency pass")
-    parser.add_argument("--latency-rate", type=int, default=2000)
+    parser.add_argument("--latency-rate", type=int, default=500)
     parser.add_argument("--latency-seconds", type=int, default=8, help="0 skips the latency pass")
     parser.add_argument("--latency-rounds", type=int, default=1)
     parser.add_argument("--latency-connections", type=int, default=16)
