@@ -203,7 +203,13 @@ impl MemoryStore {
                 return Some(Ok(Claim::Mismatch));
             }
             let attempt = match &mut entry.state {
-                State::Completed { response } => return Some(Ok(Claim::Replay(response.clone()))),
+                State::Completed { response } => {
+                    // Copied out of the lock: a hot key's replays contend
+                    // for it only as long as a reference count takes.
+                    let response = std::sync::Arc::clone(response);
+                    drop(shard);
+                    return Some(Ok(Claim::Replay(StoredResponse::clone(&response))));
+                }
                 // This very claim, made again (its token is new to every
                 // other claim): still its own, whatever is left of its lease.
                 State::InFlight { token: held, steps, .. } if *held == token => {
@@ -399,7 +405,7 @@ impl Store for MemoryStore {
             headers: response.headers.clone(),
             body: bytes::Bytes::copy_from_slice(&response.body),
         };
-        entry.state = State::Completed { response: kept };
+        entry.state = State::Completed { response: std::sync::Arc::new(kept) };
         let expires_at = later(now, ttl);
         // A later end (the usual case) waits for the record's index entry
         // to come up; an earlier one is indexed now.

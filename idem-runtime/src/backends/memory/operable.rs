@@ -118,7 +118,7 @@ impl Operable for MemoryStore {
                     headers: response.headers.clone(),
                     body: bytes::Bytes::copy_from_slice(&response.body),
                 };
-                entry.state = State::Completed { response: kept };
+                entry.state = State::Completed { response: std::sync::Arc::new(kept) };
             }
         }
         drop(shard);

@@ -175,13 +175,12 @@ pub(super) enum State {
         steps: Vec<Step>,
     },
     Completed {
-        response: StoredResponse,
+        /// Shared, so that a replay copies it outside the shard's lock.
+        response: std::sync::Arc<StoredResponse>,
     },
     /// A tombstone, keeping the steps its execution recorded: the next
     /// execution gets them back.
-    Released {
-        steps: Vec<Step>,
-    },
+    Released { steps: Vec<Step> },
 }
 
 impl State {
@@ -220,7 +219,9 @@ impl Entry {
             &State::InFlight { token, lease_until, .. } => {
                 RecordState::InFlight { token, lease_left: lease_until.saturating_duration_since(now), ttl_left }
             }
-            State::Completed { response } => RecordState::Completed { response: response.clone(), ttl_left },
+            State::Completed { response } => {
+                RecordState::Completed { response: StoredResponse::clone(response), ttl_left }
+            }
             State::Released { .. } => RecordState::Released { ttl_left },
         };
         let mut record = Record::new(self.fingerprint, state);
