@@ -163,13 +163,18 @@ def wrk(args, url, script, key, seconds):
     return parse_wrk(out)
 
 
-def timed(args, mode, prefix, store, path, round_):
-    url = f"{args.url}{prefix}/orders"
-    key = f"{path}-{mode}-{round_}-{time.time_ns()}"
+def prime(url, mode, path, key):
+    """Makes the record a replay run replays (nothing for first executions)."""
     if path == "replay":
         status = post(url, key)
         if status != 201:
             sys.exit(f"scripts/bench: priming {mode} answered {status}")
+
+
+def timed(args, mode, prefix, store, path, round_):
+    url = f"{args.url}{prefix}/orders"
+    key = f"{path}-{mode}-{round_}-{time.time_ns()}"
+    prime(url, mode, path, key)
     before, store_before = cpu_seconds(args.server_pid), store_cpu_seconds(store)
     result = wrk(args, url, lua_script(args.work, path), key, args.seconds)
     result["cpu_us"] = (cpu_seconds(args.server_pid) - before) / max(result["requests"], 1) * 1e6
@@ -183,10 +188,7 @@ def open_loop(args, mode, prefix, path, round_):
     """One latency run of mode and path at --latency-rate: open_loop's JSON report."""
     url = f"{args.url}{prefix}/orders"
     key = f"latency-{path}-{mode}-{round_}-{time.time_ns()}"
-    if path == "replay":
-        status = post(url, key)
-        if status != 201:
-            sys.exit(f"scripts/bench: priming {mode} answered {status}")
+    prime(url, mode, path, key)
     command = [
         args.open_loop, "--url", url, "--rate", str(args.latency_rate), "--seconds", str(args.latency_seconds),
         "--connections", str(args.latency_connections), "--path", path, "--key", key, "--body", ORDER,

@@ -40,6 +40,9 @@ impl StartGate {
     pub fn install_here(&self) {
         let subscriber = tracing_subscriber::registry().with(Gate(self.clone()));
         std::mem::forget(tracing::subscriber::set_default(subscriber));
+        // A callsite first met while no subscriber of another test's thread
+        // wanted it may have cached "never": asked again, now with this one.
+        tracing::callsite::rebuild_interest_cache();
     }
 
     /// Waits (polling) until an execution stopped at the gate, or until
