@@ -5,6 +5,7 @@ mod connection;
 mod durability;
 mod error;
 mod groups;
+mod healing;
 pub(crate) mod layout;
 mod local;
 mod operable;
@@ -144,7 +145,7 @@ impl RedisStore {
         let connection = source.connect().await.map_err(|e| endpoint.error("connect", e))?;
         let local = match &source {
             Source::Server(client, config) => Some(LocalConnections::new(client.clone(), config.clone())),
-            Source::Cluster(_) => None,
+            Source::Cluster(..) => None,
         };
         // On a cluster, renewals go straight to each primary (see
         // `primaries.rs`); on one server, on a connection of their own.

@@ -24,5 +24,6 @@ mod resharding;
 mod round_trips;
 mod settings;
 mod slow_store;
+mod stalled_cluster_client;
 mod thread_connections;
 mod tool;

@@ -11,6 +11,7 @@
 //! command of a pipeline must then touch that slot only, or name no key
 //! (such as `WAIT`, which then waits for that primary's replicas).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -18,6 +19,8 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+use super::healing::Healing;
 
 /// The URL schemes of a Redis Cluster, and the node scheme each stands for.
 const CLUSTER_SCHEMES: [(&str, &str); 4] = [
@@ -41,7 +44,7 @@ pub struct RedisConnection {
 #[derive(Clone)]
 enum Inner {
     Server(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Arc<Healing>),
 }
 
 impl std::fmt::Debug for RedisConnection {
@@ -101,7 +104,7 @@ pub(super) enum Source {
     /// One server.
     Server(redis::Client, ConnectionManagerConfig),
     /// A cluster.
-    Cluster(ClusterClient),
+    Cluster(Box<ClusterClient>, ConnectionManagerConfig),
 }
 
 impl Source {
@@ -109,7 +112,7 @@ impl Source {
     pub(super) fn open(url: &str, config: &ConnectionManagerConfig) -> RedisResult<Self> {
         Ok(match Target::parse(url).map_err(|e| invalid_url(&e))? {
             Target::Server(url) => Self::Server(redis::Client::open(url)?, config.clone()),
-            Target::Cluster(nodes) => Self::Cluster(cluster_client(nodes, config)?),
+            Target::Cluster(nodes) => Self::Cluster(Box::new(cluster_client(nodes, config)?), config.clone()),
         })
     }
 
@@ -117,7 +120,7 @@ impl Source {
     pub(super) async fn connect(&self) -> RedisResult<RedisConnection> {
         match self {
             Self::Server(client, config) => RedisConnection::open_server(client.clone(), config).await,
-            Self::Cluster(client) => RedisConnection::open_cluster(client).await,
+            Self::Cluster(client, config) => RedisConnection::open_cluster(client, config).await,
         }
     }
 }
@@ -148,8 +151,11 @@ impl RedisConnection {
         Ok(Self::from(manager))
     }
 
-    async fn open_cluster(client: &ClusterClient) -> RedisResult<Self> {
-        Ok(Self::from(client.get_async_connection().await?))
+    async fn open_cluster(client: &ClusterClient, config: &ConnectionManagerConfig) -> RedisResult<Self> {
+        let connection = client.get_async_connection().await?;
+        let healing =
+            Healing::new(connection, Some(client.clone()), config.response_timeout(), config.connection_timeout());
+        Ok(Self { inner: Inner::Cluster(healing) })
     }
 
     /// Runs `commands` on this connection and, if it turns out to have been
@@ -185,9 +191,10 @@ impl RedisConnection {
     pub(super) async fn on_every_primary(&mut self, cmd: Cmd) -> RedisResult<Vec<(Option<String>, Value)>> {
         match &mut self.inner {
             Inner::Server(manager) => Ok(vec![(None, cmd.query_async(manager).await?)]),
-            Inner::Cluster(cluster) => {
+            Inner::Cluster(healing) => {
                 let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-                match cluster.route_command(cmd, routing).await? {
+                let mut cluster = healing.current();
+                match healing.watch(cluster.route_command(cmd, routing)).await? {
                     Value::Map(answers) => Ok(answers
                         .into_iter()
                         .map(|(node, value)| {
@@ -209,7 +216,7 @@ impl RedisConnection {
     /// [`RedisConnection::on_every_primary`] names it), or to the one server
     /// (`None`).
     pub(super) async fn on_node(&mut self, cmd: &Cmd, address: Option<&str>) -> RedisResult<Value> {
-        let (Inner::Cluster(cluster), Some(address)) = (&mut self.inner, address) else {
+        let (Inner::Cluster(healing), Some(address)) = (&self.inner, address) else {
             return cmd.query_async(self).await;
         };
         let node = address.rsplit_once(':').and_then(|(host, port)| Some((host, port.parse().ok()?)));
@@ -222,15 +229,15 @@ impl RedisConnection {
         };
         let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
         let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
-        cluster.route_command(cmd.clone(), routing).await
+        healing.watch(healing.current().route_command(cmd.clone(), routing)).await
     }
 
     /// Sends `cmd` to the primary serving `slot` of a cluster (to the one
     /// server, if this is not a cluster).
     pub(super) async fn on_slot(&mut self, cmd: &Cmd, slot: u16) -> RedisResult<Value> {
-        let Inner::Cluster(cluster) = &mut self.inner else { return cmd.query_async(self).await };
+        let Inner::Cluster(healing) = &self.inner else { return cmd.query_async(self).await };
         let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master)));
-        cluster.route_command(cmd.clone(), routing).await
+        healing.watch(healing.current().route_command(cmd.clone(), routing)).await
     }
 }
 
@@ -240,9 +247,10 @@ impl From<ConnectionManager> for RedisConnection {
     }
 }
 
+/// A cluster connection of the caller's: never replaced (see `healing.rs`).
 impl From<ClusterConnection> for RedisConnection {
     fn from(cluster: ClusterConnection) -> Self {
-        Self { inner: Inner::Cluster(cluster) }
+        Self { inner: Inner::Cluster(Healing::new(cluster, None, None, None)) }
     }
 }
 
@@ -250,7 +258,10 @@ impl ConnectionLike for RedisConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match &mut self.inner {
             Inner::Server(manager) => manager.req_packed_command(cmd),
-            Inner::Cluster(cluster) => cluster.req_packed_command(cmd),
+            Inner::Cluster(healing) => Box::pin(async move {
+                let mut cluster = healing.current();
+                healing.watch(cluster.req_packed_command(cmd)).await
+            }),
         }
     }
 
@@ -262,14 +273,17 @@ impl ConnectionLike for RedisConnection {
     ) -> RedisFuture<'a, Vec<Value>> {
         match &mut self.inner {
             Inner::Server(manager) => manager.req_packed_commands(cmd, offset, count),
-            Inner::Cluster(cluster) => cluster.req_packed_commands(cmd, offset, count),
+            Inner::Cluster(healing) => Box::pin(async move {
+                let mut cluster = healing.current();
+                healing.watch(cluster.req_packed_commands(cmd, offset, count)).await
+            }),
         }
     }
 
     fn get_db(&self) -> i64 {
         match &self.inner {
             Inner::Server(manager) => manager.get_db(),
-            Inner::Cluster(cluster) => cluster.get_db(),
+            Inner::Cluster(_) => 0,
         }
     }
 }
