@@ -9,10 +9,14 @@
 //! flight. The redis crate's cluster client had deadlocked in its own
 //! recovery. Here the "process" is a store on a single-threaded runtime of
 //! its own, blocked on its thread like a stopped process, under 256 tasks
-//! that never stop calling the store. The deadlock is a race, met in the
-//! first round of every run here without the fix ("answered 0 calls");
-//! rounds go on until the store has replaced a stalled connection (its log
-//! says so) or they run out. Each round starts a new process, and must see
+//! that never stop calling the store: the second failover's replica is
+//! promoted while it is stopped, and its old primary comes back (as a
+//! replica) while it reconnects. The deadlock is a race: without the fix,
+//! the first round failed in each of 3 runs here ("answered 0 calls"), and
+//! with it a connection was replaced in the first or second round of each
+//! of 4 runs. Rounds go on until the store has replaced a stalled
+//! connection (its log says so, and it is replaced only once it stayed
+//! silent) or they run out. Each round starts a new process, and must see
 //! it answer again within a few seconds of the cluster's health.
 
 use std::sync::Arc;
@@ -25,20 +29,18 @@ use idem_runtime::store::{IdempotencyKey, Scope, StorageKey, Store};
 use idem_tests::logs::Logs;
 use idem_tests::redis_cluster::RedisCluster;
 
-/// Rounds at most, each about 12 s.
-const ROUNDS: u32 = 3;
+/// Rounds at most, each about 8 to 12 s.
+const ROUNDS: u32 = 4;
 /// Tasks calling the store: with 64, the client stalled in about one
-/// round in ten here; with 256, in each of the first rounds of 6 runs.
+/// round in ten here; with 256, in one of the first two rounds of every
+/// run.
 const CALLERS: u64 = 256;
 /// How long after the process resumes the second failover's dead primary
 /// comes back (as a replica): while the client is busy reconnecting.
 const BACK_AFTER: Duration = Duration::from_millis(1300);
-/// How long the runtime is stopped: the first failover happens in it, the
-/// second begins in it.
-const PAUSE: Duration = Duration::from_secs(8);
 /// How soon after the cluster is healthy again the store must answer: a
-/// stall noticed (1 s), a pause between replacements (2 s) and a new
-/// connection opened (a few seconds on a loaded machine).
+/// stall noticed and confirmed (2 s), a pause between replacements (2 s)
+/// and a new connection opened (a few seconds on a loaded machine).
 const RECOVERY: Duration = Duration::from_secs(12);
 /// The engine's own bound on one store call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -48,11 +50,18 @@ fn key(caller: u64, n: u64) -> StorageKey {
     StorageKey::new(Scope::Route, None, "POST", "/stall", &key)
 }
 
+/// What the store's thread is told.
+enum Order {
+    /// Stop the runtime, say so on the first channel, and wait on the second.
+    Pause(mpsc::Sender<()>, mpsc::Receiver<()>),
+    Stop,
+}
+
 /// The store on a runtime of its own, on a thread of its own, with
 /// `CALLERS` tasks calling `get` without end and counting answers.
 struct Process {
     answers: Arc<AtomicU64>,
-    pause: mpsc::Sender<Option<Duration>>,
+    orders: mpsc::Sender<Order>,
     thread: std::thread::JoinHandle<()>,
     logs: Logs,
 }
@@ -60,7 +69,7 @@ struct Process {
 impl Process {
     fn start(url: String) -> Self {
         let answers = Arc::new(AtomicU64::new(0));
-        let (pause, paused) = mpsc::channel::<Option<Duration>>();
+        let (orders, received) = mpsc::channel::<Order>();
         let logs = Logs::default();
         let (counted, captured) = (Arc::clone(&answers), logs.clone());
         let thread = std::thread::spawn(move || {
@@ -83,20 +92,33 @@ impl Process {
                 }
                 loop {
                     tokio::time::sleep(Duration::from_millis(10)).await;
-                    match paused.try_recv() {
+                    match received.try_recv() {
                         // The whole runtime stops, like a stopped process.
-                        Ok(Some(length)) => std::thread::sleep(length),
-                        Ok(None) | Err(mpsc::TryRecvError::Disconnected) => break,
+                        Ok(Order::Pause(paused, resume)) => {
+                            let _ = paused.send(());
+                            let _ = resume.recv();
+                        }
+                        Ok(Order::Stop) | Err(mpsc::TryRecvError::Disconnected) => break,
                         Err(mpsc::TryRecvError::Empty) => {}
                     }
                 }
             });
         });
-        Self { answers, pause, thread, logs }
+        Self { answers, orders, thread, logs }
     }
 
     fn answers(&self) -> u64 {
         self.answers.load(Ordering::Relaxed)
+    }
+
+    /// Stops the process's runtime; it resumes when the sender returned is
+    /// used or dropped.
+    fn pause(&self) -> mpsc::Sender<()> {
+        let (paused, stopped) = mpsc::channel();
+        let (resume, resumed) = mpsc::channel();
+        self.orders.send(Order::Pause(paused, resumed)).expect("the store's thread");
+        stopped.recv_timeout(Duration::from_secs(10)).expect("the store's runtime to stop");
+        resume
     }
 
     fn replacements(&self) -> usize {
@@ -104,7 +126,7 @@ impl Process {
     }
 
     fn stop(self) {
-        let _ = self.pause.send(None);
+        let _ = self.orders.send(Order::Stop);
         self.thread.join().expect("the store's thread");
     }
 }
@@ -122,20 +144,20 @@ fn a_process_resumed_into_a_failover_gets_a_store_that_answers() {
             assert!(started.elapsed() < Duration::from_secs(10), "round {round}: the store did not answer at first");
             std::thread::sleep(Duration::from_millis(50));
         }
-        let paused = Instant::now();
-        process.pause.send(Some(PAUSE)).expect("the store's thread");
-        std::thread::sleep(Duration::from_millis(100));
+        let resume = process.pause();
         // The first failover, over while the process is stopped.
         let first = cluster.primary_of(&format!("{{first-{round}}}"));
         cluster.kill(first);
         cluster.wait_for_new_primary(first, Duration::from_secs(20));
         cluster.restart(first);
         cluster.wait_until_healthy(Duration::from_secs(30));
-        // The second, met by the process as it resumes.
+        // The second: its replica promoted while the process is stopped, its
+        // primary back (as a replica) while the process reconnects.
         let second = cluster.primary_of(&format!("{{second-{round}}}"));
         cluster.kill(second);
-        std::thread::sleep(PAUSE.saturating_sub(paused.elapsed()) + BACK_AFTER);
         cluster.wait_for_new_primary(second, Duration::from_secs(20));
+        drop(resume);
+        std::thread::sleep(BACK_AFTER);
         cluster.restart(second);
         cluster.wait_until_healthy(Duration::from_secs(30));
         let healthy = Instant::now();

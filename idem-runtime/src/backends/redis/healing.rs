@@ -12,18 +12,22 @@
 //! renewing the leases of executions that cannot complete, and their keys
 //! stay in flight until the process restarts.
 //!
-//! So each command notes when it was sent. One that ends unanswered (timed
-//! out, or dropped by a caller that gave up) after waiting at least
-//! `stall`, with nothing at all answered on the connection since it was
-//! sent, shows the connection stalled: a new one is opened from the same
-//! client, in the background, and every later command goes to it. A
-//! connection that answers anything (a reply, an error from a node, a
-//! refused connection) is alive, however slow, and is kept. At most one
-//! replacement is opened at a time, and at most one per `cooldown`. A
-//! stalled connection's task may never end: its sockets stay open, a
-//! handful per replacement.
+//! So each command notes when it was sent, and the connection when it last
+//! answered anything (a reply, an error from a node, a refused
+//! connection). When a command ends unanswered (timed out, or dropped by a
+//! caller that gave up) and nothing has been answered since the oldest
+//! command still owed was sent, `stall` or longer ago, the connection is
+//! suspect. It is given one more `stall` to answer anything (after a pause
+//! of the whole process, callers' timers fire before the client's task has
+//! delivered the replies that came meanwhile); if it does not, a new
+//! connection is opened from the same client, in the background, and every
+//! later command goes to it. A client whose task has ended (every command
+//! refused at once) is replaced at once. At most one replacement is opened
+//! at a time, and at most one per `cooldown`. The old connection's tasks
+//! end when its last command does (the redis crate aborts them when the
+//! connection is dropped).
 //!
-//! A cluster connection the application opened and handed to the store
+//! A `ClusterConnection` the application opened and handed to the store
 //! (no client to open another from) is never replaced.
 
 use std::future::Future;
@@ -85,28 +89,61 @@ impl Healing {
     /// Runs `request` (a command on [`Healing::current`]), noting whether
     /// it was answered.
     pub(super) async fn watch<T>(self: &Arc<Self>, request: impl Future<Output = RedisResult<T>>) -> RedisResult<T> {
-        let mut pending = Pending { healing: self, sent: self.watch.now(), open: true };
+        let mut pending = Pending { healing: self, sent: self.watch.sent(), open: true };
         let result = request.await;
         pending.open = false;
         match &result {
             Err(error) if error.is_timeout() => self.unanswered(pending.sent),
+            Err(error) if is_client_gone(error) => {
+                if self.watch.begin(self.watch.now()) {
+                    self.open_replacement(None);
+                }
+            }
             _ => self.watch.answered(),
         }
         result
     }
 
-    /// A command sent at `sent` ended unanswered: if that shows the
-    /// connection stalled, a replacement is opened in the background.
+    /// A command sent at `sent` ended unanswered: if that makes the
+    /// connection suspect, it is watched for one more `stall`, then
+    /// replaced if it still answers nothing.
     fn unanswered(self: &Arc<Self>, sent: u64) {
-        let Some(client) = self.client.clone() else { return };
-        let Some(runtime) = self.runtime.clone().or_else(|| Handle::try_current().ok()) else { return };
-        let Some(waited) = self.watch.stalled(sent, self.watch.now()) else { return };
-        tracing::warn!(
-            ?waited,
-            "the Redis Cluster connection answered nothing while a command waited; opening a new one"
-        );
+        if self.client.is_none() {
+            return;
+        }
+        let now = self.watch.now();
+        if let Some(quiet) = self.watch.stalled(sent, now) {
+            self.open_replacement(Some((now, quiet)));
+        }
+    }
+
+    /// Opens a replacement in the background: after one more `stall` in
+    /// which nothing may be answered, when `suspect` says since when and
+    /// for how long nothing was; at once otherwise.
+    fn open_replacement(self: &Arc<Self>, suspect: Option<(u64, Duration)>) {
+        let Some(client) = self.client.clone() else {
+            self.watch.replaced();
+            return;
+        };
+        let Some(runtime) = self.runtime.clone().or_else(|| Handle::try_current().ok()) else {
+            self.watch.replaced();
+            return;
+        };
         let healing = Arc::clone(self);
         runtime.spawn(async move {
+            // Ends the replacement however this task ends (even dropped
+            // unpolled, by a runtime shutting down).
+            let _done = Done(&healing.watch);
+            if let Some((since, quiet)) = suspect {
+                tokio::time::sleep(healing.watch.stall).await;
+                if healing.watch.answered_after(since) {
+                    return;
+                }
+                let quiet = quiet + healing.watch.stall;
+                tracing::warn!(?quiet, "the Redis Cluster connection answered nothing; opening a new one");
+            } else {
+                tracing::warn!("the Redis Cluster client has stopped; opening a new one");
+            }
             match tokio::time::timeout(healing.opening, client.get_async_connection()).await {
                 Ok(Ok(connection)) => {
                     *healing.current.write() = connection;
@@ -116,8 +153,22 @@ impl Healing {
                 Ok(Err(error)) => tracing::warn!(%error, "a new Redis Cluster connection could not be opened"),
                 Err(_) => tracing::warn!(within = ?healing.opening, "a new Redis Cluster connection did not open"),
             }
-            healing.watch.replaced();
         });
+    }
+}
+
+/// Whether `error` is the cluster client's own: its task is gone, and no
+/// command reaches a node any more.
+fn is_client_gone(error: &redis::RedisError) -> bool {
+    error.is_connection_dropped() && error.to_string().contains("redis_cluster: Unable to")
+}
+
+/// Marks the replacement under way as ended when dropped.
+struct Done<'a>(&'a Watch);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.replaced();
     }
 }
 
@@ -137,14 +188,17 @@ impl Drop for Pending<'_> {
     }
 }
 
-/// When a connection last answered, and whether it is being replaced.
-/// Times are microseconds since `epoch`.
+/// When a connection last answered, what it owes, and whether it is being
+/// replaced. Times are microseconds since `epoch`.
 struct Watch {
     epoch: Instant,
     stall: Duration,
     cooldown: Duration,
     /// When the connection last answered.
     answered: AtomicU64,
+    /// When the oldest command sent since the last answer was sent (stale,
+    /// and so meaningless, when not after `answered`).
+    owed: AtomicU64,
     /// When the last replacement began (0: never).
     began: AtomicU64,
     replacing: AtomicBool,
@@ -157,13 +211,25 @@ impl Watch {
             stall,
             cooldown,
             answered: AtomicU64::new(0),
+            owed: AtomicU64::new(0),
             began: AtomicU64::new(0),
             replacing: AtomicBool::new(false),
         }
     }
 
     fn now(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX).max(1)
+    }
+
+    /// A command is sent now: returns the time, noted as owed if nothing is.
+    fn sent(&self) -> u64 {
+        let now = self.now();
+        let owed = self.owed.load(Ordering::Relaxed);
+        if owed <= self.answered.load(Ordering::Relaxed) {
+            // Another command sent at the same moment may win: as old.
+            let _ = self.owed.compare_exchange(owed, now, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        now
     }
 
     /// The connection answered a command (or was replaced).
@@ -171,28 +237,42 @@ impl Watch {
         self.answered.fetch_max(self.now(), Ordering::Relaxed);
     }
 
-    /// A command sent at `sent` ended unanswered at `now`. Whether that
-    /// shows the connection stalled (it waited `stall` or longer, and
-    /// nothing was answered since it was sent) and a replacement should
-    /// begin: not while one is being opened, nor within `cooldown` of the
-    /// last one's beginning. `Some(how long it waited)` begins one.
-    fn stalled(&self, sent: u64, now: u64) -> Option<Duration> {
-        let waited = Duration::from_micros(now.saturating_sub(sent));
-        if waited < self.stall || self.answered.load(Ordering::Relaxed) >= sent {
-            return None;
-        }
-        let began = self.began.load(Ordering::Relaxed);
-        if began != 0 && Duration::from_micros(now.saturating_sub(began)) < self.cooldown {
-            return None;
-        }
-        if self.replacing.swap(true, Ordering::AcqRel) {
-            return None;
-        }
-        self.began.store(now.max(1), Ordering::Relaxed);
-        Some(waited)
+    /// Whether the connection answered anything after `at`.
+    fn answered_after(&self, at: u64) -> bool {
+        self.answered.load(Ordering::Relaxed) > at
     }
 
-    /// The replacement begun last is open, or failed.
+    /// A command sent at `sent` ended unanswered at `now`. Whether that
+    /// makes the connection suspect: nothing answered since it was sent,
+    /// nor since the oldest command owed was sent, `stall` or longer ago;
+    /// and a replacement may begin (see [`Watch::begin`]). `Some(how long
+    /// nothing was answered)` begins one.
+    fn stalled(&self, sent: u64, now: u64) -> Option<Duration> {
+        let answered = self.answered.load(Ordering::Relaxed);
+        if answered >= sent {
+            return None;
+        }
+        let owed = self.owed.load(Ordering::Relaxed);
+        let since = if owed > answered { owed.min(sent) } else { sent };
+        let quiet = Duration::from_micros(now.saturating_sub(since));
+        (quiet >= self.stall && self.begin(now)).then_some(quiet)
+    }
+
+    /// Begins a replacement at `now`, unless one is being opened or the
+    /// last one began less than `cooldown` ago.
+    fn begin(&self, now: u64) -> bool {
+        let began = self.began.load(Ordering::Relaxed);
+        if began != 0 && Duration::from_micros(now.saturating_sub(began)) < self.cooldown {
+            return false;
+        }
+        if self.replacing.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.began.store(now, Ordering::Relaxed);
+        true
+    }
+
+    /// The replacement begun last is open, failed, or was not needed.
     fn replaced(&self) {
         self.replacing.store(false, Ordering::Release);
     }
@@ -209,7 +289,7 @@ mod tests {
     }
 
     #[test]
-    fn a_command_unanswered_for_the_stall_with_nothing_answered_begins_a_replacement() {
+    fn a_command_unanswered_for_the_stall_with_nothing_answered_makes_the_connection_suspect() {
         let watch = watch();
         assert_eq!(watch.stalled(10 * MS, 1_010 * MS), Some(Duration::from_secs(1)));
     }
@@ -221,13 +301,38 @@ mod tests {
     }
 
     #[test]
+    fn callers_that_give_up_early_still_show_a_connection_that_owes_answers_for_long() {
+        // Each caller gives up after 900 ms, under the 1 s stall; the oldest
+        // command owed was sent 1.4 s before the second one gave up.
+        let watch = watch();
+        watch.owed.store(100 * MS, Ordering::Relaxed);
+        assert_eq!(watch.stalled(600 * MS, 1_500 * MS), Some(Duration::from_millis(1_400)));
+    }
+
+    #[test]
     fn any_answer_since_the_command_was_sent_shows_the_connection_alive() {
         let watch = watch();
-        std::thread::sleep(Duration::from_millis(5));
+        watch.answered.store(500 * MS, Ordering::Relaxed);
+        assert_eq!(watch.stalled(400 * MS, 5_000 * MS), None, "answered after it was sent");
+        // Owed since before that answer: the quiet time counts from this command.
+        watch.owed.store(100 * MS, Ordering::Relaxed);
+        assert_eq!(watch.stalled(600 * MS, 1_500 * MS), None, "900 ms of quiet");
+        assert!(watch.stalled(600 * MS, 1_600 * MS).is_some(), "1 s of quiet");
+        assert!(watch.answered_after(400 * MS) && !watch.answered_after(500 * MS));
+    }
+
+    #[test]
+    fn sending_notes_the_oldest_command_owed_since_the_last_answer() {
+        let watch = watch();
+        let first = watch.sent();
+        std::thread::sleep(Duration::from_millis(2));
+        watch.sent();
+        assert_eq!(watch.owed.load(Ordering::Relaxed), first, "the oldest command owed");
+        std::thread::sleep(Duration::from_millis(2));
         watch.answered();
-        let answered = watch.answered.load(Ordering::Relaxed);
-        assert_eq!(watch.stalled(answered - 1, answered + 5_000 * MS), None, "answered after it was sent");
-        assert!(watch.stalled(answered + 1, answered + 5_000 * MS).is_some(), "answered before it was sent only");
+        std::thread::sleep(Duration::from_millis(2));
+        let after = watch.sent();
+        assert_eq!(watch.owed.load(Ordering::Relaxed), after, "owed anew after an answer");
     }
 
     #[test]
@@ -238,5 +343,8 @@ mod tests {
         watch.replaced();
         assert_eq!(watch.stalled(MS, 2_500 * MS), None, "within the cooldown of the last one");
         assert!(watch.stalled(MS, 3_001 * MS).is_some(), "the cooldown is over");
+        watch.replaced();
+        assert!(!watch.begin(4_000 * MS), "within the cooldown, whatever asks");
+        assert!(watch.begin(5_002 * MS));
     }
 }
