@@ -94,7 +94,7 @@ impl Healing {
         pending.open = false;
         match &result {
             Err(error) if error.is_timeout() => self.unanswered(pending.sent),
-            Err(error) if is_client_gone(error) => {
+            Err(error) if is_client_gone(error) && self.client.is_some() => {
                 if self.watch.begin(self.watch.now()) {
                     self.open_replacement(None);
                 }
@@ -106,7 +106,8 @@ impl Healing {
 
     /// A command sent at `sent` ended unanswered: if that makes the
     /// connection suspect, it is watched for one more `stall`, then
-    /// replaced if it still answers nothing.
+    /// replaced if it still answers nothing. A caller's connection (no
+    /// client) is only watched.
     fn unanswered(self: &Arc<Self>, sent: u64) {
         if self.client.is_none() {
             return;
