@@ -69,6 +69,7 @@ impl Scratch {
         let mut parser = Parser {
             bytes: body,
             pos: 0,
+            run: 0,
             out: &mut self.out,
             members: &mut self.members,
             moved: &mut self.moved,
@@ -77,6 +78,7 @@ impl Scratch {
         parser.skip_ws();
         parser.value(0)?;
         parser.skip_ws();
+        parser.flush();
         (parser.pos == body.len()).then_some(self.out.as_slice())
     }
 
@@ -92,11 +94,14 @@ impl Scratch {
     }
 }
 
-/// An object member as written in `out`: its key, and where the whole
-/// member (`"key":value`) starts and ends, relative to the object's start.
+/// An object member as written in the canonical form: its key, and where
+/// the whole member (`"key":value`) starts and ends, relative to the
+/// object's start.
 #[derive(Clone, Copy)]
 struct Member {
     key: Key,
+    /// The key's first eight bytes (see [`prefix`]), compared first.
+    prefix: u64,
     text: (usize, usize),
 }
 
@@ -109,6 +114,7 @@ enum Key {
 }
 
 impl Key {
+    #[inline]
     fn get<'t>(self, body: &'t [u8], keys: &'t str) -> &'t [u8] {
         match self {
             Self::Raw(start, end) => &body[start..end],
@@ -116,6 +122,37 @@ impl Key {
         }
     }
 }
+
+/// A key's first eight bytes as a big-endian word, zero-padded: the order
+/// of two prefixes is the order of the keys unless they are equal.
+#[inline]
+fn prefix(key: &[u8]) -> u64 {
+    match key.first_chunk::<8>() {
+        Some(word) => u64::from_be_bytes(*word),
+        // Byte by byte: a copy of a length not known here would be a
+        // library call, and its result read back through memory.
+        None => key.iter().enumerate().fold(0, |word, (i, &b)| word | u64::from(b) << (56 - 8 * i)),
+    }
+}
+
+/// Byte-wise order of two members' keys, as `<[u8]>::cmp` gives it: their
+/// prefixes first, without a library call for the short keys most objects
+/// have.
+#[inline]
+fn key_order(a: &Member, b: &Member, body: &[u8], keys: &str) -> std::cmp::Ordering {
+    match a.prefix.cmp(&b.prefix) {
+        std::cmp::Ordering::Equal => {
+            let (a, b) = (a.key.get(body, keys), b.key.get(body, keys));
+            // Zero padding makes `ab` and `ab\0` equal prefixes; the longer
+            // one comes after, as a proper prefix does.
+            if a.len() > 8 && b.len() > 8 { a[8..].cmp(&b[8..]) } else { a.len().cmp(&b.len()) }
+        }
+        order => order,
+    }
+}
+
+/// Objects with at most this many members are sorted by insertion.
+const INSERTION_SORTED: usize = 16;
 
 /// Bytes that end the plain run of a string: the quote, a backslash, and
 /// the control characters JSON requires escaped.
@@ -131,9 +168,20 @@ static STRING_STOP: [bool; 256] = {
     table
 };
 
+/// Reads a document and writes its canonical form.
+///
+/// What is already canonical as written (every token but a string with
+/// escapes, and the punctuation between them) is not copied token by
+/// token: the bytes from `run` to `pos` are, whenever something else must
+/// be written (a string re-escaped, an object reordered) or skipped
+/// (whitespace), and at the end. Positions in the canonical form are
+/// therefore counted as [`Parser::written`] gives them.
 struct Parser<'a, 's> {
     bytes: &'a [u8],
     pos: usize,
+    /// Where the body's bytes not yet copied to `out` start; all of them
+    /// up to `pos` are canonical as they are.
+    run: usize,
     /// The canonical form, as written so far.
     out: &'s mut Vec<u8>,
     /// The members of the objects being read, innermost last: each object
@@ -149,10 +197,28 @@ impl Parser<'_, '_> {
         self.bytes.get(self.pos).copied()
     }
 
+    /// Length of the canonical form so far, the pending run included.
+    #[inline]
+    fn written(&self) -> usize {
+        self.out.len() + (self.pos - self.run)
+    }
+
+    /// Copies the pending run to `out`.
+    #[inline]
+    fn flush(&mut self) {
+        self.out.extend_from_slice(&self.bytes[self.run..self.pos]);
+        self.run = self.pos;
+    }
+
     #[inline]
     fn skip_ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+        if let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.flush();
             self.pos += 1;
+            while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+                self.pos += 1;
+            }
+            self.run = self.pos;
         }
     }
 
@@ -173,69 +239,84 @@ impl Parser<'_, '_> {
         }
     }
 
+    #[inline]
     fn literal(&mut self, word: &[u8]) -> Option<()> {
         self.bytes[self.pos..].starts_with(word).then_some(())?;
         self.pos += word.len();
-        self.out.extend_from_slice(word);
         Some(())
     }
 
-    /// Writes the members as they come, then, unless their keys already
+    /// Reads the members as they come, then, unless their keys already
     /// come in order, lays them out again in key order.
     fn object(&mut self, depth: usize) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;
         }
+        let start = self.written();
         self.pos += 1; // `{`
-        let start = self.out.len();
-        self.out.push(b'{');
         let first = self.members.len();
         let mut sorted = true;
         self.skip_ws();
         if self.eat(b'}').is_none() {
             loop {
                 self.skip_ws();
-                let from = self.out.len() - start;
+                let from = self.written() - start;
                 if self.peek()? != b'"' {
                     return None;
                 }
                 let key = self.string()?;
                 self.skip_ws();
                 self.eat(b':')?;
-                self.out.push(b':');
                 self.skip_ws();
                 self.value(depth)?;
-                if let Some(last) = self.members[first..].last() {
-                    sorted &= last.key.get(self.bytes, self.keys) <= key.get(self.bytes, self.keys);
+                let member =
+                    Member { key, prefix: prefix(key.get(self.bytes, self.keys)), text: (from, self.written() - start) };
+                if sorted && let Some(last) = self.members[first..].last() {
+                    sorted = key_order(last, &member, self.bytes, self.keys).is_le();
                 }
-                self.members.push(Member { key, text: (from, self.out.len() - start) });
+                self.members.push(member);
                 self.skip_ws();
                 if self.eat(b',').is_none() {
                     self.eat(b'}')?;
                     break;
                 }
-                self.out.push(b',');
             }
         }
         if !sorted {
-            let (bytes, keys) = (self.bytes, &*self.keys);
-            let members = &mut self.members[first..];
-            // Stable: members with equal keys keep their relative order.
-            members.sort_by(|a, b| a.key.get(bytes, keys).cmp(b.key.get(bytes, keys)));
-            let base = self.moved.len();
-            self.moved.extend_from_slice(&self.out[start..]);
-            self.out.truncate(start + 1);
-            for (index, member) in members.iter().enumerate() {
-                if index > 0 {
-                    self.out.push(b',');
-                }
-                self.out.extend_from_slice(&self.moved[base + member.text.0..base + member.text.1]);
-            }
-            self.moved.truncate(base);
+            self.flush();
+            self.reorder(start, first);
         }
-        self.out.push(b'}');
         self.members.truncate(first);
         Some(())
+    }
+
+    /// Writes the object at `start` of the canonical form again, its members
+    /// (from `first` on) in key order; equal keys keep their order.
+    fn reorder(&mut self, start: usize, first: usize) {
+        let (bytes, keys) = (self.bytes, &*self.keys);
+        let members = &mut self.members[first..];
+        if members.len() <= INSERTION_SORTED {
+            for i in 1..members.len() {
+                let mut j = i;
+                while j > 0 && key_order(&members[j - 1], &members[j], bytes, keys).is_gt() {
+                    members.swap(j - 1, j);
+                    j -= 1;
+                }
+            }
+        } else {
+            members.sort_by(|a, b| key_order(a, b, bytes, keys));
+        }
+        let base = self.moved.len();
+        self.moved.extend_from_slice(&self.out[start..]);
+        self.out.truncate(start + 1);
+        for (index, member) in members.iter().enumerate() {
+            if index > 0 {
+                self.out.push(b',');
+            }
+            self.out.extend_from_slice(&self.moved[base + member.text.0..base + member.text.1]);
+        }
+        self.out.push(b'}');
+        self.moved.truncate(base);
     }
 
     fn array(&mut self, depth: usize) -> Option<()> {
@@ -243,7 +324,6 @@ impl Parser<'_, '_> {
             return None;
         }
         self.pos += 1; // `[`
-        self.out.push(b'[');
         self.skip_ws();
         if self.eat(b']').is_none() {
             loop {
@@ -254,10 +334,8 @@ impl Parser<'_, '_> {
                     self.eat(b']')?;
                     break;
                 }
-                self.out.push(b',');
             }
         }
-        self.out.push(b']');
         Some(())
     }
 
@@ -265,6 +343,7 @@ impl Parser<'_, '_> {
     /// is when it has no escapes (nothing in it needs one), else decoded
     /// (by serde_json) and escaped again the way serde_json escapes.
     /// Answers its decoded contents, as a key.
+    #[inline]
     fn string(&mut self) -> Option<Key> {
         let start = self.pos;
         self.pos += 1; // `"`
@@ -283,21 +362,26 @@ impl Parser<'_, '_> {
             }
         }
         self.pos += 1;
-        let token = &self.bytes[start..self.pos];
         if !escaped {
-            self.out.extend_from_slice(token);
             return Some(Key::Raw(start + 1, self.pos - 1));
         }
+        let token = &self.bytes[start..self.pos];
         let decoded = serde_json::from_slice::<String>(token).ok()?;
+        // What came before the string, then the string re-escaped.
+        let end = self.pos;
+        self.pos = start;
+        self.flush();
+        self.pos = end;
+        self.run = end;
         write_string(self.out, &decoded);
         let from = self.keys.len();
         self.keys.push_str(&decoded);
         Some(Key::Decoded(from, self.keys.len()))
     }
 
-    /// A JSON number, validated against the grammar and copied verbatim.
+    /// A JSON number, validated against the grammar and kept as written.
+    #[inline]
     fn number(&mut self) -> Option<()> {
-        let start = self.pos;
         let _ = self.eat(b'-');
         match self.peek()? {
             b'0' => self.pos += 1,
@@ -316,7 +400,6 @@ impl Parser<'_, '_> {
             self.peek().filter(u8::is_ascii_digit)?;
             self.digits();
         }
-        self.out.extend_from_slice(&self.bytes[start..self.pos]);
         Some(())
     }
 

@@ -75,11 +75,18 @@ impl Outcome {
     }
 }
 
+/// The span the current request runs in: none when no subscriber was ever
+/// set (no span can be seen then, and looking it up costs a thread-local
+/// lookup on every call).
+pub(crate) fn current_span() -> tracing::Span {
+    if tracing::dispatcher::has_been_set() { tracing::Span::current() } else { tracing::Span::none() }
+}
+
 /// Counts one outcome for `route` and records it on the current span.
 #[cfg_attr(not(feature = "actix"), allow(dead_code))]
 pub(crate) fn count(route: &str, outcome: Outcome) {
     metrics::counter!(REQUESTS_METRIC, "outcome" => outcome.as_str(), "route" => route.to_owned()).increment(1);
-    tracing::Span::current().record("outcome", outcome.as_str());
+    current_span().record("outcome", outcome.as_str());
 }
 
 /// [`count`] with the labels made once for its route and outcome: no
@@ -88,7 +95,7 @@ pub(crate) fn count(route: &str, outcome: Outcome) {
 pub(crate) fn count_labelled(labels: &'static [Label], outcome: Outcome) {
     let key = Key::from_static_labels(REQUESTS_METRIC, labels);
     metrics::with_recorder(|recorder| recorder.register_counter(&key, &METADATA)).increment(1);
-    tracing::Span::current().record("outcome", outcome.as_str());
+    current_span().record("outcome", outcome.as_str());
 }
 
 /// The metadata of this crate's metrics, as its macros would give them.

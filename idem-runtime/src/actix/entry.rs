@@ -113,7 +113,7 @@ where
         // Saturating: the attribute takes any whole number of days.
         InFlight::Wait(wait) => Some(Instant::from_std(later(Instant::now().into_std(), wait))),
     };
-    let span = tracing::Span::current();
+    let span = crate::observe::current_span();
     if !span.is_disabled() {
         // The record's id, as operators find it (`idem inspect`).
         span.record("record", storage_key.record_id());
@@ -216,7 +216,7 @@ where
             Err((kind, detail)) => return Err(reject(kind, &detail)),
         },
     };
-    let span = tracing::Span::current();
+    let span = crate::observe::current_span();
     if !span.is_disabled() {
         // A short hash identifies the key in traces; never the key itself.
         span.record("key", key.short_hash());

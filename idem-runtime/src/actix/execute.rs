@@ -34,7 +34,7 @@ where
     F: IdempotentHandler<Args>,
     Args: 'static,
 {
-    let (route, span) = (claimed.route.clone(), tracing::Span::current());
+    let (route, span) = (claimed.route.clone(), crate::observe::current_span());
     let work = run(claimed, req, handler, args).instrument(span.clone());
     Detached { route, span, work: Some(Box::pin(work)) }.await
 }

@@ -124,7 +124,7 @@ pub(super) async fn settle(route: &Route, execution: Execution, ending: Ending) 
         Err(first) => first,
     };
     let route = route.clone();
-    let span = tracing::Span::current();
+    let span = crate::observe::current_span();
     let rest = async move {
         let outcome = match ending {
             Ending::Complete(stored) => execution.complete(first, &stored, &processed()).await,
