@@ -8,11 +8,13 @@
 //! runtime's own [`Fingerprint::of`] (canonical JSON and SHA-256), runs the
 //! handler's own extractor (`Json<NewOrder>`) over the buffered body before
 //! the claim, on a replay too (§4 of the contract orders step 5 before step 6), claims
-//! the key in one map shared by the workers (one lock), runs the handler
-//! and keeps its status, content type and body. A replay with the same
+//! the key under its storage key ([`StorageKey::new`], scope `route`) in
+//! one map shared by the workers (64 shards under a mutex each, as
+//! `least`'s), runs the handler and keeps its status, content type and
+//! body. A replay with the same
 //! fingerprint gets them, another request 422, a duplicate in flight 409.
 //!
-//! Nothing else, so it is a little below a true floor: no storage key, no
+//! Nothing else, so it is a little below a true floor: no
 //! lease, no fencing token, no expiry, no bound, no task that outlives the
 //! client, no other headers, no `Content-Encoding` check, no metrics. What
 //! `/memory` costs beyond it is what the runtime's other promises cost (and
@@ -20,14 +22,14 @@
 //! can avoid.
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex, PoisonError};
+use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use actix_web::body::MessageBody;
 use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{CONTENT_TYPE, HOST, HeaderName, HeaderValue};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, post, web};
-use idem_runtime::store::{Fingerprint, IdempotencyKey, RequestParts};
+use idem_runtime::store::{Fingerprint, IdempotencyKey, RequestParts, Scope, StorageKey};
 
 use crate::order::{NewOrder, create, created};
 
@@ -46,7 +48,21 @@ struct Record {
     response: Option<Kept>,
 }
 
-static RECORDS: LazyLock<Mutex<HashMap<IdempotencyKey, Record>>> = LazyLock::new(Mutex::default);
+/// Shards of the map (a power of two).
+const SHARDS: usize = 64;
+
+type Records = HashMap<StorageKey, Record, foldhash::fast::FixedState>;
+
+static RECORDS: LazyLock<Vec<Mutex<Records>>> = LazyLock::new(|| (0..SHARDS).map(|_| Mutex::default()).collect());
+
+/// The shard of `key`, picked by the first two hex digits of its hash tag
+/// (half of a SHA-256).
+fn shard(key: &StorageKey) -> MutexGuard<'static, Records> {
+    let digit = |b: u8| usize::from(if b.is_ascii_digit() { b - b'0' } else { b.wrapping_sub(b'a') + 10 });
+    let tag = key.hash_tag().as_bytes();
+    let index = tag.get(1..3).map_or(0, |two| digit(two[0]) * 16 + digit(two[1]));
+    RECORDS[index % SHARDS].lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// What a claim found.
 enum Claimed {
@@ -56,8 +72,8 @@ enum Claimed {
     Mismatch,
 }
 
-fn claim(key: &IdempotencyKey, fingerprint: Fingerprint) -> Claimed {
-    let mut records = RECORDS.lock().unwrap_or_else(PoisonError::into_inner);
+fn claim(key: &StorageKey, fingerprint: Fingerprint) -> Claimed {
+    let mut records = shard(key);
     match records.get(key) {
         None => {
             records.insert(key.clone(), Record { fingerprint, response: None });
@@ -69,8 +85,8 @@ fn claim(key: &IdempotencyKey, fingerprint: Fingerprint) -> Claimed {
     }
 }
 
-fn complete(key: &IdempotencyKey, kept: Kept) {
-    if let Some(record) = RECORDS.lock().unwrap_or_else(PoisonError::into_inner).get_mut(key) {
+fn complete(key: &StorageKey, kept: Kept) {
+    if let Some(record) = shard(key).get_mut(key) {
         record.response = Some(kept);
     }
 }
@@ -90,6 +106,8 @@ pub async fn floor(req: HttpRequest, body: web::Bytes) -> HttpResponse {
         Some(Ok(key)) => key,
         _ => return HttpResponse::BadRequest().finish(),
     };
+    let route = req.match_pattern().unwrap_or_default();
+    let key = StorageKey::new(Scope::Route, None, req.method().as_str(), &route, &key);
     let fingerprint = Fingerprint::of(&RequestParts {
         method: req.method().as_str(),
         path: req.path(),

@@ -6,7 +6,9 @@
 -- (claim_function.sql), as `SELECT * FROM <table>_claim_v4($1, ..., $7)`.
 -- This statement does the same in one SQL statement, for a database whose
 -- schema lacks the function (the store falls back to it, and says so).
--- Both are made of the same two parts:
+-- Both are made of the same two parts (the function puts a plain insert
+-- between them, for a key without a row, and goes on to the upsert only
+-- when that inserts nothing):
 --
 -- The answer (claim_answer.sql): the key's row when it answers the claim
 -- by itself (a live record of another request, a completed one, one whose

@@ -22,6 +22,22 @@ BEGIN
     IF FOUND THEN
         RETURN;
     END IF;
+    -- A key without a row, as most claims that write find it: a plain
+    -- insert, which leaves the upsert's conditions and its returned
+    -- expressions unevaluated (a fifth of the database's time per claim).
+    -- Any row there (one the answer skipped: expired, a tombstone, a lapsed
+    -- lease; or one inserted since the answer's snapshot) makes it insert
+    -- nothing, and the upsert decides, as it always did.
+    INSERT INTO {table} (key, fingerprint, state, token, lease_until, expires_at, attempt, route, claimed_at)
+    VALUES ($1, $2, 'in_flight', $3, now() + $4, now() + $5, 'first', $7, now())
+    ON CONFLICT (key) DO NOTHING;
+    IF FOUND THEN
+        -- What the upsert returns for the row it inserts.
+        RETURN QUERY SELECT true, 'first'::text, true, 'in_flight'::text, false, false,
+            (extract(epoch FROM greatest(now() + $4 - clock_timestamp(), interval '0')) * 1000000)::bigint,
+            NULL::integer, NULL::text[], NULL::bytea[], NULL::bytea, '{}'::text[], '{}'::bytea[];
+        RETURN;
+    END IF;
     RETURN QUERY {upsert};
 END
 $claim$;

@@ -206,7 +206,7 @@ impl Statements {
         // The claim's two parts, in the function and in the one statement.
         let answer = fill(include_str!("claim_answer.sql"));
         let upsert = |guard: &str| fill(include_str!("claim_upsert.sql")).replace("{guard}", guard);
-        let claim_function = include_str!("claim_function.sql")
+        let claim_function = fill(include_str!("claim_function.sql"))
             .replace("{claim_function}", &function)
             .replace("{answer}", answer.trim_end())
             .replace("{upsert}", upsert("").trim_end());
