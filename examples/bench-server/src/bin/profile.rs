@@ -11,6 +11,16 @@
 //! `least-replay` (the hand-written least correct layer, see `least.rs`),
 //! `first` (under `#[idempotent]`, a new key each time) and `replay` (one
 //! key).
+//!
+//! With `PROFILE_COLD_MB=N` it touches N MiB between two requests, as the
+//! network stack between two requests over HTTP evicts the caches, and
+//! prints the time per request, the touching left out. Under callgrind's
+//! cache simulation that gives each request's cache misses, the same in
+//! every run:
+//!
+//! ```text
+//! PROFILE_COLD_MB=4 valgrind --tool=callgrind --cache-sim=yes target/release/profile replay 1000
+//! ```
 
 #[path = "../least.rs"]
 #[allow(dead_code)]
@@ -45,7 +55,16 @@ fn main() {
         }
         request.to_request()
     };
+    // `PROFILE_COLD_MB`: touch that many MiB between two requests (timed
+    // apart), as a network stack between requests evicts the caches.
+    let cold: usize = std::env::var("PROFILE_COLD_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let mut junk = vec![1u8; cold << 20];
+    let mut timed = std::time::Duration::ZERO;
     for n in 0..count {
+        for at in (0..junk.len()).step_by(64) {
+            junk[at] = junk[at].wrapping_add(1);
+        }
+        let started = std::time::Instant::now();
         let req = match path.as_str() {
             "bare" => request("/bare/orders", None),
             "least" => request("/least/orders", Some(format!("key-{n}"))),
@@ -54,6 +73,13 @@ fn main() {
             _ => request("/memory/orders", Some(format!("key-{n}"))),
         };
         let response = system.block_on(test::call_service(&app, req));
+        timed += started.elapsed();
         assert!(response.status().is_success(), "{}", response.status());
+    }
+    if cold > 0 {
+        println!(
+            "{path}: {:.2} us per request, {cold} MiB touched between requests",
+            timed.as_secs_f64() * 1e6 / count as f64
+        );
     }
 }
