@@ -269,8 +269,11 @@ impl Parser<'_, '_> {
                 self.eat(b':')?;
                 self.skip_ws();
                 self.value(depth)?;
-                let member =
-                    Member { key, prefix: prefix(key.get(self.bytes, self.keys)), text: (from, self.written() - start) };
+                let member = Member {
+                    key,
+                    prefix: prefix(key.get(self.bytes, self.keys)),
+                    text: (from, self.written() - start),
+                };
                 if sorted && let Some(last) = self.members[first..].last() {
                     sorted = key_order(last, &member, self.bytes, self.keys).is_le();
                 }
@@ -423,6 +426,10 @@ fn write_string(out: &mut Vec<u8>, value: &str) {
         out.extend_from_slice(&encoded);
     }
 }
+
+#[cfg(test)]
+#[path = "canonical_json_stability.rs"]
+mod stability_tests;
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,8 @@
 
 -- The claim (claim.sql calls it): one statement for the client, in which a
 -- record that answers by itself (a replay, a 409, a 422, a held execution)
--- is only read, and only a claim that must write runs the upsert. `$n` are
+-- is only read; a claim that must write runs a plain insert, or, when a
+-- row is there, the upsert. `$n` are
 -- the arguments: $1 key, $2 fingerprint, $3 new token, $4 lease, $5 record
 -- TTL, $6 whether a lapsed execution is held rather than taken over
 -- (on_lapse = 'hold'), $7 the claiming route.
