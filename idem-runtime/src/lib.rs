@@ -70,6 +70,8 @@
 //! - [`observability`]: the metric names and the outcomes they count (§7).
 //! - [`inbox`]: consumers of messages that process each message id at most
 //!   once per TTL, on any store (§10).
+//! - [`once`]: any async operation at most once per key, outside a web
+//!   framework, its output kept and replayed (§15).
 //! - [`outbox`]: events written with the business data and relayed at
 //!   least once to a consumer (memory, Redis streams, Postgres; §10).
 //! - `client` (feature `client`): a reqwest middleware that sends one key
@@ -132,6 +134,7 @@ mod fingerprint;
 pub mod inbox;
 mod key;
 mod observe;
+pub mod once;
 pub mod operate;
 pub mod outbox;
 mod record;
@@ -189,7 +192,7 @@ pub mod problem {
 /// Every idempotent request runs in an `idempotent` span with the fields
 /// `method`, `route`, `scope`, `key` (a short hash, never the key),
 /// `record` (the record's id, as the `idem` tool and
-/// [`Operator`](crate::Operator) find it) and `outcome`, and is counted
+/// [`Operator`] find it) and `outcome`, and is counted
 /// once, where it ends, in [`REQUESTS_METRIC`](observability::REQUESTS_METRIC).
 /// [`HELD_METRIC`](observability::HELD_METRIC) counts the held executions
 /// the process has met.

@@ -194,7 +194,7 @@ impl Attempt {
 }
 
 /// A durable step's recorded result (§8 of the behaviour contract): what
-/// [`Store::record_step`] kept and a takeover's claim hands back.
+/// [`Store::record_step`](crate::store::Store::record_step) kept and a takeover's claim hands back.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Step {
     /// The step's name, unique within its execution (`"charge"`).

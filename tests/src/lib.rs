@@ -20,6 +20,7 @@ pub mod long_outage;
 pub mod natural_keys;
 pub mod notifier;
 pub mod notifier_checks;
+pub mod once_checks;
 pub mod order_checks;
 pub mod orders;
 pub mod outbox_checks;

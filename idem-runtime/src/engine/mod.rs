@@ -34,7 +34,6 @@ mod replay_cache;
 mod steps;
 #[cfg(feature = "postgres")]
 pub(crate) mod tx_commit;
-#[cfg_attr(not(feature = "actix"), allow(dead_code, unused_imports))]
 mod waiting;
 
 use std::sync::Arc;
@@ -50,7 +49,6 @@ pub use self::replay_cache::ReplayCache;
 pub(crate) use self::replay_cache::Replays;
 pub use self::steps::StepError;
 pub(crate) use self::steps::Steps;
-#[cfg(feature = "actix")]
 pub(crate) use self::waiting::claim_until;
 use crate::background;
 use crate::clock::later;
@@ -267,6 +265,17 @@ pub(crate) struct Execution {
     _running: RunningGuard,
 }
 
+/// Why a won claim's work may not start (see [`Execution::ready`]).
+pub(crate) enum NotReady {
+    /// Its record was held for an operator while its lease had lapsed: it
+    /// is left held, for the operator to settle on what it saw (nothing ran).
+    Held,
+    /// Its lease could not be confirmed in time, or another execution took
+    /// the key over: nothing ran, and the claim is released if it still
+    /// holds the record.
+    NotRun,
+}
+
 /// How one try at a completion ended.
 pub(crate) enum Tried {
     /// Settled: stored, or refused by the fence.
@@ -317,6 +326,26 @@ impl Execution {
     /// answers 503 rather than wait out the outage before its handler.
     pub(crate) async fn standing(&self) -> Standing {
         self.lease.state().standing(later(Instant::now(), self.length)).await
+    }
+
+    /// This execution, once it may start work its record does not know of:
+    /// its lease confirmed (its claim may have been answered after the
+    /// lease's end), and, if the lease lapsed once, its record still its own
+    /// and not held for an operator (see [`Execution::standing`]).
+    /// Otherwise nothing runs: a held record is left held, any other claim is
+    /// released in the background, so that the same request may run again.
+    pub(crate) async fn ready(self) -> Result<Self, NotReady> {
+        let standing = if self.is_held() { self.standing().await } else { Standing::Unknown };
+        match standing {
+            Standing::Owner => Ok(self),
+            Standing::Held => Err(NotReady::Held),
+            Standing::Lost | Standing::Unknown => {
+                background::spawn(async move {
+                    let _ = self.release().await;
+                });
+                Err(NotReady::NotRun)
+            }
+        }
     }
 
     /// One attempt at storing `response`. `None` when it failed and may be

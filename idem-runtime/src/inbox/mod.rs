@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::background;
-use crate::engine::{self, Claimed, Execution, Standing, Terms};
+use crate::engine::{self, Claimed, Execution, NotReady, Terms};
 use crate::fingerprint::{Fingerprint, RequestParts};
 use crate::key::{IdempotencyKey, KeyError};
 use crate::observe::Outcome;
@@ -301,23 +301,12 @@ impl Inbox {
             Claimed::Overloaded => return Err(Err(InboxError::Overloaded)),
             Claimed::KeeperStopped => return Err(Err(InboxError::KeeperStopped)),
         };
-        // Its lease confirmed (the claim may have been answered after its
-        // end), and, as before a handler (see the actix wing), a lease that
-        // lapsed and was confirmed again may have had its record held for
-        // an operator meanwhile: the record tells.
-        let standing = if execution.is_held() { execution.standing().await } else { Standing::Unknown };
-        match standing {
-            Standing::Owner => {}
-            // Left held, never released: the operator settles it on what it
-            // saw, which is that nothing ran.
-            Standing::Held => return Err(Err(InboxError::Held { record: key.record_id().to_owned() })),
-            Standing::Lost | Standing::Unknown => {
-                background::spawn(async move {
-                    let _ = execution.release().await;
-                });
-                return Err(Err(InboxError::NotRun));
-            }
-        }
+        // Its lease confirmed, and its record still its own (see `ready`).
+        let execution = match execution.ready().await {
+            Ok(execution) => execution,
+            Err(NotReady::Held) => return Err(Err(InboxError::Held { record: key.record_id().to_owned() })),
+            Err(NotReady::NotRun) => return Err(Err(InboxError::NotRun)),
+        };
         let context = MessageContext { key, token: execution.token(), attempt: execution.attempt() };
         Ok((execution, context))
     }

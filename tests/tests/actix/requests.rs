@@ -254,6 +254,11 @@ async fn the_inbox_on_memory() {
 }
 
 #[actix_web::test]
+async fn operations_run_once_on_the_memory_store() {
+    idem_tests::once_checks::assert_once(std::sync::Arc::new(MemoryStore::new())).await;
+}
+
+#[actix_web::test]
 async fn the_inbox_holds_a_stopped_delivery_on_memory() {
     idem_tests::inbox_checks::assert_a_stopped_delivery_is_held(std::sync::Arc::new(MemoryStore::new())).await;
 }

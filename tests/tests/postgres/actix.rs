@@ -86,6 +86,12 @@ async fn the_inbox_on_postgres() {
 }
 
 #[actix_web::test]
+async fn operations_run_once_on_postgres() {
+    let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", "operations on postgres") else { return };
+    idem_tests::once_checks::assert_once(std::sync::Arc::new(postgres_store(&url, POOL_SIZE).await)).await;
+}
+
+#[actix_web::test]
 async fn the_inbox_holds_a_stopped_delivery_on_postgres() {
     let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", "the inbox hold on postgres") else { return };
     let store = std::sync::Arc::new(postgres_store(&url, POOL_SIZE).await);

@@ -85,6 +85,12 @@ async fn the_inbox_on_redis() {
 }
 
 #[actix_web::test]
+async fn operations_run_once_on_redis() {
+    let Some(store) = redis_store("operations_run_once_on_redis").await else { return };
+    idem_tests::once_checks::assert_once(std::sync::Arc::new(store)).await;
+}
+
+#[actix_web::test]
 async fn the_inbox_holds_a_stopped_delivery_on_redis() {
     let Some(store) = redis_store("the_inbox_holds_a_stopped_delivery_on_redis").await else { return };
     idem_tests::inbox_checks::assert_a_stopped_delivery_is_held(std::sync::Arc::new(store)).await;

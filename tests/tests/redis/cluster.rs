@@ -217,6 +217,12 @@ async fn too_few_replica_acks_fail_the_claim_closed_and_free_the_key() {
 }
 
 #[actix_web::test]
+async fn operations_run_once_on_the_cluster() {
+    let Some(store) = redis_cluster_store("operations_run_once_on_the_cluster").await else { return };
+    idem_tests::once_checks::assert_once(std::sync::Arc::new(store)).await;
+}
+
+#[actix_web::test]
 async fn a_burst_of_same_key_requests_runs_the_handler_once_on_the_cluster() {
     let test = "a_burst_of_same_key_requests_runs_the_handler_once_on_the_cluster";
     let Some(store) = redis_cluster_store(test).await else { return };
