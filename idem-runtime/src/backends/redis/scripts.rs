@@ -83,8 +83,8 @@ const MUTANTS: [(&str, &str, &str, &str); 2] = [
     (
         "unfenced-completion",
         "#!lua flags=allow-oom\n-- Stores the response",
-        "if not record or record.token ~= ARGV[1] then",
-        "if not record then",
+        "local fenced = string.sub(value, 34, 49) == ARGV[1]",
+        "local fenced = true",
     ),
 ];
 
@@ -109,9 +109,18 @@ fn planted(source: &'static str) -> std::borrow::Cow<'static, str> {
     source.into()
 }
 
-/// `source` with [`LAYOUT`] put in: after its `#!lua` line if it has one
-/// (the server reads flags from the first line only), else first.
+/// Where a script wants [`LAYOUT`], when not at its start: a script's whole
+/// text runs on every call, so one with a common case that needs none of
+/// the layout's functions (complete.lua) answers it before they are defined.
+const LAYOUT_HERE: &str = "-- layout.lua\n";
+
+/// `source` with [`LAYOUT`] put in: at its [`LAYOUT_HERE`] line if it has
+/// one, else after its `#!lua` line if it has one (the server reads flags
+/// from the first line only), else first.
 fn with_layout(source: &str) -> String {
+    if let Some((before, after)) = source.split_once(LAYOUT_HERE) {
+        return format!("{before}{LAYOUT}{after}");
+    }
     match source.split_once('\n') {
         Some((shebang, rest)) if shebang.starts_with("#!") => format!("{shebang}\n{LAYOUT}{rest}"),
         _ => format!("{LAYOUT}{source}"),
