@@ -9,6 +9,7 @@
 //!
 //! Paths: `bare` (the handler without the attribute), `least` and
 //! `least-replay` (the hand-written least correct layer, see `least.rs`),
+//! `floor` and `floor-replay` (section 4's work and no more, see `floor.rs`),
 //! `first` (under `#[idempotent]`, a new key each time) and `replay` (one
 //! key).
 //!
@@ -22,6 +23,9 @@
 //! PROFILE_COLD_MB=4 valgrind --tool=callgrind --cache-sim=yes target/release/profile replay 1000
 //! ```
 
+#[path = "../floor.rs"]
+#[allow(dead_code)]
+mod floor;
 #[path = "../least.rs"]
 #[allow(dead_code)]
 mod least;
@@ -45,6 +49,7 @@ fn main() {
             .app_data(Idem::new(MemoryStore::with_max_bytes(4 << 30)))
             .service(web::scope("/bare").service(order::bare))
             .service(web::scope("/least").service(least::least))
+            .service(web::scope("/floor").service(floor::floor))
             .service(web::scope("/memory").service(order::annotated)),
     ));
     let request = |uri: &str, key: Option<String>| {
@@ -70,6 +75,8 @@ fn main() {
             "least" => request("/least/orders", Some(format!("key-{n}"))),
             "least-replay" => request("/least/orders", Some("replayed".into())),
             "replay" => request("/memory/orders", Some("replayed".into())),
+            "floor" => request("/floor/orders", Some(format!("key-{n}"))),
+            "floor-replay" => request("/floor/orders", Some("replayed".into())),
             _ => request("/memory/orders", Some(format!("key-{n}"))),
         };
         let response = system.block_on(test::call_service(&app, req));
