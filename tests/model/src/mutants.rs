@@ -5,7 +5,7 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mutant {
     /// `complete` stores the response whatever token the record holds
-    /// (complete.lua without `record.token ~= ARGV[1]`).
+    /// (complete.lua with `fenced` always true).
     CompleteUnfenced,
     /// A claim that finds a lease lapsed takes it over (or holds it) at
     /// once, without giving its holder a grace.

@@ -28,8 +28,10 @@ end
 local fenced = string.sub(value, 34, 49) == ARGV[1]
 local state = string.sub(value, 1, 1)
 if fenced and (state == 'l' or state == 'g' or state == 'h') then
+  -- Read as read() reads it: a lease mark and a route length that are
+  -- numbers, and the route within the value.
   local n = tonumber(string.sub(value, 79, 82))
-  if n and #value >= 82 + n then
+  if n and tonumber(string.sub(value, 51, 65)) and #value >= 82 + n then
     -- The header as write(record, 'c', 0, ..) writes it: the state, bytes
     -- 2-50 (fingerprint, token, attempt), a zero lease mark, the claim
     -- time and route; then the response in place of the steps.

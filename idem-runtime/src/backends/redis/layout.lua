@@ -1,6 +1,6 @@
 -- How every script reads and writes a record (layout.rs has the table and
 -- the reasons); this text is put at the start of each script, after its
--- `#!lua` line (scripts.rs).
+-- `#!lua` line, or where a script has a `-- layout.lua` line (scripts.rs).
 --
 -- A record is one string. Byte 1 is its state: l in flight, g in flight
 -- after a claim found its lease lapsed and gave a grace, h held, c

@@ -1,6 +1,5 @@
 //! A record as one Redis string: its layout, shared with the Lua scripts
-//! (`layout.lua`, which every script starts with, reads it at the same
-//! offsets).
+//! (`layout.lua`, which every script holds, reads it at the same offsets).
 //!
 //! | bytes | field |
 //! |---|---|

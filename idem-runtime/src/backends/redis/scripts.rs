@@ -112,14 +112,14 @@ fn planted(source: &'static str) -> std::borrow::Cow<'static, str> {
 /// Where a script wants [`LAYOUT`], when not at its start: a script's whole
 /// text runs on every call, so one with a common case that needs none of
 /// the layout's functions (complete.lua) answers it before they are defined.
-const LAYOUT_HERE: &str = "-- layout.lua\n";
+const LAYOUT_HERE: &str = "\n-- layout.lua\n";
 
 /// `source` with [`LAYOUT`] put in: at its [`LAYOUT_HERE`] line if it has
 /// one, else after its `#!lua` line if it has one (the server reads flags
 /// from the first line only), else first.
 fn with_layout(source: &str) -> String {
     if let Some((before, after)) = source.split_once(LAYOUT_HERE) {
-        return format!("{before}{LAYOUT}{after}");
+        return format!("{before}\n{LAYOUT}{after}");
     }
     match source.split_once('\n') {
         Some((shebang, rest)) if shebang.starts_with("#!") => format!("{shebang}\n{LAYOUT}{rest}"),
@@ -147,6 +147,19 @@ mod tests {
             assert_eq!(scripts[0].matches(line).count(), 1, "mutant {name}: its line, once");
         }
         assert_eq!(Scripts::new().sources.map(|s| s.len()), SOURCES.map(|s| with_layout(s).len()), "no mutant here");
+    }
+
+    #[test]
+    fn the_layout_goes_where_a_script_asks_for_it_on_a_line_of_its_own() {
+        let asking: Vec<_> = SOURCES.iter().filter(|source| source.contains(LAYOUT_HERE)).collect();
+        assert_eq!(asking.len(), 1, "complete.lua only");
+        let complete = with_layout(asking[0]);
+        let (before, after) = complete.split_once(LAYOUT).unwrap();
+        assert!(before.starts_with("#!lua flags=allow-oom\n"), "flags first");
+        assert!(before.contains("local fenced ="), "the common case before the layout");
+        assert!(after.contains("read(value)"), "the other cases after it");
+        let inline = "#!lua\nlocal x = 1 -- layout.lua\nreturn x\n";
+        assert!(with_layout(inline).starts_with(&format!("#!lua\n{LAYOUT}")), "a marker within a line is no marker");
     }
 
     #[test]
