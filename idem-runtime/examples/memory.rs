@@ -53,7 +53,6 @@ pub fn serve(listener: TcpListener) -> std::io::Result<Server> {
     // example short: in a real service return your authenticated user's id
     // (from the session or token your auth middleware checked), never a value
     // the client may set freely.
-    let idem =
-        Idem::new(MemoryStore::new()).subject(|req| req.headers().get("x-user-id")?.to_str().ok().map(str::to_owned));
+    let idem = Idem::new(MemoryStore::new()).subject(|req| req.header("x-user-id").map(str::to_owned));
     Ok(HttpServer::new(move || App::new().app_data(idem.clone()).service(create_payment)).listen(listener)?.run())
 }

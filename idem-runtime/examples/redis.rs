@@ -51,7 +51,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // example short: in a real service return your authenticated user's id
     // (from the session or token your auth middleware checked), never a value
     // the client may set freely.
-    let idem = Idem::new(store).subject(|req| req.headers().get("x-user-id")?.to_str().ok().map(str::to_owned));
+    let idem = Idem::new(store).subject(|req| req.header("x-user-id").map(str::to_owned));
     println!("listening on http://{addr}");
     HttpServer::new(move || App::new().app_data(idem.clone()).service(create_payment)).bind(addr)?.run().await?;
     Ok(())

@@ -27,7 +27,7 @@
 //! async fn main() -> std::io::Result<()> {
 //!     // `scope = "user"` keys are per caller: say who the caller is.
 //!     let idem = Idem::new(MemoryStore::new())
-//!         .subject(|req| req.headers().get("x-user-id")?.to_str().ok().map(str::to_owned));
+//!         .subject(|req| req.header("x-user-id").map(str::to_owned));
 //!     HttpServer::new(move || App::new().app_data(idem.clone()).service(pay))
 //!         .bind(("127.0.0.1", 8080))?
 //!         .run()
@@ -147,18 +147,16 @@ mod sweeper;
 #[cfg(test)]
 mod import_circles_tests;
 mod token;
+#[cfg(any(feature = "actix", feature = "axum"))]
+mod web;
 
-#[cfg(all(feature = "actix", feature = "postgres"))]
-pub use actix::Tx;
-#[cfg(feature = "actix")]
-pub use actix::{ExecutionContext, Idem, MarkRetryable, REPLAYED_HEADER, Retryable, ServerErrorPolicy};
 #[cfg(feature = "memory")]
 pub use backends::MemoryStore;
 #[cfg(feature = "redis")]
 pub use backends::{InvalidKeyPrefix, OnEviction, RedisConnection, RedisStore};
 #[cfg(feature = "postgres")]
 pub use backends::{InvalidTableName, OnAsyncStandby, PostgresStore};
-#[cfg(feature = "actix")]
+#[cfg(any(feature = "actix", feature = "axum"))]
 pub use engine::ReplayCache;
 pub use engine::{Drained, StepError};
 pub use error::StoreError;
@@ -178,13 +176,17 @@ pub use idem_macros::idempotent;
 pub use operate::Operator;
 pub use store::{Attempt, OnLapse};
 pub use sweeper::SweeperHandle;
+#[cfg(all(any(feature = "actix", feature = "axum"), feature = "postgres"))]
+pub use web::Tx;
+#[cfg(any(feature = "actix", feature = "axum"))]
+pub use web::{ExecutionContext, Idem, MarkRetryable, REPLAYED_HEADER, RequestHead, Retryable, ServerErrorPolicy};
 
 /// The problem+json responses the runtime produces by itself (§5 of the
 /// behaviour contract): a `type` URI starting with [`TYPE_PREFIX`](problem::TYPE_PREFIX),
 /// a `title`, the `status` and a `detail` saying what to do.
-#[cfg(feature = "actix")]
+#[cfg(any(feature = "actix", feature = "axum"))]
 pub mod problem {
-    pub use crate::actix::problem::{ProblemError, ProblemKind, TYPE_PREFIX};
+    pub use crate::web::problem::{ProblemError, ProblemKind, TYPE_PREFIX};
 }
 
 /// What the runtime reports through the `metrics` facade and `tracing` (§7).
@@ -209,9 +211,10 @@ pub mod __private {
     pub use ::actix_web::{HttpRequest, HttpResponse};
     pub use ::core::time::Duration;
 
-    pub use crate::actix::{InFlight, KeySource, RouteOptions, handle};
+    pub use crate::actix::handle;
     pub use crate::scope::Scope;
     pub use crate::store::OnLapse;
+    pub use crate::web::{InFlight, KeySource, RouteOptions};
 }
 
 /// What the repository's fuzz targets and their corpus replay reach that is

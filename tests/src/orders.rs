@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use actix_web::{HttpRequest, HttpResponse, post, web};
-use idem_runtime::{Idem, MemoryStore, idempotent};
+use actix_web::{HttpResponse, post, web};
+use idem_runtime::{Idem, MemoryStore, RequestHead, idempotent};
 use serde_json::json;
 
 use crate::counter::Counter;
@@ -19,8 +19,8 @@ pub struct Calls {
 }
 
 /// The subject resolver of these tests: the `X-User-ID` header.
-pub fn user_header(req: &HttpRequest) -> Option<String> {
-    req.headers().get("x-user-id")?.to_str().ok().map(str::to_owned)
+pub fn user_header(req: &RequestHead<'_>) -> Option<String> {
+    req.header("x-user-id").map(str::to_owned)
 }
 
 /// An [`Idem`] over a fresh memory store, subjects from `X-User-ID`.

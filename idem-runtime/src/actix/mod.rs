@@ -1,56 +1,33 @@
-//! The actix-web glue the `#[idempotent]` expansion calls into.
+//! The actix-web glue the `#[idempotent]` expansion calls into: the steps
+//! of a request are `web/`'s, over an actix-web request.
 //!
-//! One request goes through these files in order (§4 of the behaviour
-//! contract):
-//!
-//! - `entry.rs`: [`handle`], the one entry point. Finds the [`Idem`]
-//!   configuration, reads the key and the subject, buffers the body
-//!   (`body.rs`), fingerprints it, runs the handler's extractors, then
-//!   claims the key and dispatches on the answer: execute, replay, 409,
-//!   422 or 503. `key_source.rs` reads the key where the route says: the
-//!   header, a path parameter or a JSON pointer into the body.
-//! - `execute.rs`: runs a claimed request in its own future (on a task of
-//!   its own if the client leaves), its lease kept by the engine's keeper,
-//!   and a request without a key as if not annotated; `run_in_tx.rs`: the
-//!   same for a handler that takes a `Tx` (feature `postgres`), its writes
-//!   and its completion committed together. Both end through `finish.rs`:
-//!   the handler called and captured, then the fenced completion (the
-//!   response stored) or the release, and the request counted.
-//! - `capture.rs`: turns the handler's response into a stored one, and a
-//!   stored one back into a replay marked `Idempotent-Replayed: true`.
-//! - `context.rs`: the [`ExecutionContext`] extractor (token, attempt,
-//!   derived keys), filled after the claim; `tx_extractor.rs`: the `Tx`
-//!   extractor of the transactional mode (feature `postgres`).
-//! - `retryable.rs`: the mark a handler puts on a response that changed
-//!   nothing; `problem.rs`: the problem+json answers (§5).
+//! - [`handle`], the one entry point: the route, the span, then `web`'s
+//!   steps, and a won claim run in place (on the worker's task set if the
+//!   client leaves);
+//! - `request.rs`: an actix-web request as `web::Incoming` (its head, its
+//!   payload buffered by `body.rs`, the handler's extractors, the handler
+//!   called and its response captured); `route.rs`: its route;
+//! - `response.rs`: the answers made as actix-web responses, and the
+//!   runtime's errors and marks as actix-web knows them;
+//! - `extractors.rs`: the execution context and the transaction as
+//!   extractors;
 //! - `shutdown.rs`: the drain wired into actix's shutdown.
-//! - `config.rs`: [`Idem`], the configuration on the `App` (§3);
-//!   `options.rs`: the per-route arguments the attribute writes.
 
 mod body;
-mod capture;
-mod config;
-mod context;
-mod entry;
-mod execute;
-mod finish;
-mod key_source;
-mod options;
-pub(crate) mod problem;
-mod retryable;
+mod extractors;
+mod request;
+mod response;
 mod route;
-#[cfg(feature = "postgres")]
-mod run_in_tx;
 mod shutdown;
-#[cfg(feature = "postgres")]
-mod tx_extractor;
 
-pub use capture::REPLAYED_HEADER;
-pub use config::{Idem, ServerErrorPolicy};
-pub use context::ExecutionContext;
-pub use entry::handle;
-pub use options::{InFlight, KeySource, RouteOptions};
-pub use retryable::{MarkRetryable, Retryable};
+use std::pin::Pin;
+
+use actix_web::{FromRequest, HttpRequest, HttpResponse, web};
+use tracing::Instrument;
+
+use self::request::{ActixRequest, config_of};
+use self::response::Actix;
+use crate::web::{Answer, Detached, RouteOptions, Served, finish_detached, run, serve, span};
 
 /// A handler `#[idempotent]` wraps: an actix-web handler whose output is a
 /// responder. Named once here for every function that runs one.
@@ -63,5 +40,48 @@ where
     F::Output: actix_web::Responder + 'static,
 {
 }
-#[cfg(feature = "postgres")]
-pub use tx_extractor::Tx;
+
+/// Serves one request to an `#[idempotent]` handler.
+pub async fn handle<F, Args>(
+    options: &'static RouteOptions,
+    req: HttpRequest,
+    payload: web::Payload,
+    handler: F,
+) -> HttpResponse
+where
+    F: IdempotentHandler<Args>,
+    Args: FromRequest + 'static,
+{
+    // The pattern, never the raw path: metric labels and route-scoped keys
+    // must not grow with what clients send.
+    let route = route::of(&req);
+    let span = span(req.method().as_str(), &route, options.scope);
+    let served = async move {
+        // The configuration borrowed through a second handle on the request
+        // (a reference count of this worker's own, not shared).
+        let head = req.clone();
+        let incoming = ActixRequest::new(req, payload.into_inner(), handler);
+        let (response, counted) = match serve(options, &route, config_of(&head), incoming).await {
+            Served::Answered(answer) => answer,
+            Served::Claimed(won, incoming, args) => {
+                Detached::<Actix, _>::new(&route, run(won, incoming, args), finish_on_worker).await
+            }
+        };
+        // The request ends here: counted now, unless its execution counted
+        // it where it settled (see `Counted`).
+        counted.tally(&route);
+        response
+    };
+    served.instrument(span).await
+}
+
+/// Finishes an execution whose client left on the worker's task set.
+fn finish_on_worker<W>(work: Pin<Box<W>>, route: crate::web::Route, span: tracing::Span) -> bool
+where
+    W: std::future::Future<Output = Answer<Actix>> + 'static,
+{
+    // Outside a task set (a plain Tokio runtime) there is nowhere to finish
+    // it: the spawn panics, which the caller catches.
+    drop(actix_web::rt::spawn(finish_detached::<Actix, W>(work, route).instrument(span)));
+    true
+}

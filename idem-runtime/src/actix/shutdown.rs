@@ -2,8 +2,8 @@
 
 use actix_web::dev::ServerHandle;
 
-use super::config::Idem;
 use crate::engine::Drained;
+use crate::web::Idem;
 
 impl Idem {
     /// Graceful shutdown on SIGTERM or SIGINT, for a server started with

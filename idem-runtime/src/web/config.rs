@@ -1,17 +1,16 @@
-//! The runtime configuration registered on the actix `App`.
+//! The runtime configuration an application registers: on the actix
+//! `App` (`app_data`), or on the axum `Router` (`Idem::layer`).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::HttpRequest;
-use actix_web::http::header::HeaderName;
-
+use super::head::RequestHead;
 use crate::engine::{Drained, ReplayCache, Replays, Running};
 use crate::store::{OnLapse, Store};
 
 /// Resolves the authenticated subject of a request for `scope = "user"`.
-pub(crate) type SubjectResolver = dyn Fn(&HttpRequest) -> Option<String> + Send + Sync;
+pub(crate) type SubjectResolver = dyn for<'a> Fn(&RequestHead<'a>) -> Option<String> + Send + Sync;
 
 /// What to do with a 5xx response from the handler that is not marked
 /// [retryable](crate::MarkRetryable).
@@ -27,16 +26,16 @@ pub enum ServerErrorPolicy {
     Release,
 }
 
-/// The idempotency runtime configuration: register one on the `App`.
+/// The idempotency runtime configuration: register one on the actix-web
+/// `App`, or on the axum `Router` with [`Idem::layer`] (feature `axum`).
 ///
 /// ```no_run
+/// # #[cfg(feature = "actix")]
+/// # async fn run() -> std::io::Result<()> {
 /// use actix_web::{App, HttpServer};
 /// use idem_runtime::{Idem, MemoryStore};
 ///
-/// # async fn run() -> std::io::Result<()> {
-/// let idem = Idem::new(MemoryStore::new()).subject(|req| {
-///     req.headers().get("x-user-id")?.to_str().ok().map(str::to_owned)
-/// });
+/// let idem = Idem::new(MemoryStore::new()).subject(|req| req.header("x-user-id").map(str::to_owned));
 /// HttpServer::new(move || App::new().app_data(idem.clone()))
 ///     .bind(("127.0.0.1", 8080))?
 ///     .run()
@@ -58,7 +57,8 @@ pub(crate) struct Config {
     pub(crate) response_limit: usize,
     pub(crate) store_timeout: Duration,
     pub(crate) server_errors: ServerErrorPolicy,
-    pub(crate) skipped_headers: Vec<HeaderName>,
+    /// Lower-case names of the headers never kept or replayed.
+    pub(crate) skipped_headers: Vec<Box<str>>,
     pub(crate) drain_timeout: Duration,
     /// Whether the request's host name is part of its fingerprint.
     pub(crate) fingerprint_host: bool,
@@ -122,7 +122,7 @@ impl Idem {
                 response_limit: Self::DEFAULT_RESPONSE_LIMIT,
                 store_timeout: Self::DEFAULT_STORE_TIMEOUT,
                 server_errors: ServerErrorPolicy::default(),
-                skipped_headers: DEFAULT_SKIPPED.iter().map(|h| HeaderName::from_static(h)).collect(),
+                skipped_headers: DEFAULT_SKIPPED.iter().map(|&name| name.into()).collect(),
                 drain_timeout: Self::DEFAULT_DRAIN_TIMEOUT,
                 fingerprint_host: true,
                 on_lapse: OnLapse::Takeover,
@@ -137,11 +137,13 @@ impl Idem {
         self
     }
 
-    /// How to find the authenticated subject for `scope = "user"`; a request
-    /// for which it returns `None` is answered 401.
+    /// How to find the authenticated subject for `scope = "user"`, from the
+    /// request's [head](RequestHead) (a header, or what an authentication
+    /// middleware left in its extensions); a request for which it returns
+    /// `None` is answered 401.
     pub fn subject<F>(self, resolver: F) -> Self
     where
-        F: Fn(&HttpRequest) -> Option<String> + Send + Sync + 'static,
+        F: for<'a> Fn(&RequestHead<'a>) -> Option<String> + Send + Sync + 'static,
     {
         self.with(|c| c.subject = Some(Arc::new(resolver)))
     }
@@ -228,17 +230,20 @@ impl Idem {
         self.with(|c| c.server_errors = policy)
     }
 
-    /// Also replay `header`, even if it is skipped by default (`Set-Cookie`,
-    /// say). Hop-by-hop headers stay skipped.
-    pub fn replay_header(self, header: HeaderName) -> Self {
-        self.with(|c| c.skipped_headers.retain(|h| *h != header || is_hop_by_hop(h)))
+    /// Also replay `header` (a header name, any case), even if it is
+    /// skipped by default (`Set-Cookie`, say). Hop-by-hop headers stay
+    /// skipped.
+    pub fn replay_header(self, header: impl AsRef<str>) -> Self {
+        let header = header.as_ref().to_ascii_lowercase();
+        self.with(|c| c.skipped_headers.retain(|h| **h != *header || is_hop_by_hop(h)))
     }
 
-    /// Never store or replay `header`.
-    pub fn skip_header(self, header: HeaderName) -> Self {
+    /// Never store or replay `header` (a header name, any case).
+    pub fn skip_header(self, header: impl AsRef<str>) -> Self {
+        let header = header.as_ref().to_ascii_lowercase();
         self.with(|c| {
-            if !c.skipped_headers.contains(&header) {
-                c.skipped_headers.push(header);
+            if !c.skipped_headers.iter().any(|h| **h == *header) {
+                c.skipped_headers.push(header.into());
             }
         })
     }
@@ -262,8 +267,9 @@ impl Idem {
     ///
     /// Call it after the server stopped accepting connections and before
     /// its workers stop: actix drops a worker's tasks when it stops, and a
-    /// detached execution is one of them. [`Idem::shutdown_on_signal`] does
-    /// the whole sequence.
+    /// detached execution is one of them; with axum, after `axum::serve`
+    /// returned from its graceful shutdown, before the runtime stops.
+    /// `Idem::shutdown_on_signal` (actix-web) does the whole sequence.
     pub async fn drain(&self) -> Drained {
         let drained = self.inner.running.drain(self.inner.drain_timeout).await;
         if drained.is_complete() {
@@ -278,13 +284,15 @@ impl Idem {
     }
 }
 
-fn is_hop_by_hop(header: &HeaderName) -> bool {
-    DEFAULT_SKIPPED[..9].contains(&header.as_str())
+fn is_hop_by_hop(header: &str) -> bool {
+    DEFAULT_SKIPPED[..9].contains(&header)
 }
 
 impl Config {
-    pub(crate) fn replays(&self, header: &HeaderName) -> bool {
-        !self.skipped_headers.contains(header)
+    /// Whether a response header named `header` (lower-case, as both
+    /// frameworks keep names) is kept and replayed.
+    pub(crate) fn replays(&self, header: &str) -> bool {
+        !self.skipped_headers.iter().any(|skipped| **skipped == *header)
     }
 
     /// Refuses a lease that one slow store call could let run out.
@@ -318,12 +326,4 @@ impl fmt::Debug for Idem {
             .field("replay_cache", &c.replays.as_ref().map(|replays| replays.settings()))
             .finish_non_exhaustive()
     }
-}
-
-/// The configuration registered on the request's `App`, as `Idem` or
-/// `web::Data<Idem>`.
-pub(super) fn config_of(req: &actix_web::HttpRequest) -> Option<&Arc<Config>> {
-    req.app_data::<Idem>()
-        .or_else(|| req.app_data::<actix_web::web::Data<Idem>>().map(|data| data.get_ref()))
-        .map(|idem| &idem.inner)
 }

@@ -7,11 +7,8 @@
 //! runtime fills it once the claim is won, before the handler starts.
 
 use std::fmt;
-use std::future::{Future, Ready, ready};
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
-
-use actix_web::dev::Payload;
-use actix_web::{FromRequest, HttpMessage, HttpRequest};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -33,15 +30,11 @@ pub(crate) enum Annotated {
     Keyless,
 }
 
-/// Whether `req` is served by `#[idempotent]`, and how.
-pub(crate) fn annotated(req: &HttpRequest) -> Option<Annotated> {
-    req.extensions().get::<Annotated>().copied()
-}
-
 /// The execution a handler runs as, under an idempotency key: take it as an
-/// extractor.
+/// extractor (actix-web and axum alike).
 ///
 /// ```
+/// # #[cfg(feature = "actix")] {
 /// use actix_web::{HttpResponse, post};
 /// use idem_runtime::{ExecutionContext, idempotent};
 ///
@@ -54,6 +47,7 @@ pub(crate) fn annotated(req: &HttpRequest) -> Option<Annotated> {
 ///     # let _ = provider_key;
 ///     HttpResponse::Created().finish()
 /// }
+/// # }
 /// ```
 ///
 /// It is filled after the claim is won, before the handler starts. In a
@@ -80,17 +74,29 @@ pub(crate) struct Context {
 pub(crate) struct PendingContext(Arc<OnceLock<Context>>);
 
 impl PendingContext {
-    /// Fills the context of `req`, if its handler takes one.
-    /// Step results up to `limit` bytes are recorded.
+    /// A new slot, and the context an extractor hands its handler.
+    pub(crate) fn new() -> (Self, ExecutionContext) {
+        let data = Arc::new(OnceLock::new());
+        (Self(Arc::clone(&data)), ExecutionContext { data })
+    }
+
+    /// The context of this slot, for one more extraction of it (a custom
+    /// extractor may take one too).
+    pub(crate) fn context(&self) -> ExecutionContext {
+        ExecutionContext { data: Arc::clone(&self.0) }
+    }
+
+    /// Fills the slot, once the claim is won. Step results up to `limit`
+    /// bytes are recorded.
     pub(crate) fn fill(
-        req: &HttpRequest,
+        self,
         key: &IdempotencyKey,
         storage_key: &StorageKey,
         fingerprint: &Fingerprint,
         execution: &mut Execution,
         limit: usize,
     ) {
-        let Some(Self(slot)) = req.extensions_mut().remove::<Self>() else { return };
+        let Self(slot) = self;
         let context = Context {
             key_hash: key.short_hash(),
             storage_key: storage_key.clone(),
@@ -157,6 +163,7 @@ impl ExecutionContext {
     /// steps that never finished run.
     ///
     /// ```
+    /// # #[cfg(feature = "actix")] {
     /// use actix_web::{HttpResponse, post};
     /// use idem_runtime::{ExecutionContext, idempotent};
     /// # async fn provider_charge(_key: &str, _cents: u64) -> String { "ch_1".into() }
@@ -170,6 +177,7 @@ impl ExecutionContext {
     ///     let charge: String = execution.step("charge", provider_charge(&key, 500)).await?;
     ///     Ok(HttpResponse::Created().json(charge))
     /// }
+    /// # }
     /// ```
     ///
     /// Give each step of a handler its own name (up to
@@ -209,6 +217,7 @@ impl ExecutionContext {
     /// an `Ok` worth recording.
     ///
     /// ```
+    /// # #[cfg(feature = "actix")] {
     /// use actix_web::{HttpResponse, post};
     /// use idem_runtime::{ExecutionContext, MarkRetryable, idempotent};
     /// # #[derive(Debug)] struct Unreachable;
@@ -224,6 +233,7 @@ impl ExecutionContext {
     ///         Err(Unreachable) => Ok(HttpResponse::ServiceUnavailable().finish().retryable()),
     ///     }
     /// }
+    /// # }
     /// ```
     pub async fn try_step<T, E, F>(&self, name: &str, work: F) -> Result<Result<T, E>, StepError>
     where
@@ -285,33 +295,17 @@ impl fmt::Debug for ExecutionContext {
     }
 }
 
-impl FromRequest for ExecutionContext {
-    type Error = ProblemError;
-    type Future = Ready<Result<Self, ProblemError>>;
-
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(match annotated(req) {
-            Some(Annotated::Keyed) => {
-                // One slot per request, shared by every extraction of the
-                // context (a custom extractor may take one too).
-                let mut extensions = req.extensions_mut();
-                let slot = extensions.get::<PendingContext>().map(|PendingContext(slot)| Arc::clone(slot));
-                let data = slot.unwrap_or_else(|| {
-                    let data = Arc::new(OnceLock::new());
-                    extensions.insert(PendingContext(Arc::clone(&data)));
-                    data
-                });
-                Ok(Self { data })
-            }
-            Some(Annotated::Keyless) => Err(ProblemError::new(
-                ProblemKind::NotConfigured,
-                "this request has no idempotency key (the route has required = false), so it has no execution \
-                 context; take Option<ExecutionContext> in this handler",
-            )),
-            None => Err(ProblemError::new(
-                ProblemKind::NotConfigured,
-                "idem_runtime::ExecutionContext is only available in a handler annotated with #[idempotent]",
-            )),
-        })
+/// Why a request that is not served under a key has no execution context.
+pub(crate) fn not_in_a_keyed_request(annotated: Option<Annotated>) -> ProblemError {
+    match annotated {
+        Some(Annotated::Keyless) => ProblemError::new(
+            ProblemKind::NotConfigured,
+            "this request has no idempotency key (the route has required = false), so it has no execution \
+             context; take Option<ExecutionContext> in this handler",
+        ),
+        _ => ProblemError::new(
+            ProblemKind::NotConfigured,
+            "idem_runtime::ExecutionContext is only available in a handler annotated with #[idempotent]",
+        ),
     }
 }

@@ -1,17 +1,13 @@
 //! How every run of a claimed request ends, plain or transactional: the
-//! handler called and its response captured, the choice between keeping
-//! that response and releasing the claim, and the fenced completion or
-//! release itself; and how the request is counted.
-
-use std::panic::AssertUnwindSafe;
+//! choice between keeping the handler's response and releasing the claim,
+//! and the fenced completion or release itself; and how the request is
+//! counted.
 
 use std::sync::Arc;
 
-use actix_web::{HttpRequest, HttpResponse, Responder};
-use futures_util::FutureExt;
 use tracing::Instrument;
 
-use super::IdempotentHandler;
+use super::Framework;
 use super::capture::{Captured, not_kept};
 use super::config::{Config, ServerErrorPolicy};
 use super::route::Route;
@@ -28,14 +24,14 @@ pub(crate) struct Won {
 }
 
 /// What a run answers: the response, and how the request is counted.
-pub(super) type Answer = (HttpResponse, Counted);
+pub(crate) type Answer<F> = (<F as Framework>::Response, Counted);
 
 /// How a request is counted (`idem_requests_total`), once: where it ends,
 /// or, for one that ran, where its execution settled (at once, or in the
 /// background when its completion lands), while the execution still
 /// counts as running, so that a drain never ends before its count.
 #[must_use]
-pub(super) enum Counted {
+pub(crate) enum Counted {
     /// With this outcome, now.
     Now(Outcome),
     /// Where its execution settled.
@@ -47,7 +43,7 @@ pub(super) enum Counted {
 
 impl Counted {
     /// Counts the request of `route` if it is to be counted now.
-    pub(super) fn tally(self, route: &Route) {
+    pub(crate) fn tally(self, route: &Route) {
         if let Self::Now(outcome) = self {
             route.count(outcome);
         }
@@ -55,28 +51,11 @@ impl Counted {
 }
 
 /// The handler panicked.
-pub(super) struct Panicked;
-
-/// Calls the handler and captures its response, its body read up to
-/// `limit`; a panic is caught and logged.
-pub(super) async fn call<F, Args>(handler: F, args: Args, req: &HttpRequest, limit: usize) -> Result<Captured, Panicked>
-where
-    F: IdempotentHandler<Args>,
-    Args: 'static,
-{
-    let work = async {
-        let response = handler.call(args).await.respond_to(req).map_into_boxed_body();
-        Captured::collect(response, limit).await
-    };
-    AssertUnwindSafe(work).catch_unwind().await.map_err(|_| {
-        tracing::error!("the idempotent handler panicked");
-        Panicked
-    })
-}
+pub(crate) struct Panicked;
 
 /// Whether `captured` says that nothing happened: marked retryable, or a
 /// plain 5xx under [`ServerErrorPolicy::Release`].
-pub(super) fn releases(captured: &Captured, config: &Config) -> bool {
+pub(super) fn releases<F: Framework>(captured: &Captured<F>, config: &Config) -> bool {
     captured.is_marked_retryable()
         || (config.server_errors == ServerErrorPolicy::Release && captured.is_plain_server_error())
 }

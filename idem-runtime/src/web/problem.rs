@@ -1,14 +1,12 @@
 //! RFC 9457 problem details for the responses the runtime itself produces.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
-use actix_web::HttpResponse;
-use actix_web::http::StatusCode;
-use actix_web::http::header::{CONTENT_TYPE, RETRY_AFTER};
 use serde::Serialize;
 
 /// What a request whose execution is held for an operator is told.
-pub(super) const HELD: &str = "an earlier execution of this request stopped before it finished, and this route never \
+pub(crate) const HELD: &str = "an earlier execution of this request stopped before it finished, and this route never \
                                runs it again by itself: it will not run again until an operator releases or resolves \
                                it (or its record expires); retrying does not help";
 
@@ -81,7 +79,7 @@ pub enum ProblemKind {
 
 impl ProblemKind {
     /// The HTTP status of this problem.
-    pub fn status(self) -> StatusCode {
+    pub fn status(self) -> u16 {
         self.parts().0
     }
 
@@ -100,45 +98,29 @@ impl ProblemKind {
         format!("{TYPE_PREFIX}{}", self.slug())
     }
 
-    fn parts(self) -> (StatusCode, &'static str, &'static str) {
+    fn parts(self) -> (u16, &'static str, &'static str) {
         match self {
-            Self::MissingKey => (StatusCode::BAD_REQUEST, "missing-key", "Idempotency key missing"),
-            Self::InvalidKey => (StatusCode::BAD_REQUEST, "invalid-key", "Idempotency key invalid"),
-            Self::MissingSubject => (StatusCode::UNAUTHORIZED, "missing-subject", "Authentication required"),
-            Self::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body-too-large", "Request body too large"),
-            Self::InvalidBody => (StatusCode::BAD_REQUEST, "invalid-body", "Request body unreadable"),
-            Self::UnsupportedContentEncoding => (
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported-content-encoding",
-                "Request content encoding not supported",
-            ),
-            Self::KeyReused => {
-                (StatusCode::UNPROCESSABLE_ENTITY, "key-reused", "Idempotency key reused with a different request")
+            Self::MissingKey => (400, "missing-key", "Idempotency key missing"),
+            Self::InvalidKey => (400, "invalid-key", "Idempotency key invalid"),
+            Self::MissingSubject => (401, "missing-subject", "Authentication required"),
+            Self::BodyTooLarge => (413, "body-too-large", "Request body too large"),
+            Self::InvalidBody => (400, "invalid-body", "Request body unreadable"),
+            Self::UnsupportedContentEncoding => {
+                (415, "unsupported-content-encoding", "Request content encoding not supported")
             }
-            Self::InFlight => (StatusCode::CONFLICT, "in-flight", "Request already in progress"),
-            Self::StoreUnavailable => {
-                (StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "Idempotency store unavailable")
-            }
-            Self::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting-down", "Server shutting down"),
-            Self::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", "Too many requests running"),
-            Self::KeeperStopped => {
-                (StatusCode::SERVICE_UNAVAILABLE, "keeper-stopped", "Idempotency lease keeper stopped")
-            }
-            Self::NotConfigured => {
-                (StatusCode::INTERNAL_SERVER_ERROR, "not-configured", "Idempotency runtime not configured")
-            }
-            Self::HandlerPanicked => (StatusCode::INTERNAL_SERVER_ERROR, "handler-panicked", "Internal error"),
-            Self::ResponseNotStored => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "response-not-stored",
-                "Original response could not be kept for replay",
-            ),
-            Self::LeaseLost => (StatusCode::CONFLICT, "lease-lost", "Request taken over by another execution"),
-            Self::ExecutionHeld => (StatusCode::CONFLICT, "execution-held", "Execution held for an operator"),
-            Self::StepFailed => (StatusCode::INTERNAL_SERVER_ERROR, "step-failed", "Durable step failed"),
-            Self::TransactionFailed => {
-                (StatusCode::INTERNAL_SERVER_ERROR, "transaction-failed", "Handler transaction rolled back")
-            }
+            Self::KeyReused => (422, "key-reused", "Idempotency key reused with a different request"),
+            Self::InFlight => (409, "in-flight", "Request already in progress"),
+            Self::StoreUnavailable => (503, "store-unavailable", "Idempotency store unavailable"),
+            Self::ShuttingDown => (503, "shutting-down", "Server shutting down"),
+            Self::Overloaded => (503, "overloaded", "Too many requests running"),
+            Self::KeeperStopped => (503, "keeper-stopped", "Idempotency lease keeper stopped"),
+            Self::NotConfigured => (500, "not-configured", "Idempotency runtime not configured"),
+            Self::HandlerPanicked => (500, "handler-panicked", "Internal error"),
+            Self::ResponseNotStored => (500, "response-not-stored", "Original response could not be kept for replay"),
+            Self::LeaseLost => (409, "lease-lost", "Request taken over by another execution"),
+            Self::ExecutionHeld => (409, "execution-held", "Execution held for an operator"),
+            Self::StepFailed => (500, "step-failed", "Durable step failed"),
+            Self::TransactionFailed => (500, "transaction-failed", "Handler transaction rolled back"),
         }
     }
 }
@@ -154,29 +136,61 @@ struct Body<'a> {
 
 /// Serializes the problem body.
 pub(crate) fn body(kind: ProblemKind, detail: &str) -> Vec<u8> {
-    let body = Body { kind: &kind.type_uri(), title: kind.title(), status: kind.status().as_u16(), detail };
+    let body = Body { kind: &kind.type_uri(), title: kind.title(), status: kind.status(), detail };
     serde_json::to_vec(&body).unwrap_or_default()
 }
 
-/// A problem+json response.
-pub(crate) fn response(kind: ProblemKind, detail: &str) -> HttpResponse {
-    HttpResponse::build(kind.status())
-        .insert_header((CONTENT_TYPE, "application/problem+json"))
-        .body(body(kind, detail))
+/// A problem the runtime answers by itself, as plain data: each framework
+/// sends it as a problem+json response.
+#[derive(Debug, Clone)]
+pub(crate) struct Problem {
+    pub(crate) kind: ProblemKind,
+    pub(crate) detail: Cow<'static, str>,
+    /// `Retry-After`, in whole seconds (at least 1) when sent.
+    pub(crate) retry_after: Option<Duration>,
+    /// The status, when not the kind's own (a body that the transport
+    /// refused with a status of its own).
+    pub(crate) status: Option<u16>,
+    /// `Accept-Encoding: identity`, with a refused content coding (RFC
+    /// 9110, 15.5.16: the codings that would have been accepted).
+    pub(crate) accept_identity: bool,
 }
 
-/// A problem+json response with `Retry-After` in whole seconds (at least 1).
-pub(crate) fn retry_after(kind: ProblemKind, detail: &str, after: Duration) -> HttpResponse {
-    let seconds = after.as_secs() + u64::from(after.subsec_nanos() > 0);
-    let mut response = response(kind, detail);
-    if let Ok(value) = seconds.max(1).to_string().try_into() {
-        response.headers_mut().insert(RETRY_AFTER, value);
+impl Problem {
+    /// A problem of `kind`, saying `detail`.
+    pub(crate) fn new(kind: ProblemKind, detail: impl Into<Cow<'static, str>>) -> Self {
+        Self { kind, detail: detail.into(), retry_after: None, status: None, accept_identity: false }
     }
-    response
+
+    /// The same, with `Retry-After`.
+    pub(crate) fn retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+
+    /// Its status.
+    pub(crate) fn status(&self) -> u16 {
+        self.status.unwrap_or_else(|| self.kind.status())
+    }
+
+    /// Its `Retry-After` value, in whole seconds, rounded up, at least 1.
+    pub(crate) fn retry_after_seconds(&self) -> Option<u64> {
+        self.retry_after.map(|after| (after.as_secs() + u64::from(after.subsec_nanos() > 0)).max(1))
+    }
+
+    /// Its body.
+    pub(crate) fn body(&self) -> Vec<u8> {
+        body(self.kind, &self.detail)
+    }
 }
 
-/// A problem as an actix error, for the runtime's own extractors. A
-/// misconfiguration (`not-configured`) is logged at error level.
+/// The media type of a problem.
+pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
+
+/// A problem as an error value, for the runtime's own extractors (the
+/// execution context, the transaction): each framework sends it as its
+/// problem+json response. A `not-configured` problem is logged at error
+/// level where it is made: it is the application's setup that is wrong.
 #[derive(Debug)]
 pub struct ProblemError {
     kind: ProblemKind,
@@ -192,9 +206,14 @@ impl ProblemError {
         Self { kind, detail }
     }
 
-    /// What went wrong.
+    /// What kind of problem it is.
     pub fn kind(&self) -> ProblemKind {
         self.kind
+    }
+
+    /// The problem to answer.
+    pub(crate) fn problem(&self) -> Problem {
+        Problem::new(self.kind, self.detail.clone())
     }
 }
 
@@ -204,45 +223,27 @@ impl std::fmt::Display for ProblemError {
     }
 }
 
-impl actix_web::ResponseError for ProblemError {
-    fn status_code(&self) -> StatusCode {
-        self.kind.status()
-    }
+impl std::error::Error for ProblemError {}
 
-    fn error_response(&self) -> HttpResponse {
-        response(self.kind, &self.detail)
-    }
-}
-
-/// A durable step's failure, returned from a handler with `?`: the
-/// execution lost its key (409 `lease-lost`: another execution owns it), or
-/// the step's result could not be recorded or read back (500
-/// `step-failed`, stored and replayed whatever the 5xx policy, even under
-/// [`ServerErrorPolicy::Release`](crate::ServerErrorPolicy::Release): the
-/// step may have had its effect). A handler that maps it to a response of
-/// its own should keep this one.
-impl actix_web::ResponseError for crate::engine::StepError {
-    fn status_code(&self) -> StatusCode {
-        self.kind().status()
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        tracing::error!(error = %self, "a durable step failed");
-        let mut answer = response(self.kind(), &self.to_string());
-        match self {
-            Self::Held(_) => drop(answer.extensions_mut().insert(super::retryable::LeftHeldMark)),
-            _ => drop(answer.extensions_mut().insert(super::retryable::KeptMark)),
-        }
-        answer
-    }
+/// How a handler that returns a [`StepError`](crate::StepError) leaves its
+/// record, beside the problem it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StepEnd {
+    /// Kept and replayed like any failure: the step may have had its effect.
+    Kept,
+    /// Left held for an operator, neither completed nor released.
+    LeftHeld,
 }
 
 impl crate::engine::StepError {
-    fn kind(&self) -> ProblemKind {
-        match self {
-            Self::Lost(_) => ProblemKind::LeaseLost,
-            Self::Held(_) => ProblemKind::ExecutionHeld,
-            _ => ProblemKind::StepFailed,
-        }
+    /// The problem a handler that returns this error answers, and how its
+    /// record is left.
+    pub(crate) fn answer(&self) -> (Problem, StepEnd) {
+        let (kind, end) = match self {
+            Self::Lost(_) => (ProblemKind::LeaseLost, StepEnd::Kept),
+            Self::Held(_) => (ProblemKind::ExecutionHeld, StepEnd::LeftHeld),
+            _ => (ProblemKind::StepFailed, StepEnd::Kept),
+        };
+        (Problem::new(kind, self.to_string()), end)
     }
 }

@@ -1,4 +1,5 @@
-//! The handler's word that nothing happened: a retryable response.
+//! The handler's word that nothing happened: a retryable response; and the
+//! runtime's own marks on a response.
 //!
 //! Every response of an idempotent handler is kept and replayed, failures
 //! included (4xx, 5xx, a panic as a 500 problem), because a handler that
@@ -7,24 +8,30 @@
 //! was unreachable before any charge, say) marks its response retryable:
 //! then the claim is released instead, and the same request may run again.
 //! A different request with the same key is still refused (422).
+//!
+//! The marks live in the response's extensions, in either framework; each
+//! framework's glue implements [`MarkRetryable`] for its response and
+//! makes [`Retryable`] one of its responders.
 
-use actix_web::body::BoxBody;
-use actix_web::{HttpRequest, HttpResponse, Responder};
+use super::problem::StepEnd;
 
 /// The mark, kept in the response's extensions.
 #[derive(Debug, Clone, Copy)]
-struct RetryableMark;
+pub(crate) struct RetryableMark;
 
 /// Marks responses as retryable: "nothing happened, the same request may
-/// run again".
+/// run again". Implemented for actix-web's `HttpResponse` (feature
+/// `actix`) and for `http::Response`, axum's response (feature `axum`).
 ///
 /// ```
+/// # #[cfg(feature = "actix")] {
 /// use actix_web::HttpResponse;
 /// use idem_runtime::MarkRetryable;
 ///
 /// // In a handler, or in an error type's `ResponseError::error_response`:
 /// let response = HttpResponse::ServiceUnavailable().body("provider unavailable, nothing was charged").retryable();
 /// assert!(response.is_retryable());
+/// # }
 /// ```
 pub trait MarkRetryable {
     /// The same response, marked retryable.
@@ -35,21 +42,11 @@ pub trait MarkRetryable {
     fn is_retryable(&self) -> bool;
 }
 
-impl<B> MarkRetryable for HttpResponse<B> {
-    fn retryable(mut self) -> Self {
-        self.extensions_mut().insert(RetryableMark);
-        self
-    }
-
-    fn is_retryable(&self) -> bool {
-        self.extensions().contains::<RetryableMark>()
-    }
-}
-
-/// A responder whose response is marked retryable, for handlers that
-/// return `impl Responder`:
+/// A response whose response is marked retryable, for handlers that return
+/// `impl Responder` (actix-web) or `impl IntoResponse` (axum):
 ///
 /// ```
+/// # #[cfg(feature = "actix")] {
 /// use actix_web::{HttpResponse, Responder};
 /// use idem_runtime::Retryable;
 ///
@@ -57,41 +54,22 @@ impl<B> MarkRetryable for HttpResponse<B> {
 ///     // The provider refused the connection: nothing was charged.
 ///     Retryable(HttpResponse::ServiceUnavailable().finish())
 /// }
+/// # }
 /// ```
 #[derive(Debug, Clone)]
 pub struct Retryable<R>(pub R);
 
-impl<R: Responder> Responder for Retryable<R> {
-    type Body = BoxBody;
-
-    fn respond_to(self, req: &HttpRequest) -> HttpResponse<BoxBody> {
-        self.0.respond_to(req).map_into_boxed_body().retryable()
-    }
+/// What a handler's response says of itself, read from its marks.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Marks {
+    /// The handler marked it retryable.
+    pub(crate) retryable: bool,
+    /// A durable step's failure: kept whatever the policies say, or left
+    /// held for an operator.
+    pub(crate) step: Option<StepEnd>,
 }
 
-/// Whether the handler marked `response` retryable.
-pub(crate) fn is_marked(response: &HttpResponse<BoxBody>) -> bool {
-    response.is_retryable()
-}
-
-/// The runtime's own mark on a failure that must be kept whatever the 5xx
-/// policy: a durable step's failure (`step-failed`), after which the step's
-/// effect may have happened.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct KeptMark;
-
-/// The runtime's own mark on a response after which the execution stops
-/// without completing or releasing: a durable step found its record held
-/// for an operator, who settles it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LeftHeldMark;
-
-/// Whether `response` carries [`LeftHeldMark`].
-pub(crate) fn is_left_held(response: &HttpResponse<BoxBody>) -> bool {
-    response.extensions().contains::<LeftHeldMark>()
-}
-
-/// Whether `response` carries [`KeptMark`].
-pub(crate) fn is_kept(response: &HttpResponse<BoxBody>) -> bool {
-    response.extensions().contains::<KeptMark>()
+/// Whether `status` is a failure (4xx or 5xx).
+pub(crate) fn is_failure_status(status: u16) -> bool {
+    (400..600).contains(&status)
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use actix_web::dev::Payload;
 use actix_web::http::header::LOCATION;
 use actix_web::{FromRequest, HttpRequest, HttpResponse, get, web};
-use idem_runtime::ExecutionContext;
+use idem_runtime::{ExecutionContext, RequestHead};
 use metrics_exporter_prometheus::PrometheusHandle;
 use order_notifier::Outlet;
 
@@ -44,8 +44,13 @@ pub struct AppState {
 pub struct User(pub String);
 
 /// The subject resolver given to idem for `scope = "user"`.
-pub fn user_id(req: &HttpRequest) -> Option<String> {
-    let value = req.headers().get("x-user-id")?.to_str().ok()?.trim();
+pub fn user_id(req: &RequestHead<'_>) -> Option<String> {
+    caller(req.header("x-user-id"))
+}
+
+/// The caller an `X-User-ID` value names, if any.
+fn caller(value: Option<&str>) -> Option<String> {
+    let value = value?.trim();
     (!value.is_empty()).then(|| value.to_owned())
 }
 
@@ -54,7 +59,8 @@ impl FromRequest for User {
     type Future = Ready<Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(user_id(req).map(User).ok_or(ApiError::Unauthenticated))
+        let value = req.headers().get("x-user-id").and_then(|value| value.to_str().ok());
+        ready(caller(value).map(User).ok_or(ApiError::Unauthenticated))
     }
 }
 

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use actix_http::Request;
 use actix_service::boxed::BoxService;
 use actix_web::dev::ServiceResponse;
-use actix_web::{App, HttpRequest, HttpResponse, test, web};
+use actix_web::{App, HttpResponse, test, web};
 use idem_runtime::store::Store;
-use idem_runtime::{ExecutionContext, Idem, MarkRetryable, REPLAYED_HEADER, idempotent};
+use idem_runtime::{ExecutionContext, Idem, MarkRetryable, REPLAYED_HEADER, RequestHead, idempotent};
 use serde_json::json;
 
 use super::store::FreshStore;
@@ -74,8 +74,8 @@ impl Harness {
     }
 }
 
-fn user(req: &HttpRequest) -> Option<String> {
-    req.headers().get("x-user-id")?.to_str().ok().map(str::to_owned)
+fn user(req: &RequestHead<'_>) -> Option<String> {
+    req.header("x-user-id").map(str::to_owned)
 }
 
 /// The key from `Idempotency-Key`, per user; `X-Account-ID` counts in the
