@@ -8,6 +8,7 @@ use syn::{Attribute, GenericParam, ItemFn, Visibility};
 
 use crate::args::{KeySource, OnLapse, Scope};
 use crate::attrs::{Place, is_lint_level, place};
+use crate::framework::Framework;
 use crate::validate::{InFlight, Options};
 
 /// Expands a checked handler.
@@ -23,21 +24,12 @@ use crate::validate::{InFlight, Options};
 ///
 /// `args` are the attribute's own tokens, to apply it again after the
 /// attributes that must run first (see `attrs.rs`).
-pub(crate) fn expand(options: &Options, args: &TokenStream, mut function: ItemFn) -> TokenStream {
+pub(crate) fn expand(options: &Options, args: &TokenStream, function: ItemFn) -> TokenStream {
+    let (outside, mut function) = match split_attributes(options, args, function, Framework::Actix) {
+        Ok(split) => split,
+        Err(again) => return again,
+    };
     let krate = &options.krate;
-    let (first, rest): (Vec<Attribute>, Vec<Attribute>) =
-        std::mem::take(&mut function.attrs).into_iter().partition(|attr| place(attr) == Place::First);
-    if !first.is_empty() {
-        function.attrs = rest;
-        return quote! {
-            #(#first)*
-            #[#krate::idempotent(#args)]
-            #function
-        };
-    }
-    let (outside, inside): (Vec<Attribute>, Vec<Attribute>) =
-        rest.into_iter().partition(|attr| place(attr) == Place::Wrapper);
-    function.attrs = inside;
 
     let private = quote!(#krate::__private);
     // Names the user can never meet: suffixed with a hash of the handler.
@@ -105,6 +97,33 @@ pub(crate) fn expand(options: &Options, args: &TokenStream, mut function: ItemFn
     }
 }
 
+/// The attributes to put on the wrapper, and the function with those that
+/// stay on the handler; or, when attributes must run first (see
+/// `attrs.rs`), the expansion that applies them, then the attribute again.
+pub(crate) fn split_attributes(
+    options: &Options,
+    args: &TokenStream,
+    mut function: ItemFn,
+    framework: Framework,
+) -> Result<(Vec<Attribute>, ItemFn), TokenStream> {
+    let krate = &options.krate;
+    let (first, rest): (Vec<Attribute>, Vec<Attribute>) =
+        std::mem::take(&mut function.attrs).into_iter().partition(|attr| place(attr) == Place::First);
+    if !first.is_empty() {
+        function.attrs = rest;
+        let attribute = framework.attribute();
+        return Err(quote! {
+            #(#first)*
+            #[#krate::#attribute(#args)]
+            #function
+        });
+    }
+    let (outside, inside): (Vec<Attribute>, Vec<Attribute>) =
+        rest.into_iter().partition(|attr| place(attr) == Place::Wrapper);
+    function.attrs = inside;
+    Ok((outside, function))
+}
+
 /// `::<T, N>` for a generic handler, nothing otherwise (lifetimes are
 /// refused by `validate.rs`).
 fn generic_arguments(function: &ItemFn) -> TokenStream {
@@ -123,7 +142,7 @@ fn generic_arguments(function: &ItemFn) -> TokenStream {
 }
 
 /// Whether the function names `Self` anywhere.
-fn mentions_self(function: &ItemFn) -> bool {
+pub(crate) fn mentions_self(function: &ItemFn) -> bool {
     /// Items that give `Self` a meaning of their own: what they hold (up to
     /// their braces, or `;`) is not the handler's `Self`.
     const OWN_SELF: [&str; 5] = ["impl", "trait", "struct", "enum", "union"];
@@ -150,7 +169,7 @@ fn mentions_self(function: &ItemFn) -> bool {
 
 /// A lint level as an `allow` of the same lints (`expect` would be unmet
 /// on the item where the lint did not fire).
-fn as_allow(attr: &Attribute) -> Attribute {
+pub(crate) fn as_allow(attr: &Attribute) -> Attribute {
     let mut attr = attr.clone();
     if attr.path().is_ident("expect")
         && let syn::Meta::List(list) = &mut attr.meta
@@ -161,7 +180,7 @@ fn as_allow(attr: &Attribute) -> Attribute {
 }
 
 /// A short, stable hash of `text` (FNV-1a), in hex.
-fn hash(text: &str) -> String {
+pub(crate) fn hash(text: &str) -> String {
     let hash = text
         .bytes()
         .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3));
@@ -170,7 +189,7 @@ fn hash(text: &str) -> String {
 
 /// `tokens` with the span of every top-level token (and of every group's
 /// delimiters, not its content) set to `span`.
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+pub(crate) fn respan(tokens: TokenStream, span: Span) -> TokenStream {
     tokens
         .into_iter()
         .map(|mut token| {
@@ -181,7 +200,7 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
 }
 
 /// The `RouteOptions { .. }` literal.
-fn route_options_value(options: &Options, private: &TokenStream) -> TokenStream {
+pub(crate) fn route_options_value(options: &Options, private: &TokenStream) -> TokenStream {
     let seconds = |duration: std::time::Duration| {
         let seconds = Literal::u64_unsuffixed(duration.as_secs());
         quote!(#private::Duration::from_secs(#seconds))

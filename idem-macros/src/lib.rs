@@ -10,6 +10,8 @@ mod attrs;
 mod duration;
 mod errors;
 mod expand;
+mod expand_axum;
+mod framework;
 mod validate;
 
 use proc_macro::TokenStream;
@@ -105,7 +107,42 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     idempotent2(args.into(), item.into()).into()
 }
 
+/// Makes an axum handler safe to retry with an `Idempotency-Key` header:
+/// `#[idempotent]` for axum, which the runtime re-exports as
+/// `idem_runtime::axum::idempotent` (and as `idem_runtime::idempotent`
+/// without its `actix` feature).
+///
+/// ```ignore
+/// use axum::{Json, routing::post, Router};
+/// use idem_runtime::axum::idempotent;
+///
+/// #[idempotent(ttl = "24h", scope = "user")]
+/// async fn create_order(State(db): State<Db>, Json(order): Json<NewOrder>) -> impl IntoResponse {
+///     /* ... */
+/// }
+///
+/// let app = Router::new().route("/orders", post(create_order)).with_state(db).layer(idem.layer());
+/// ```
+///
+/// The arguments and their compile-time checks are those of
+/// [`macro@idempotent`]. The handler's name becomes a unit type that
+/// implements axum's `Handler` for every state its extractors accept, so
+/// it is registered as written (`post(create_order)`); it cannot be generic
+/// or sit in an `impl` block.
+#[proc_macro_attribute]
+pub fn idempotent_axum(args: TokenStream, item: TokenStream) -> TokenStream {
+    expansion(args.into(), item.into(), framework::Framework::Axum).into()
+}
+
 fn idempotent2(args: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -> proc_macro2::TokenStream {
+    expansion(args, item, framework::Framework::Actix)
+}
+
+fn expansion(
+    args: proc_macro2::TokenStream,
+    item: proc_macro2::TokenStream,
+    framework: framework::Framework,
+) -> proc_macro2::TokenStream {
     let function = match syn::parse2::<Item>(item.clone()) {
         Ok(Item::Fn(function)) => function,
         Ok(_) => {
@@ -115,8 +152,11 @@ fn idempotent2(args: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -
         Err(error) => return with_error(item, error),
     };
     let options = args::Args::parse(args.clone()).and_then(args::Args::build);
-    match (options, validate::handler(&function)) {
-        (Ok(options), Ok(())) => expand::expand(&options, &args, function),
+    match (options, validate::handler(&function, framework)) {
+        (Ok(options), Ok(())) => match framework {
+            framework::Framework::Actix => expand::expand(&options, &args, function),
+            framework::Framework::Axum => expand_axum::expand(&options, &args, function),
+        },
         (Err(mut error), Err(more)) => {
             error.combine(more);
             with_error(item, error)

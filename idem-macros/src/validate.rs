@@ -9,6 +9,7 @@ use syn::ItemFn;
 
 use crate::args::{Args, Given, InFlightMode, KeySource, OnLapse, Scope};
 use crate::errors::combine;
+use crate::framework::Framework;
 
 /// Default of `ttl`.
 const TTL: Duration = Duration::from_secs(24 * 3_600);
@@ -175,7 +176,7 @@ impl Args {
 }
 
 /// Checks that the annotated function can be an actix-web handler.
-pub(crate) fn handler(function: &ItemFn) -> syn::Result<()> {
+pub(crate) fn handler(function: &ItemFn, framework: Framework) -> syn::Result<()> {
     let sig = &function.sig;
     let mut errors = Vec::new();
     if sig.asyncness.is_none() {
@@ -185,21 +186,29 @@ pub(crate) fn handler(function: &ItemFn) -> syn::Result<()> {
         ));
     }
     if let Some(unsafety) = sig.unsafety {
-        errors.push(syn::Error::new_spanned(unsafety, "an `unsafe fn` cannot be an actix-web handler"));
+        errors.push(syn::Error::new_spanned(unsafety, format!("an `unsafe fn` cannot be {}", framework.handler())));
     }
     if let Some(receiver) = sig.receiver() {
         errors.push(syn::Error::new_spanned(
             receiver,
-            "`#[idempotent]` handlers cannot take `self`: an actix-web handler is a free \
-             function; reach shared state through an extractor such as `web::Data<T>`",
+            format!(
+                "`#[idempotent]` handlers cannot take `self`: {} is a free function; reach shared state \
+                 through an extractor such as {}",
+                framework.handler(),
+                framework.state()
+            ),
         ));
     }
     for param in &sig.generics.params {
         if let syn::GenericParam::Lifetime(lifetime) = param {
             errors.push(syn::Error::new_spanned(
                 lifetime,
-                "an actix-web handler cannot have lifetime parameters: its extractors own what they \
-                 hold (`web::Json<T>`, `web::Data<T>`, `String`); remove the lifetime",
+                format!(
+                    "{} cannot have lifetime parameters: its extractors own what they hold ({}); remove the \
+                     lifetime",
+                    capitalized(framework.handler()),
+                    framework.owning()
+                ),
             ));
         }
     }
@@ -207,13 +216,22 @@ pub(crate) fn handler(function: &ItemFn) -> syn::Result<()> {
         if let syn::FnArg::Typed(typed) = input
             && matches!(*typed.ty, syn::Type::ImplTrait(_))
         {
-            errors.push(syn::Error::new_spanned(
-                &typed.ty,
-                "an `impl Trait` argument cannot be named when the handler is registered; use a \
-                 type parameter (`async fn create<R: Repo>(repo: web::Data<R>)`) and register \
-                 `create::<MyRepo>`",
-            ));
+            let message = match framework {
+                Framework::Actix => {
+                    "an `impl Trait` argument cannot be named when the handler is registered; use a \
+                     type parameter (`async fn create<R: Repo>(repo: web::Data<R>)`) and register \
+                     `create::<MyRepo>`"
+                }
+                Framework::Axum => {
+                    "an `impl Trait` argument cannot be named when the handler is registered; name the \
+                     argument's type (`State<PgRepo>`)"
+                }
+            };
+            errors.push(syn::Error::new_spanned(&typed.ty, message));
         }
+    }
+    if framework == Framework::Axum {
+        errors.extend(axum_only(function));
     }
     for attr in function.attrs.iter().filter(|attr| crate::attrs::is_idempotent(attr)) {
         errors.push(syn::Error::new_spanned(
@@ -226,6 +244,37 @@ pub(crate) fn handler(function: &ItemFn) -> syn::Result<()> {
         Some(error) => Err(error),
         None => Ok(()),
     }
+}
+
+/// What axum handlers may not be under the attribute, which makes each one
+/// a type of its own: generic (a type has no turbofish to register it
+/// with), or in an `impl` block (no type may be declared there).
+fn axum_only(function: &ItemFn) -> Vec<syn::Error> {
+    let mut errors = Vec::new();
+    if let Some(param) =
+        function.sig.generics.params.iter().find(|param| !matches!(param, syn::GenericParam::Lifetime(_)))
+    {
+        errors.push(syn::Error::new_spanned(
+            param,
+            "an `#[idempotent]` axum handler cannot be generic: the attribute makes it a type of its own, \
+             registered as it is (`post(create_order)`); write the handler for the concrete types and call a \
+             generic function from it",
+        ));
+    }
+    if crate::expand::mentions_self(function) {
+        errors.push(syn::Error::new_spanned(
+            &function.sig.ident,
+            "an `#[idempotent]` axum handler cannot name `Self`: the attribute makes it a type of its own, \
+             which an `impl` block cannot hold; move the handler out of the `impl` block and name the type",
+        ));
+    }
+    errors
+}
+
+/// `text` with its first letter in upper case.
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map(|first| first.to_uppercase().chain(chars).collect()).unwrap_or_default()
 }
 
 /// An error spanning a whole argument, from its name to its value.
@@ -344,7 +393,8 @@ mod tests {
                 body
             }
         );
-        assert!(handler(&ok).is_ok());
+        assert!(handler(&ok, Framework::Actix).is_ok());
+        assert!(handler(&ok, Framework::Axum).is_ok());
         let generic: ItemFn = syn::parse_quote!(
             async fn f<R: Repo, const N: usize>(repo: Data<R>) -> String
             where
@@ -353,16 +403,29 @@ mod tests {
                 todo!()
             }
         );
-        assert!(handler(&generic).is_ok(), "type and const parameters are supported");
+        assert!(handler(&generic, Framework::Actix).is_ok(), "type and const parameters are supported");
+        let Err(error) = handler(&generic, Framework::Axum) else { panic!("a generic axum handler") };
+        assert!(error.to_string().contains("cannot be generic"), "{error}");
         let bad: ItemFn = syn::parse_quote!(
             #[idempotent]
             unsafe fn f<'a>(&self, repo: impl Repo) {}
         );
-        let Err(error) = handler(&bad) else { panic!("expected errors") };
+        let Err(error) = handler(&bad, Framework::Actix) else { panic!("expected errors") };
         let messages: Vec<String> = error.into_iter().map(|e| e.to_string()).collect();
         assert_eq!(messages.len(), 6, "{messages:?}");
         assert!(messages.iter().any(|m| m.contains("lifetime parameters")), "{messages:?}");
         assert!(messages.iter().any(|m| m.contains("applied twice")), "{messages:?}");
+        let Err(error) = handler(&bad, Framework::Axum) else { panic!("expected errors") };
+        let messages: Vec<String> = error.into_iter().map(|e| e.to_string()).collect();
+        assert!(messages.iter().any(|m| m.contains("An axum handler cannot have lifetime")), "{messages:?}");
+        assert!(messages.iter().any(|m| m.contains("`State<T>`")), "{messages:?}");
+        let in_impl: ItemFn = syn::parse_quote!(
+            async fn f(state: State<Self>) -> String {
+                todo!()
+            }
+        );
+        let Err(error) = handler(&in_impl, Framework::Axum) else { panic!("a handler naming Self") };
+        assert!(error.to_string().contains("cannot name `Self`"), "{error}");
     }
 
     #[test]

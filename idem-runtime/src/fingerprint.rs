@@ -102,7 +102,7 @@ impl fmt::Debug for Fingerprint {
 /// SHA-256 block only when it is asked for.
 pub(crate) struct Hashed {
     pub(crate) fingerprint: Fingerprint,
-    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
     without_host: Option<Sha256>,
 }
 
@@ -173,7 +173,7 @@ impl Hashed {
 
     /// The fingerprint the request had without its host name, if its host
     /// was part of [`Hashed::fingerprint`] (once).
-    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
     pub(crate) fn take_without_host(&mut self) -> Option<Fingerprint> {
         self.without_host.take().map(|hasher| Fingerprint(hasher.finalize().into()))
     }

@@ -122,6 +122,8 @@ extern crate self as idem_runtime;
 
 #[cfg(feature = "actix")]
 mod actix;
+#[cfg(feature = "axum")]
+pub mod axum;
 mod backends;
 mod background;
 mod canonical_json;
@@ -173,6 +175,10 @@ pub use error::StoreError;
 /// documentation](crate) shows a complete program.
 #[cfg(feature = "actix")]
 pub use idem_macros::idempotent;
+/// Makes an axum handler idempotent (feature `axum`, without `actix`; with
+/// both, it is [`axum::idempotent`]).
+#[cfg(all(feature = "axum", not(feature = "actix")))]
+pub use idem_macros::idempotent_axum as idempotent;
 pub use operate::Operator;
 pub use store::{Attempt, OnLapse};
 pub use sweeper::SweeperHandle;
@@ -204,17 +210,35 @@ pub mod observability {
 }
 
 /// What the `#[idempotent]` expansion uses. Not a public API.
-#[cfg(feature = "actix")]
+#[cfg(any(feature = "actix", feature = "axum"))]
 #[doc(hidden)]
 pub mod __private {
+    #[cfg(feature = "actix")]
     pub use ::actix_web::web::Payload;
+    #[cfg(feature = "actix")]
     pub use ::actix_web::{HttpRequest, HttpResponse};
     pub use ::core::time::Duration;
 
+    #[cfg(feature = "actix")]
     pub use crate::actix::handle;
     pub use crate::scope::Scope;
     pub use crate::store::OnLapse;
     pub use crate::web::{InFlight, KeySource, RouteOptions};
+
+    /// What the axum expansion uses.
+    #[cfg(feature = "axum")]
+    pub mod axum {
+        pub use ::axum::extract::Request;
+        pub use ::axum::handler::Handler;
+        pub use ::axum::response::Response;
+
+        pub use crate::axum::{Answering, Call, Extract, handle};
+
+        /// The marker of the `Handler` an `#[idempotent]` axum handler is,
+        /// before its extractors' marker.
+        #[derive(Debug, Clone, Copy)]
+        pub struct Idempotent;
+    }
 }
 
 /// What the repository's fuzz targets and their corpus replay reach that is

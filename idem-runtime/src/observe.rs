@@ -46,7 +46,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in the order of their declaration.
-    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
     pub(crate) const ALL: [Outcome; 9] = [
         Self::Executed,
         Self::Replayed,
@@ -83,7 +83,7 @@ pub(crate) fn current_span() -> tracing::Span {
 }
 
 /// Counts one outcome for `route` and records it on the current span.
-#[cfg_attr(not(feature = "actix"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
 pub(crate) fn count(route: &str, outcome: Outcome) {
     metrics::counter!(REQUESTS_METRIC, "outcome" => outcome.as_str(), "route" => route.to_owned()).increment(1);
     current_span().record("outcome", outcome.as_str());
@@ -91,7 +91,7 @@ pub(crate) fn count(route: &str, outcome: Outcome) {
 
 /// [`count`] with the labels made once for its route and outcome: no
 /// allocation per request.
-#[cfg_attr(not(feature = "actix"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
 pub(crate) fn count_labelled(labels: &'static [Label], outcome: Outcome) {
     let key = Key::from_static_labels(REQUESTS_METRIC, labels);
     metrics::with_recorder(|recorder| recorder.register_counter(&key, &METADATA)).increment(1);

@@ -9,6 +9,7 @@ pub mod burst;
 pub mod chaos;
 pub mod child;
 pub mod client_checks;
+pub mod conformance;
 pub mod counter;
 pub mod crash_checks;
 pub mod faults;

@@ -8,7 +8,12 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 
 use crate::web::Problem;
-use crate::web::body::{INITIAL_CAPACITY, declared_too_large, too_large, unreadable};
+use crate::web::body::{declared_too_large, too_large, unreadable};
+
+/// Largest buffer reserved from a declared `Content-Length` before data
+/// arrives: a client that declares 1 MiB and then trickles must not pin
+/// 1 MiB per connection up front.
+const INITIAL_CAPACITY: usize = 64 << 10;
 
 /// Reads the whole body, or refuses it (413) as soon as it is known to be
 /// over `limit` (from `Content-Length`, or while reading).

@@ -1,5 +1,6 @@
 //! An actix-web request as the steps of `web/` see it.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
@@ -14,7 +15,9 @@ use futures_util::FutureExt;
 use super::IdempotentHandler;
 use super::body::buffer;
 use super::response::{Actix, capture, without_replayed};
-use crate::web::{Annotated, Captured, Config, Idem, Incoming, Panicked, PendingContext, Problem, RequestHead};
+use crate::web::{
+    Annotated, Captured, Config, Idem, Incoming, NotUtf8, Panicked, PendingContext, Problem, RequestHead,
+};
 
 /// The configuration registered on the request's `App`, as `Idem` or
 /// `web::Data<Idem>`.
@@ -88,8 +91,10 @@ where
         values.map(|value| value.as_bytes())
     }
 
-    fn path_param(&self, name: &str) -> Option<&str> {
-        self.req.match_info().get(name)
+    fn path_param(&self, name: &str) -> Option<Result<Cow<'_, str>, NotUtf8>> {
+        // As `web::Path` decodes it.
+        let raw = self.req.match_info().get(name)?;
+        Some(percent_encoding::percent_decode_str(raw).decode_utf8().map_err(|_| NotUtf8))
     }
 
     fn host(&self) -> &str {
@@ -125,7 +130,7 @@ where
         self.req.extensions_mut().remove::<crate::web::PendingTx>()
     }
 
-    async fn call(&self, args: Args, limit: usize) -> Result<Captured<Actix>, Panicked> {
+    async fn call(&mut self, args: Args, limit: usize) -> Result<Captured<Actix>, Panicked> {
         let work = async {
             let response = self.handler.call(args).await.respond_to(&self.req).map_into_boxed_body();
             capture(response, limit).await

@@ -110,7 +110,7 @@ impl Running {
     }
 
     /// The bound.
-    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
     pub(crate) fn max(&self) -> usize {
         self.max
     }

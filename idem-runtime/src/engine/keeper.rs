@@ -173,7 +173,7 @@ impl Lease {
 
     /// The lease, shared: for the execution's durable steps, which record
     /// with its token while it is held.
-    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
     pub(crate) fn shared(&self) -> Arc<LeaseState> {
         Arc::clone(&self.state)
     }

@@ -137,7 +137,7 @@ impl LeaseState {
 
     /// Whether the lease lapsed at some point and was confirmed again: its
     /// record may have been held for an operator meanwhile.
-    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
     pub(crate) fn has_lapsed(&self) -> bool {
         self.lapsed_once.load(Ordering::Acquire)
     }
@@ -182,7 +182,7 @@ impl LeaseState {
     /// answered held, so that its holder may still complete: it confirms
     /// the lease. So a lease that lapsed once has its record read (a round
     /// trip, only after a lapse), and a held one starts nothing.
-    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
     pub(crate) async fn standing(&self, ends: Instant) -> Standing {
         loop {
             while !self.is_held() {

@@ -28,9 +28,9 @@ mod drain;
 mod held;
 pub(crate) mod keeper;
 mod lease;
-#[cfg_attr(not(feature = "actix"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
 mod replay_cache;
-#[cfg_attr(not(feature = "actix"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
 mod steps;
 #[cfg(feature = "postgres")]
 pub(crate) mod tx_commit;
@@ -44,7 +44,7 @@ pub(crate) use self::drain::{Refused, Running, RunningGuard};
 pub use self::held::HELD_METRIC;
 use self::keeper::Lease;
 pub(crate) use self::lease::Standing;
-#[cfg(feature = "actix")]
+#[cfg(any(feature = "actix", feature = "axum"))]
 pub use self::replay_cache::ReplayCache;
 pub(crate) use self::replay_cache::Replays;
 pub use self::steps::StepError;
@@ -250,7 +250,7 @@ pub(crate) struct Execution {
     /// Which execution of the key this is.
     attempt: Attempt,
     /// The durable steps recorded before it.
-    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
     steps: Vec<Step>,
     /// When its claim was sent: the record lives `ttl` from about then.
     claimed: Instant,
@@ -308,7 +308,7 @@ impl Execution {
 
     /// Its durable steps, those recorded before it included: results up to
     /// `limit` bytes are recorded.
-    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
     pub(crate) fn steps(&mut self, limit: usize) -> Steps {
         let steps = std::mem::take(&mut self.steps);
         Steps::new(self.lease.shared(), steps, limit, later(self.claimed, self.ttl))

@@ -71,7 +71,7 @@ pub(crate) struct Commit {
     /// The execution, to release or settle.
     pub(crate) execution: Execution,
     /// The response it tried to store.
-    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
     pub(crate) response: StoredResponse,
 }
 
@@ -105,7 +105,7 @@ pub(crate) async fn roll_back(tx: PgTransaction, timeout: Duration) {
 
 /// How committing a transaction without a claim (a request without a key)
 /// ended.
-#[cfg_attr(not(feature = "actix"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Plain {
     /// Committed.
@@ -116,7 +116,7 @@ pub(crate) enum Plain {
     Failed,
 }
 
-#[cfg_attr(not(feature = "actix"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
 /// Commits a transaction that has no claim: first a probe, since a `COMMIT`
 /// of an aborted transaction answers success (it rolls back), then the
 /// `COMMIT`, on the keeper's runtime.

@@ -5,11 +5,6 @@
 use super::head::as_text;
 use super::problem::{Problem, ProblemKind};
 
-/// Largest buffer reserved from a declared `Content-Length` before data
-/// arrives: a client that declares 1 MiB and then trickles must not pin
-/// 1 MiB per connection up front.
-pub(crate) const INITIAL_CAPACITY: usize = 64 << 10;
-
 /// Longest part of a refused `Content-Encoding` value echoed in a problem.
 const MAX_ECHOED_CODING: usize = 40;
 

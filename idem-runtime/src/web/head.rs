@@ -19,7 +19,6 @@ pub struct RequestHead<'a> {
 }
 
 /// The framework's request behind a [`RequestHead`].
-#[cfg_attr(feature = "axum", allow(dead_code, reason = "the axum glue is not built yet"))]
 enum Inner<'a> {
     #[cfg(feature = "actix")]
     Actix(&'a actix_web::HttpRequest),
@@ -36,7 +35,6 @@ impl<'a> RequestHead<'a> {
 
     /// The head of an axum (`http`) request.
     #[cfg(feature = "axum")]
-    #[allow(dead_code, reason = "the axum glue is not built yet")]
     pub(crate) fn axum(parts: &'a http::request::Parts) -> Self {
         Self { inner: Inner::Axum(parts) }
     }

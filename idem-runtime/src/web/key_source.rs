@@ -7,9 +7,9 @@ use std::fmt;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use super::Incoming;
 use super::options::{KeySource, RouteOptions};
 use super::problem::{Problem, ProblemKind};
+use super::{Incoming, NotUtf8};
 use crate::key::{IdempotencyKey, KeyError};
 
 /// The key as far as it can be read before the body: the key, or the
@@ -64,9 +64,7 @@ fn from_path(req: &impl Incoming, name: &str, route: &str) -> Result<Early, Prob
     // (the raw path still counts in the fingerprint, so another spelling
     // gets 422, never a second execution).
     let invalid = |detail: String| Problem::new(ProblemKind::InvalidKey, format!("{detail} (path parameter `{name}`)"));
-    let decoded = percent_encoding::percent_decode_str(value)
-        .decode_utf8()
-        .map_err(|_| invalid("the idempotency key is not UTF-8 once decoded".to_owned()))?;
+    let decoded = value.map_err(|NotUtf8| invalid("the idempotency key is not UTF-8 once decoded".to_owned()))?;
     IdempotencyKey::natural(&decoded).map(Early::Key).map_err(|error| invalid(error.to_string()))
 }
 

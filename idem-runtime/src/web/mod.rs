@@ -70,6 +70,10 @@ pub use self::tx::Tx;
 pub(crate) use self::tx::{PendingTx, run_without_key_in_tx, tx_for};
 use crate::record::StoredResponse;
 
+/// A path parameter that is not UTF-8 once percent-decoded.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NotUtf8;
+
 /// How a web framework makes the answers the runtime gives by itself.
 pub(crate) trait Framework: Sized + 'static {
     /// The framework's response.
@@ -111,8 +115,9 @@ pub(crate) trait Incoming: Sized {
     fn query(&self) -> &str;
     /// The values of the header `name` (any case), in order.
     fn header_values<'a>(&'a self, name: &'static str) -> impl Iterator<Item = &'a [u8]> + 'a;
-    /// The value of the path parameter `name`, as requested (not decoded).
-    fn path_param(&self, name: &str) -> Option<&str>;
+    /// The value of the path parameter `name`, percent-decoded as the
+    /// framework's path extractor gives it to the handler.
+    fn path_param(&self, name: &str) -> Option<Result<std::borrow::Cow<'_, str>, NotUtf8>>;
     /// The host the request was sent to, as received: its `Host` header,
     /// else its target's authority; empty when there is neither.
     fn host(&self) -> &str;
@@ -139,8 +144,11 @@ pub(crate) trait Incoming: Sized {
 
     /// Calls the handler with `args` and captures its response, its body
     /// read up to `limit`; a panic is caught and logged.
-    fn call(&self, args: Self::Args, limit: usize)
-    -> impl Future<Output = Result<Captured<Self::Framework>, Panicked>>;
+    fn call(
+        &mut self,
+        args: Self::Args,
+        limit: usize,
+    ) -> impl Future<Output = Result<Captured<Self::Framework>, Panicked>>;
 
     /// Serves the request as if the handler were not annotated (no key, and
     /// none required), its body as it came, or `body` if already read.

@@ -117,7 +117,7 @@ const PANICKED: &str = "the request handler failed unexpectedly; it may have had
                         so it will not run again for this key";
 
 /// Runs a claimed request to its end.
-pub(crate) async fn run<R: Incoming>(claimed: Won, req: R, args: R::Args) -> Answer<R::Framework> {
+pub(crate) async fn run<R: Incoming>(claimed: Won, mut req: R, args: R::Args) -> Answer<R::Framework> {
     let Won { config, route, execution } = claimed;
     let unavailable = |detail: &'static str| {
         <R::Framework as Framework>::problem(

@@ -209,7 +209,12 @@ const UNKNOWN: &str = "the request's transaction could not be confirmed as commi
 
 /// Runs a claimed request in transactional mode. `pending` holds the slots
 /// of the handler's `Tx`.
-pub(super) async fn run<R: Incoming>(claimed: Won, pending: PendingTx, req: R, args: R::Args) -> Answer<R::Framework> {
+pub(super) async fn run<R: Incoming>(
+    claimed: Won,
+    pending: PendingTx,
+    mut req: R,
+    args: R::Args,
+) -> Answer<R::Framework> {
     let problem = <R::Framework as Framework>::problem;
     let Won { config, route, execution } = claimed;
     // The extractor checked the store; the configuration is shared, so it

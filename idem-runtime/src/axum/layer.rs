@@ -1,0 +1,290 @@
+//! The engine as a tower layer, for routes configured without the
+//! attribute: a route's service (a handler, a nested router, any tower
+//! service) made idempotent as `#[idempotent]` makes a handler.
+//!
+//! The one difference: a layer cannot run a handler's extractors before
+//! the claim, since they run inside the service it wraps. A request its
+//! service refuses (a 400 from a `Json` extractor, say) is therefore a
+//! response like any other, kept and replayed for its key; the same request
+//! with the same key gets that refusal again, a corrected one needs a new
+//! key. Use the attribute where that matters (a webhook's signature check).
+
+use std::convert::Infallible;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::response::Response;
+use tower::{Layer, Service};
+
+use super::request::Serve;
+use crate::scope::Scope;
+use crate::store::OnLapse;
+use crate::web::{InFlight, KeySource, RouteOptions};
+
+/// The arguments of an [`IdempotentLayer`], the attribute's, checked when
+/// it is built.
+#[derive(Debug, Clone)]
+pub struct IdempotentLayerBuilder {
+    options: Options,
+}
+
+/// The arguments of a layer, as its builder holds them.
+#[derive(Debug, Clone)]
+struct Options {
+    ttl: Duration,
+    lock_ttl: Duration,
+    scope: Scope,
+    key: Key,
+    fingerprint_headers: Vec<String>,
+    header: String,
+    required: bool,
+    wait: Option<Duration>,
+    on_lapse: Option<OnLapse>,
+}
+
+/// Where a layer's key comes from.
+#[derive(Debug, Clone)]
+enum Key {
+    Header,
+    Path(String),
+    Json(String),
+}
+
+/// A layer's arguments that do not hold together, found when it is built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid idempotency layer: {0}")]
+pub struct InvalidLayer(String);
+
+impl Default for IdempotentLayerBuilder {
+    fn default() -> Self {
+        Self {
+            options: Options {
+                ttl: Duration::from_secs(24 * 3600),
+                lock_ttl: Duration::from_secs(30),
+                scope: Scope::User,
+                key: Key::Header,
+                fingerprint_headers: Vec::new(),
+                header: "Idempotency-Key".to_owned(),
+                required: true,
+                wait: None,
+                on_lapse: None,
+            },
+        }
+    }
+}
+
+impl IdempotentLayerBuilder {
+    fn with(mut self, change: impl FnOnce(&mut Options)) -> Self {
+        change(&mut self.options);
+        self
+    }
+
+    /// How long a completed response is kept and replayed (`ttl`).
+    pub fn ttl(self, ttl: Duration) -> Self {
+        self.with(|o| o.ttl = ttl)
+    }
+
+    /// The lease of an execution in flight (`lock_ttl`), shorter than the TTL.
+    pub fn lock_ttl(self, lease: Duration) -> Self {
+        self.with(|o| o.lock_ttl = lease)
+    }
+
+    /// The namespace of the key (`scope`).
+    pub fn scope(self, scope: Scope) -> Self {
+        self.with(|o| o.scope = scope)
+    }
+
+    /// The header that carries the key (`header`).
+    pub fn header(self, name: impl Into<String>) -> Self {
+        self.with(|o| o.header = name.into())
+    }
+
+    /// The key from the path parameter `name` (`key = "path:NAME"`).
+    pub fn key_from_path(self, name: impl Into<String>) -> Self {
+        self.with(|o| o.key = Key::Path(name.into()))
+    }
+
+    /// The key at the JSON pointer `pointer` in the body (`key = "json:/POINTER"`).
+    pub fn key_from_json(self, pointer: impl Into<String>) -> Self {
+        self.with(|o| o.key = Key::Json(pointer.into()))
+    }
+
+    /// Request headers that are part of the fingerprint
+    /// (`fingerprint_headers`).
+    pub fn fingerprint_headers<I: IntoIterator<Item = impl Into<String>>>(self, names: I) -> Self {
+        self.with(|o| o.fingerprint_headers = names.into_iter().map(Into::into).collect())
+    }
+
+    /// Whether a request without a key is refused (`required`, the default)
+    /// or runs without idempotency.
+    pub fn required(self, required: bool) -> Self {
+        self.with(|o| o.required = required)
+    }
+
+    /// A concurrent duplicate waits up to `wait` for the first one's
+    /// response (`in_flight = "wait"`), instead of a 409 at once.
+    pub fn wait(self, wait: Duration) -> Self {
+        self.with(|o| o.wait = Some(wait))
+    }
+
+    /// What a retry finds when an execution lapsed unfinished (`on_lapse`).
+    pub fn on_lapse(self, policy: OnLapse) -> Self {
+        self.with(|o| o.on_lapse = Some(policy))
+    }
+
+    /// The layer, once its arguments are checked as the attribute checks
+    /// them: durations above zero, a lease shorter than the TTL, header
+    /// names that are header names, a JSON pointer that is one.
+    pub fn build(self) -> Result<IdempotentLayer, InvalidLayer> {
+        let o = self.options;
+        let invalid = |detail: String| Err(InvalidLayer(detail));
+        if o.ttl.is_zero() || o.lock_ttl.is_zero() || o.wait.is_some_and(|wait| wait.is_zero()) {
+            return invalid("durations must be above zero".to_owned());
+        }
+        if o.lock_ttl >= o.ttl {
+            return invalid(format!("lock_ttl ({:?}) must be shorter than ttl ({:?})", o.lock_ttl, o.ttl));
+        }
+        for name in std::iter::once(&o.header).chain(&o.fingerprint_headers) {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return invalid(format!("`{name}` is not a valid header name"));
+            }
+        }
+        let leak = |text: &str| -> &'static str { Box::leak(text.to_owned().into_boxed_str()) };
+        let key = match &o.key {
+            Key::Header => KeySource::Header,
+            Key::Path(name) if !name.is_empty() => KeySource::Path(leak(name)),
+            Key::Path(_) => return invalid("a path parameter's name may not be empty".to_owned()),
+            Key::Json(pointer) if pointer.starts_with('/') && valid_pointer(pointer) => KeySource::Json(leak(pointer)),
+            Key::Json(pointer) => return invalid(format!("`{pointer}` is not a JSON pointer (RFC 6901)")),
+        };
+        let fingerprint_headers: Vec<&'static str> =
+            o.fingerprint_headers.iter().map(|name| leak(&name.to_ascii_lowercase())).collect();
+        // Made once per layer, as the attribute makes one per route.
+        let options: &'static RouteOptions = Box::leak(Box::new(RouteOptions {
+            ttl: o.ttl,
+            lock_ttl: o.lock_ttl,
+            scope: o.scope,
+            key,
+            fingerprint_headers: Box::leak(fingerprint_headers.into_boxed_slice()),
+            header: leak(&o.header),
+            required: o.required,
+            in_flight: o.wait.map_or(InFlight::Reject, InFlight::Wait),
+            on_lapse: o.on_lapse,
+        }));
+        Ok(IdempotentLayer { options })
+    }
+}
+
+/// Whether every `~` of `pointer` is `~0` or `~1` (RFC 6901).
+fn valid_pointer(pointer: &str) -> bool {
+    let bytes = pointer.as_bytes();
+    bytes.iter().enumerate().all(|(at, &b)| b != b'~' || matches!(bytes.get(at + 1), Some(b'0' | b'1')))
+}
+
+/// Makes a route idempotent without the attribute: a tower layer, with the
+/// attribute's arguments.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use axum::{Router, routing::post};
+/// use idem_runtime::axum::IdempotentLayer;
+/// use idem_runtime::store::Scope;
+/// use idem_runtime::{Idem, MemoryStore};
+///
+/// # async fn create_order() {}
+/// let idempotent = IdempotentLayer::builder().ttl(Duration::from_secs(3600)).scope(Scope::Route).build()?;
+/// let app: Router = Router::new()
+///     .route("/orders", post(create_order).layer(idempotent))
+///     .layer(Idem::new(MemoryStore::new()).layer());
+/// # Ok::<(), idem_runtime::axum::InvalidLayer>(())
+/// ```
+///
+/// It finds its configuration where the attribute does: on the router
+/// ([`Idem::layer`](crate::Idem::layer)), outside it. Its arguments are made
+/// once, for the life of the process, as the attribute's are.
+#[derive(Debug, Clone, Copy)]
+pub struct IdempotentLayer {
+    options: &'static RouteOptions,
+}
+
+impl IdempotentLayer {
+    /// The layer with the attribute's defaults: a TTL of 24 hours, scope
+    /// `user`, the key from the `Idempotency-Key` header (required), a
+    /// lease of 30 seconds, concurrent duplicates refused with 409.
+    pub fn new() -> Self {
+        match Self::builder().build() {
+            Ok(layer) => layer,
+            Err(error) => unreachable!("the defaults are valid: {error}"),
+        }
+    }
+
+    /// The layer's arguments, to set one by one.
+    pub fn builder() -> IdempotentLayerBuilder {
+        IdempotentLayerBuilder::default()
+    }
+}
+
+impl Default for IdempotentLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S> Layer<S> for IdempotentLayer {
+    type Service = IdempotentService<S>;
+
+    fn layer(&self, inner: S) -> IdempotentService<S> {
+        IdempotentService { inner, options: self.options }
+    }
+}
+
+/// A service made idempotent by an [`IdempotentLayer`].
+#[derive(Debug, Clone)]
+pub struct IdempotentService<S> {
+    inner: S,
+    options: &'static RouteOptions,
+}
+
+/// The service a layer wraps, served the request with its buffered body.
+struct Inner<S>(S);
+
+impl<S> Serve<Request> for Inner<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + Sync + 'static,
+    S::Future: Send,
+{
+    async fn serve(&self, req: Request) -> Response {
+        let mut service = self.0.clone();
+        match poll_fn(|cx| service.poll_ready(cx)).await {
+            Ok(()) => {}
+            Err(never) => match never {},
+        }
+        match service.call(req).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    }
+}
+
+impl<S> Service<Request> for IdempotentService<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + Sync + 'static,
+    S::Future: Send,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // The inner service is made ready per request, on a clone of it.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let (options, inner) = (self.options, Inner(self.inner.clone()));
+        Box::pin(async move { Ok(super::served::<Request, Inner<S>, ()>(options, req, (), inner).await) })
+    }
+}

@@ -1,0 +1,11 @@
+//! The request-level conformance of `#[idempotent]`, one body of cases
+//! (`idem_tests::conformance`) run through every web framework, on the
+//! memory store over real HTTP.
+
+mod actix {
+    idem_tests::conformance_cases!(idem_tests::conformance::actix_app::Actix);
+}
+
+mod axum {
+    idem_tests::conformance_cases!(idem_tests::conformance::axum_app::Axum);
+}
