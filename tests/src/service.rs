@@ -47,16 +47,76 @@ impl Launch {
 /// The signal number of SIGABRT, which `std::process::abort` raises.
 const SIGABRT: i32 = 6;
 
-/// The order-service binary, built if need be.
+/// The two builds of the order service: one HTTP contract, served by
+/// actix-web (`order-service`) or by axum (`order-service-axum`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Build {
+    /// `order-service`.
+    Actix,
+    /// `order-service-axum`.
+    Axum,
+}
+
+thread_local! {
+    /// The build the tests of this thread start (see [`use_build`]).
+    static BUILD: std::cell::Cell<Build> = const { std::cell::Cell::new(Build::Actix) };
+}
+
+/// Makes the tests of this thread start `build` (the black-box tests run
+/// on one thread each, an actix system's).
+pub fn use_build(build: Build) {
+    BUILD.set(build);
+}
+
+/// The order-service binary of the build this thread uses, built if need be.
 pub fn binary() -> &'static Path {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| example_binary("order-service", "ORDER_SERVICE_BIN"))
+    static ACTIX: OnceLock<PathBuf> = OnceLock::new();
+    static AXUM: OnceLock<PathBuf> = OnceLock::new();
+    match BUILD.get() {
+        Build::Actix => ACTIX.get_or_init(|| example_binary("order-service", "ORDER_SERVICE_BIN")),
+        Build::Axum => {
+            AXUM.get_or_init(|| example_binary_named("order-service", "order-service-axum", "ORDER_SERVICE_AXUM_BIN"))
+        }
+    }
+}
+
+/// Instantiates black-box tests for both builds of the order service: each
+/// named `async fn` (no arguments) becomes `actix_build::<name>` and
+/// `axum_build::<name>`, tests of the module it is written in.
+#[macro_export]
+macro_rules! both_builds {
+    ($($test:ident),* $(,)?) => {
+        mod actix_build {
+            $(
+                #[actix_web::test]
+                async fn $test() {
+                    $crate::service::use_build($crate::service::Build::Actix);
+                    super::$test().await;
+                }
+            )*
+        }
+
+        mod axum_build {
+            $(
+                #[actix_web::test]
+                async fn $test() {
+                    $crate::service::use_build($crate::service::Build::Axum);
+                    super::$test().await;
+                }
+            )*
+        }
+    };
 }
 
 /// The binary of the example package `package`: the path in `$variable`
 /// (set by `scripts/test`), else built with cargo into a target directory
 /// of its own (`target/tests/<package>`).
 pub fn example_binary(package: &str, variable: &str) -> PathBuf {
+    example_binary_named(package, package, variable)
+}
+
+/// [`example_binary`] for the binary `name` of `package`.
+pub fn example_binary_named(package: &str, name: &str, variable: &str) -> PathBuf {
     if let Some(path) = std::env::var_os(variable).filter(|p| !p.is_empty()) {
         return PathBuf::from(path);
     }
@@ -71,7 +131,7 @@ pub fn example_binary(package: &str, variable: &str) -> PathBuf {
         .status()
         .unwrap_or_else(|e| panic!("running cargo build -p {package}: {e}"));
     assert!(status.success(), "cargo build -p {package} failed");
-    target.join("debug").join(package)
+    target.join("debug").join(name)
 }
 
 impl OrderService {

@@ -5,7 +5,7 @@ use clap::{ArgAction, Parser, ValueEnum};
 use idem_runtime::OnLapse;
 
 use crate::faults::{DurableStep, Faults};
-use order_service::signature::WebhookSecret;
+use crate::signature::WebhookSecret;
 
 /// The order service's configuration: flag, then environment, then default.
 #[derive(Debug, Parser)]
@@ -71,7 +71,7 @@ pub struct Config {
         long,
         env = "ORDER_SERVICE_WEBHOOK_SECRET",
         hide_env_values = true,
-        default_value = order_service::signature::DEFAULT_SECRET,
+        default_value = crate::signature::DEFAULT_SECRET,
         hide_default_value = true
     )]
     #[arg(value_parser = WebhookSecret::read)]

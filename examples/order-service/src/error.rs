@@ -1,16 +1,13 @@
 //! The service's own errors, as RFC 9457 problem+json.
 
-use actix_web::http::StatusCode;
-use actix_web::http::header::RETRY_AFTER;
-use actix_web::{HttpResponse, ResponseError};
-use idem_runtime::{MarkRetryable, StepError};
+use idem_runtime::StepError;
 use serde::Serialize;
 
 use crate::repo::RepoError;
 
 /// What a route can fail with.
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// The request's values are invalid (400).
     #[error("{0}")]
     Invalid(String),
@@ -43,7 +40,7 @@ pub enum ApiError {
     /// A webhook delivery whose signature does not check out (400; nothing
     /// recorded).
     #[error(transparent)]
-    Signature(#[from] order_service::signature::SignatureError),
+    Signature(#[from] crate::signature::SignatureError),
     /// A durable step failed: the runtime's own problem (500 `step-failed`,
     /// or 409 `lease-lost` when another execution owns the key).
     #[error(transparent)]
@@ -72,63 +69,54 @@ impl ApiError {
     }
 }
 
-impl ResponseError for ApiError {
-    fn status_code(&self) -> StatusCode {
+impl ApiError {
+    /// Its status code. A step's failure is the runtime's problem, with its
+    /// own status.
+    pub(crate) fn status(&self) -> u16 {
         match self {
-            Self::Invalid(_) | Self::Signature(_) => StatusCode::BAD_REQUEST,
-            Self::Misconfigured(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::Unauthenticated => StatusCode::UNAUTHORIZED,
-            Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::Backend(_) | Self::ProviderUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Declined => StatusCode::PAYMENT_REQUIRED,
-            Self::ProviderTimeout => StatusCode::GATEWAY_TIMEOUT,
-            Self::ProviderOutcomeUnknown => StatusCode::BAD_GATEWAY,
-            Self::Step(error) => error.status_code(),
+            Self::Invalid(_) | Self::Signature(_) => 400,
+            Self::Misconfigured(_) => 500,
+            Self::Unauthenticated => 401,
+            Self::NotFound(_) => 404,
+            Self::Backend(_) | Self::ProviderUnavailable => 503,
+            Self::Declined => 402,
+            Self::ProviderTimeout => 504,
+            Self::ProviderOutcomeUnknown => 502,
+            Self::Step(_) => 500,
         }
     }
 
-    /// The problem. A 503 says when to retry (`Retry-After`), and is marked
-    /// [retryable](MarkRetryable), so that the runtime keeps no record of
-    /// it and the same request may run again:
-    ///
-    /// - the provider refused before charging: nothing happened;
-    /// - a backend call failed (a blip of the database, a connection lost
-    ///   in a restart or a failover, a pool timeout): running the request
-    ///   again repeats nothing, because every write of this service is
-    ///   either safe to repeat (the order and payment ids come from the
-    ///   execution's derived keys, the provider deduplicates charges by
-    ///   its derived key, a refund counts once per event id) or, on
-    ///   Postgres, in the handler's transaction, which the runtime rolls
-    ///   back for a retryable answer.
-    ///
-    /// Every other failure is stored and replayed like any answer: a 504
-    /// after the charge must never charge again.
-    fn error_response(&self) -> HttpResponse {
+    /// The problem+json answer: its status, its body, whether it says when
+    /// to retry (`Retry-After`), and whether it is marked retryable (nothing
+    /// happened: the runtime keeps no record of it, and the same request
+    /// runs again). A backend failure is logged here.
+    pub(crate) fn problem(&self) -> Answer {
         if let Self::Backend(error) = self {
             tracing::error!(%error, "backend call failed");
         }
-        if let Self::Step(error) = self {
-            return error.error_response();
-        }
         let (slug, title) = self.slug();
-        let status = self.status_code();
-        let problem = Problem {
-            detail: self.to_string(),
-            status: status.as_u16(),
-            title,
-            kind: format!("urn:order-service:problem:{slug}"),
-        };
-        let mut response = HttpResponse::build(status);
-        response.content_type("application/problem+json");
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            response.insert_header((RETRY_AFTER, RETRY_AFTER_SECONDS));
+        let status = self.status();
+        let problem =
+            Problem { detail: self.to_string(), status, title, kind: format!("urn:order-service:problem:{slug}") };
+        Answer {
+            status,
+            body: serde_json::to_vec(&problem).unwrap_or_default(),
+            retry_after: (status == 503).then_some(RETRY_AFTER_SECONDS),
+            retryable: matches!(self, Self::ProviderUnavailable | Self::Backend(_)),
         }
-        let response = response.json(problem);
-        if matches!(self, Self::ProviderUnavailable | Self::Backend(_)) { response.retryable() } else { response }
     }
 }
 
-/// When a client may retry a 503, in seconds.
+/// A problem of the service's own, as each framework sends it.
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) body: Vec<u8>,
+    /// `Retry-After`, in seconds.
+    pub(crate) retry_after: Option<u64>,
+    /// Marked retryable.
+    pub(crate) retryable: bool,
+}
+
 const RETRY_AFTER_SECONDS: u64 = 1;
 
 /// An RFC 9457 problem body. Fields in alphabetical order, the order the
@@ -140,31 +128,4 @@ struct Problem {
     title: &'static str,
     #[serde(rename = "type")]
     kind: String,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[actix_web::test]
-    async fn a_backend_failure_says_when_to_retry_and_is_not_kept() {
-        let response = ApiError::Backend(RepoError::new("redis", "broken pipe")).error_response();
-        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(response.headers().get(RETRY_AFTER).unwrap(), "1");
-        assert!(response.is_retryable(), "the runtime keeps no record of it: the same request runs again");
-        let declined = ApiError::Declined.error_response();
-        assert!(!declined.is_retryable() && !declined.headers().contains_key(RETRY_AFTER));
-    }
-
-    #[actix_web::test]
-    async fn problems_keep_their_wire_format() {
-        let response = ApiError::NotFound("o1".into()).error_response();
-        assert_eq!(response.status(), StatusCode::NOT_FOUND);
-        assert_eq!(response.headers().get("content-type").unwrap(), "application/problem+json");
-        let body = actix_web::body::to_bytes(response.into_body()).await.unwrap();
-        assert_eq!(
-            body,
-            r#"{"detail":"no order o1 for this user","status":404,"title":"Order not found","type":"urn:order-service:problem:not-found"}"#
-        );
-    }
 }

@@ -7,14 +7,12 @@ use idem_tests::http::{fresh_key, try_send};
 use idem_tests::order_checks::{contract, create_order, failure_outcomes, storms};
 use idem_tests::service::OrderService;
 
-#[actix_web::test]
 async fn contract_on_the_memory_store() {
     let service = OrderService::start("memory", 400).await;
     contract(&service).await;
     failure_outcomes(&service).await;
 }
 
-#[actix_web::test]
 async fn storms_on_the_memory_store_run_once() {
     let service = OrderService::start("memory", 200).await;
     storms(&[&service]).await;
@@ -30,7 +28,6 @@ async fn storms_on_the_memory_store_run_once() {
 /// check them. This checks only that each knob, given through its
 /// environment variable, really aborts the process, and that `0` leaves it
 /// off.
-#[actix_web::test]
 async fn crash_knobs_abort_the_process_on_the_memory_store() {
     let pay = |service: &OrderService, order: &serde_json::Value| {
         let url = service.at(&format!("/orders/{}/payments", order["id"].as_str().unwrap()));
@@ -65,9 +62,15 @@ async fn crash_knobs_abort_the_process_on_the_memory_store() {
 /// §11 of the contract: `order-client` through a proxy that loses 30 % of the
 /// responses: one order and one charge per intent; a client with a key per
 /// attempt duplicates.
-#[actix_web::test]
 async fn the_retrying_client_through_a_lossy_network_on_memory() {
     let service = OrderService::start("memory", 0).await;
     idem_tests::client_checks::at_most_once_through_a_lossy_network(&service, 11).await;
     idem_tests::client_checks::a_failed_intent_exits_non_zero();
 }
+
+idem_tests::both_builds!(
+    contract_on_the_memory_store,
+    storms_on_the_memory_store_run_once,
+    crash_knobs_abort_the_process_on_the_memory_store,
+    the_retrying_client_through_a_lossy_network_on_memory,
+);

@@ -21,7 +21,6 @@ fn server(test: &str) -> Option<PostgresServer> {
     PostgresServer::start(test, &[("max_connections", "200")])
 }
 
-#[actix_web::test]
 async fn contract_on_postgres() {
     let Some(pg) = server("contract_on_postgres") else { return };
     let service = OrderService::start(&pg.url("postgres"), 400).await;
@@ -29,7 +28,6 @@ async fn contract_on_postgres() {
     failure_outcomes(&service).await;
 }
 
-#[actix_web::test]
 async fn storms_across_two_processes_on_one_postgres_run_once() {
     let Some(pg) = server("storms_across_two_processes_on_one_postgres_run_once") else { return };
     let first = OrderService::start(&pg.url("postgres"), 200).await;
@@ -40,7 +38,6 @@ async fn storms_across_two_processes_on_one_postgres_run_once() {
 
 /// The crash scenarios side by side, each on its own Postgres: each waits
 /// out a dead owner's lease, so together they wait once.
-#[actix_web::test]
 async fn crashes_on_postgres_never_charge_or_order_twice() {
     futures_util::future::join5(
         kill_during_a_payment_on_postgres_charges_once_and_sigterm_drains(),
@@ -130,7 +127,6 @@ async fn a_crash_after_the_order_insert_on_postgres_leaves_one_order() {
 /// purpose (one killed and restarted), then one that crashes before its
 /// acknowledgement and one right after sending: exactly one notification
 /// per order.
-#[actix_web::test]
 async fn every_order_on_postgres_is_notified_exactly_once() {
     let Some(pg) = server("every_order_on_postgres_is_notified_exactly_once") else { return };
     let service = OrderService::start(&pg.url("postgres"), 0).await;
@@ -150,7 +146,6 @@ async fn every_order_on_postgres_is_notified_exactly_once() {
 
 /// §11 of the contract: `order-client` through a proxy that loses 30 % of the
 /// responses, on Postgres: one order and one charge per intent.
-#[actix_web::test]
 async fn the_retrying_client_through_a_lossy_network_on_postgres() {
     let Some(pg) = server("the_retrying_client_through_a_lossy_network_on_postgres") else { return };
     let service = OrderService::start(&pg.url("postgres"), 0).await;
@@ -159,7 +154,6 @@ async fn the_retrying_client_through_a_lossy_network_on_postgres() {
 
 /// The refunds table renamed away for a while: the refund's insert fails
 /// (undefined table) and nothing is written.
-#[actix_web::test]
 async fn a_refund_during_a_backend_error_on_postgres_counts_once() {
     let Some(pg) = server("a_refund_during_a_backend_error_on_postgres_counts_once") else { return };
     let service = OrderService::start(&pg.url("postgres"), 0).await;
@@ -182,3 +176,12 @@ async fn a_refund_during_a_backend_error_on_postgres_counts_once() {
     )
     .await;
 }
+
+idem_tests::both_builds!(
+    contract_on_postgres,
+    storms_across_two_processes_on_one_postgres_run_once,
+    crashes_on_postgres_never_charge_or_order_twice,
+    every_order_on_postgres_is_notified_exactly_once,
+    the_retrying_client_through_a_lossy_network_on_postgres,
+    a_refund_during_a_backend_error_on_postgres_counts_once,
+);

@@ -17,7 +17,6 @@ use idem_tests::redis_node::query;
 use idem_tests::redis_server::RedisServer;
 use idem_tests::service::OrderService;
 
-#[actix_web::test]
 async fn contract_on_redis() {
     let Some(redis) = RedisServer::start("contract_on_redis") else { return };
     let service = OrderService::start(&redis.url(), 400).await;
@@ -25,7 +24,6 @@ async fn contract_on_redis() {
     failure_outcomes(&service).await;
 }
 
-#[actix_web::test]
 async fn storms_across_two_processes_on_one_redis_run_once() {
     let Some(redis) = RedisServer::start("storms_across_two_processes_on_one_redis_run_once") else { return };
     let first = OrderService::start(&redis.url(), 200).await;
@@ -36,7 +34,6 @@ async fn storms_across_two_processes_on_one_redis_run_once() {
 
 /// The crash scenarios side by side, each on its own Redis: each waits out
 /// a dead owner's lease, so together they wait once.
-#[actix_web::test]
 async fn crashes_on_redis_never_charge_or_order_twice() {
     futures_util::future::join5(
         kill_during_a_payment_on_redis_charges_once_and_sigterm_drains(),
@@ -135,7 +132,6 @@ impl Monitor {
 /// §12 of the contract: a first execution of `POST /orders` on Redis is
 /// three round trips in all (claim, the order's insert, completion), the
 /// very first one included; a replay is one.
-#[actix_web::test]
 async fn a_first_order_on_redis_is_three_round_trips_and_a_replay_one() {
     let Some(redis) = RedisServer::start("a_first_order_on_redis_is_three_round_trips_and_a_replay_one") else {
         return;
@@ -164,7 +160,6 @@ async fn a_first_order_on_redis_is_three_round_trips_and_a_replay_one() {
 /// purpose (one killed and restarted), then one that crashes before its
 /// acknowledgement and one right after sending: exactly one notification
 /// per order.
-#[actix_web::test]
 async fn every_order_on_redis_is_notified_exactly_once() {
     let Some(redis) = RedisServer::start("every_order_on_redis_is_notified_exactly_once") else { return };
     let service = OrderService::start(&redis.url(), 0).await;
@@ -177,7 +172,6 @@ async fn every_order_on_redis_is_notified_exactly_once() {
 
 /// §11 of the contract: `order-client` through a proxy that loses 30 % of the
 /// responses, on Redis: one order and one charge per intent.
-#[actix_web::test]
 async fn the_retrying_client_through_a_lossy_network_on_redis() {
     let Some(redis) = RedisServer::start("the_retrying_client_through_a_lossy_network_on_redis") else { return };
     let service = OrderService::start(&redis.url(), 0).await;
@@ -188,7 +182,6 @@ async fn the_retrying_client_through_a_lossy_network_on_redis() {
 /// script fails (`WRONGTYPE`) before writing anything.
 const REFUNDS: &str = "{order-service}:refunds";
 
-#[actix_web::test]
 async fn a_refund_during_a_backend_error_on_redis_counts_once() {
     let Some(redis) = RedisServer::start("a_refund_during_a_backend_error_on_redis_counts_once") else { return };
     let service = OrderService::start(&redis.url(), 0).await;
@@ -217,7 +210,6 @@ async fn a_refund_during_a_backend_error_on_redis_counts_once() {
 /// Redis killed and started again (from its append-only file) under a
 /// running service: the same process serves every route again within
 /// seconds, and every 503 meanwhile says when to retry.
-#[actix_web::test]
 async fn redis_restarted_under_a_running_service() {
     let test = "redis_restarted_under_a_running_service";
     let Some(redis) = RedisServer::start_with(test, &["--appendonly", "yes", "--appendfsync", "always"]) else {
@@ -234,3 +226,14 @@ async fn redis_restarted_under_a_running_service() {
     .await;
     drop(redis);
 }
+
+idem_tests::both_builds!(
+    contract_on_redis,
+    storms_across_two_processes_on_one_redis_run_once,
+    crashes_on_redis_never_charge_or_order_twice,
+    a_first_order_on_redis_is_three_round_trips_and_a_replay_one,
+    every_order_on_redis_is_notified_exactly_once,
+    the_retrying_client_through_a_lossy_network_on_redis,
+    a_refund_during_a_backend_error_on_redis_counts_once,
+    redis_restarted_under_a_running_service,
+);

@@ -15,7 +15,6 @@ use idem_tests::redis_events::{each_order_notified_once, observer};
 use idem_tests::service::OrderService;
 use idem_tests::webhook_checks::webhooks;
 
-#[actix_web::test]
 async fn contract_on_a_redis_cluster() {
     let Some(cluster) = RedisCluster::start("contract_on_a_redis_cluster") else { return };
     let service = OrderService::start(&cluster.url(), 400).await;
@@ -23,7 +22,6 @@ async fn contract_on_a_redis_cluster() {
     failure_outcomes(&service).await;
 }
 
-#[actix_web::test]
 async fn storms_across_two_processes_on_one_redis_cluster_run_once() {
     let Some(cluster) = RedisCluster::start("storms_across_two_processes_on_one_redis_cluster_run_once") else {
         return;
@@ -37,7 +35,6 @@ async fn storms_across_two_processes_on_one_redis_cluster_run_once() {
 /// The order's `order.created` appended to the stream in the order's own
 /// script, read by two notifiers that redeliver on purpose (one killed and
 /// restarted): exactly one notification per order.
-#[actix_web::test]
 async fn every_order_on_a_redis_cluster_is_notified_exactly_once() {
     let Some(cluster) = RedisCluster::start("every_order_on_a_redis_cluster_is_notified_exactly_once") else {
         return;
@@ -53,7 +50,6 @@ async fn every_order_on_a_redis_cluster_is_notified_exactly_once() {
 /// killed under a running service: once its replica is promoted, the same
 /// process serves every route again within seconds, and every 503
 /// meanwhile (the store's and the service's own) says when to retry.
-#[actix_web::test]
 async fn a_primary_failover_under_a_running_service() {
     let Some(cluster) = RedisCluster::start("a_primary_failover_under_a_running_service") else { return };
     let service = OrderService::start(&cluster.url(), 0).await;
@@ -78,7 +74,6 @@ async fn a_primary_failover_under_a_running_service() {
 /// every call (the takeover gets the recorded charge back: one charge); and
 /// two payments killed mid-charge under `--on-lapse hold`, held until the
 /// operator's tool releases one and resolves the other.
-#[actix_web::test]
 async fn durable_steps_and_held_payments_on_a_redis_cluster() {
     let test = "durable_steps_and_held_payments_on_a_redis_cluster";
     let (Some(crashing), Some(holding)) = (RedisCluster::start(test), RedisCluster::start(test)) else { return };
@@ -94,3 +89,11 @@ async fn durable_steps_and_held_payments_on_a_redis_cluster() {
     )
     .await;
 }
+
+idem_tests::both_builds!(
+    contract_on_a_redis_cluster,
+    storms_across_two_processes_on_one_redis_cluster_run_once,
+    every_order_on_a_redis_cluster_is_notified_exactly_once,
+    a_primary_failover_under_a_running_service,
+    durable_steps_and_held_payments_on_a_redis_cluster,
+);
