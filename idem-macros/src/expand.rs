@@ -37,7 +37,7 @@ pub(crate) fn expand(options: &Options, args: &TokenStream, function: ItemFn) ->
     let request = Ident::new(&format!("__idem_req_{tag}"), Span::mixed_site());
     let payload = Ident::new(&format!("__idem_payload_{tag}"), Span::mixed_site());
     let route_options = Ident::new(&format!("__IDEM_OPTIONS_{tag}"), Span::mixed_site());
-    let options = route_options_value(options, &private);
+    let value = route_options_value(options, &private);
 
     // The wrapper: the user's signature (its spans, so that lints such as
     // `dead_code` report it as the user's item), with actix-web's raw
@@ -82,7 +82,7 @@ pub(crate) fn expand(options: &Options, args: &TokenStream, function: ItemFn) ->
         Delimiter::Brace,
         quote! {
             #handler_item
-            const #route_options: #private::RouteOptions = #options;
+            const #route_options: #private::RouteOptions = #value;
             #call
         },
     );
@@ -112,6 +112,9 @@ pub(crate) fn split_attributes(
     if !first.is_empty() {
         function.attrs = rest;
         let attribute = framework.attribute();
+        // The operation carries the route's terms, for the runtime's OpenAPI
+        // modifier (see `openapi.rs`).
+        let first = first.into_iter().map(|attr| crate::openapi::with_terms(attr, options));
         return Err(quote! {
             #(#first)*
             #[#krate::#attribute(#args)]
@@ -381,13 +384,22 @@ mod tests {
                 async fn create(body: Json<NewOrder>) -> String { todo!() }
             },
         );
-        let expected = quote! {
-            #[utoipa::path(post, path = "/orders")]
-            #[::idem_runtime::idempotent(ttl = "1h")]
-            #[post("/orders")]
-            async fn create(body: Json<NewOrder>) -> String { todo!() }
-        };
-        assert_eq!(out, expected.to_string());
+        let (path, rest) =
+            out.split_once("] # [:: idem_runtime :: idempotent (ttl = \"1h\")] ").expect("applied again");
+        assert!(
+            path.starts_with("# [utoipa :: path (post , path = \"/orders\" , extensions (("),
+            "the route's terms: {path}"
+        );
+        assert_eq!(
+            rest,
+            quote!(
+                #[post("/orders")]
+                async fn create(body: Json<NewOrder>) -> String {
+                    todo!()
+                }
+            )
+            .to_string()
+        );
     }
 
     #[test]

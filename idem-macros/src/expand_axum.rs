@@ -47,7 +47,7 @@ pub(crate) fn expand(options: &Options, args: &TokenStream, function: ItemFn) ->
     let route_options = Ident::new(&format!("__IDEM_OPTIONS_{tag}"), Span::mixed_site());
     let state_type = Ident::new("__IdemState", Span::mixed_site());
     let marker = Ident::new("__IdemVia", Span::mixed_site());
-    let options = route_options_value(options, &private);
+    let value = route_options_value(options, &private);
 
     let vis = std::mem::replace(&mut function.vis, Visibility::Inherited);
     let name = function.sig.ident.clone();
@@ -93,7 +93,7 @@ pub(crate) fn expand(options: &Options, args: &TokenStream, function: ItemFn) ->
 
             fn call(self, #request: #private::axum::Request, #state: #state_type) -> Self::Future {
                 #handler_item
-                const #route_options: #private::RouteOptions = #options;
+                const #route_options: #private::RouteOptions = #value;
                 ::std::boxed::Box::pin(#private::axum::handle::<_, (#(#types,)*), #state_type, #via>(
                     &#route_options,
                     #request,

@@ -12,6 +12,7 @@ mod errors;
 mod expand;
 mod expand_axum;
 mod framework;
+mod openapi;
 mod validate;
 
 use proc_macro::TokenStream;

@@ -290,7 +290,7 @@ fn argument_error<T>(given: &Given<T>, message: impl std::fmt::Display) -> syn::
 }
 
 /// `5400s` as `1h30m`, in the attribute's own notation.
-fn human(duration: Duration) -> String {
+pub(crate) fn human(duration: Duration) -> String {
     let mut seconds = duration.as_secs();
     let mut text = String::new();
     for (unit, size) in [('d', 86_400), ('h', 3_600), ('m', 60), ('s', 1)] {

@@ -137,6 +137,8 @@ pub mod inbox;
 mod key;
 mod observe;
 pub mod once;
+#[cfg(all(feature = "utoipa", any(feature = "actix", feature = "axum")))]
+pub mod openapi;
 pub mod operate;
 pub mod outbox;
 mod record;

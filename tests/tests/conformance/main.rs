@@ -1,6 +1,6 @@
 //! The request-level conformance of `#[idempotent]`, one body of cases
 //! (`idem_tests::conformance`) run through every web framework, on the
-//! memory store over real HTTP.
+//! memory store over real HTTP; and the OpenAPI document of both.
 
 mod actix {
     idem_tests::conformance_cases!(idem_tests::conformance::actix_app::Actix);
@@ -9,3 +9,5 @@ mod actix {
 mod axum {
     idem_tests::conformance_cases!(idem_tests::conformance::axum_app::Axum);
 }
+
+mod openapi;
