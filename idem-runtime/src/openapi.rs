@@ -7,14 +7,28 @@
 //! Add [`Idempotency`] to the document's modifiers:
 //!
 //! ```
+//! # #[cfg(feature = "actix")] {
+//! use actix_web::{HttpResponse, post};
+//! use idem_runtime::idempotent;
+//! use idem_runtime::openapi::Idempotency;
 //! use utoipa::OpenApi;
 //!
+//! /// Creates an order.
+//! #[idempotent(ttl = "24h")]
+//! #[utoipa::path(post, path = "/orders", responses((status = 201, description = "Created")))]
+//! #[post("/orders")]
+//! async fn create_order() -> HttpResponse {
+//!     HttpResponse::Created().finish()
+//! }
+//!
 //! #[derive(OpenApi)]
-//! #[openapi(paths(/* your handlers */), modifiers(&idem_runtime::openapi::Idempotency))]
+//! #[openapi(paths(create_order), modifiers(&Idempotency))]
 //! struct ApiDoc;
 //!
 //! let document = ApiDoc::openapi();
-//! # let _ = document;
+//! let operation = document.paths.paths["/orders"].post.as_ref().unwrap();
+//! assert!(operation.responses.responses.contains_key("422"), "key reused");
+//! # }
 //! ```
 //!
 //! An operation is idempotent when its handler has `#[idempotent]` above
