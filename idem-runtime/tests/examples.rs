@@ -10,6 +10,11 @@ use tokio::net::TcpStream;
 #[allow(dead_code, reason = "the example's `main` is not called: the test binds its own port")]
 mod memory;
 
+#[cfg(feature = "axum")]
+#[path = "../examples/axum_memory.rs"]
+#[allow(dead_code, reason = "the example's `main` is not called: the test binds its own port")]
+mod axum_memory;
+
 /// Sends `POST /payments` with `headers` (each ending in CRLF) and returns
 /// the response head, lower-cased, and the body.
 async fn post_payment(addr: SocketAddr, headers: &str, body: &str) -> (String, String) {
@@ -33,7 +38,23 @@ async fn memory_example_replays_a_retry() {
     let server = memory::serve(listener).expect("starting the example");
     let handle = server.handle();
     actix_rt::spawn(server);
+    a_retry_is_replayed_and_callers_are_apart(addr).await;
+    handle.stop(true).await;
+}
 
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn the_axum_memory_example_replays_a_retry() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding a free loopback port");
+    let addr = listener.local_addr().expect("local address");
+    let server = tokio::spawn(async move { axum::serve(listener, axum_memory::app()).await });
+    a_retry_is_replayed_and_callers_are_apart(addr).await;
+    server.abort();
+}
+
+/// What both examples answer: a retry replayed, each user's key their own,
+/// a request without a user refused.
+async fn a_retry_is_replayed_and_callers_are_apart(addr: SocketAddr) {
     let alice = "X-User-ID: alice\r\nIdempotency-Key: pay-1\r\n";
     let (head, first) = post_payment(addr, alice, r#"{"amount_cents":1500}"#).await;
     assert!(head.starts_with("http/1.1 201"), "{head}");
@@ -54,6 +75,4 @@ async fn memory_example_replays_a_retry() {
     // Without the header the subject resolver finds no user.
     let (head, _) = post_payment(addr, "Idempotency-Key: pay-2\r\n", r#"{"amount_cents":1500}"#).await;
     assert!(head.starts_with("http/1.1 401"), "{head}");
-
-    handle.stop(true).await;
 }

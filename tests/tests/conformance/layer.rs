@@ -1,0 +1,85 @@
+//! The engine as a tower layer on axum routes configured without the
+//! attribute: the same answers as `#[idempotent]`, but for the extractors'
+//! refusals, which a layer cannot run apart from its service.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing;
+use idem_runtime::axum::IdempotentLayer;
+use idem_runtime::store::Scope;
+use idem_tests::conformance::cases::post;
+use idem_tests::conformance::{Calls, Running, idem};
+use idem_tests::http::fresh_key;
+use serde_json::{Value, json};
+
+async fn charge(State(calls): State<Arc<Calls>>, axum::Json(body): axum::Json<Value>) -> axum::Json<Value> {
+    let call = calls.hit("charge");
+    tokio::time::sleep(Duration::from_millis(body["delay_ms"].as_u64().unwrap_or(0))).await;
+    axum::Json(json!({"call": call}))
+}
+
+/// Serves `/charges` under the layer, and `/v1/charges` under a nested
+/// router's layer.
+async fn start() -> Running {
+    let calls = Arc::<Calls>::default();
+    let layer = IdempotentLayer::builder().scope(Scope::Route).ttl(Duration::from_secs(600)).build().expect("valid");
+    let nested = Router::new().route("/charges", routing::post(charge)).layer(IdempotentLayer::new());
+    let app = Router::new()
+        .route("/charges", routing::post(charge).layer(layer))
+        .nest("/v1", nested)
+        .with_state(Arc::clone(&calls))
+        .layer(idem().layer());
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.expect("a loopback port");
+    let url = format!("http://{}", listener.local_addr().expect("its address"));
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    Running::new(url, calls, move || async move {
+        server.abort();
+        idem_runtime::Drained { still_running: 0, waited: Duration::ZERO }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_through_the_layer_is_replayed_and_another_body_refused() {
+    let app = start().await;
+    for path in ["/charges", "/v1/charges"] {
+        let request = post(path, &fresh_key(), json!({"cents": 500}));
+        let first = request.to(&app).await;
+        assert_eq!((first.status, first.replayed()), (200, false), "{first:?}");
+        let again = request.to(&app).await;
+        assert!(again.replayed(), "{again:?}");
+        assert_eq!(again.body, first.body);
+        let key = request.key.clone().unwrap();
+        assert_eq!(post(path, &key, json!({"cents": 900})).to(&app).await.problem(422), "key-reused");
+        assert_eq!(request.clone().keyless().to(&app).await.problem(400), "missing-key");
+    }
+    assert_eq!(app.calls.count("charge"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_in_flight_through_the_layer_gets_409() {
+    let app = start().await;
+    let request = post("/charges", &fresh_key(), json!({"delay_ms": 800}));
+    let (first, duplicate) = tokio::join!(request.to(&app), async {
+        while app.calls.count("charge") == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        request.to(&app).await
+    });
+    assert_eq!(first.status, 200);
+    assert_eq!(duplicate.problem(409), "in-flight");
+    assert_eq!(app.calls.count("charge"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_of_the_service_is_kept_as_its_answer() {
+    let app = start().await;
+    let key = fresh_key();
+    let refused = post("/charges", &key, json!({})).raw("{not json").to(&app).await;
+    assert_eq!(refused.status, 400, "the service's own refusal: {refused:?}");
+    let again = post("/charges", &key, json!({})).raw("{not json").to(&app).await;
+    assert!(again.replayed(), "kept for its key, as any 4xx: {again:?}");
+    assert_eq!(app.calls.count("charge"), 0);
+}
