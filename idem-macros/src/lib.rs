@@ -1,4 +1,4 @@
-//! The `#[idempotent]` attribute for actix-web handlers.
+//! The `#[idempotent]` attribute for actix-web and axum handlers.
 //!
 //! Use it through the runtime crate, which re-exports it as
 //! `idem_runtime::idempotent`; this crate only generates code, every behaviour

@@ -1,9 +1,10 @@
-//! Make actix-web endpoints safe to retry: the runtime behind `#[idempotent]`.
+//! Make actix-web and axum endpoints safe to retry: the runtime behind
+//! `#[idempotent]`.
 //!
 //! Networks lose responses; clients, proxies and queues retry. Annotate a
-//! handler, register one [`Idem`] on the `App`, and a retried request with the
-//! same `Idempotency-Key` gets the first response back instead of running the
-//! handler again:
+//! handler, register one [`Idem`] on the `App` (or the axum `Router`, with
+//! `Idem::layer`), and a retried request with the same `Idempotency-Key`
+//! gets the first response back instead of running the handler again:
 //!
 //! ```no_run
 //! use actix_web::{App, HttpResponse, HttpServer, post, web};
@@ -37,7 +38,9 @@
 //!
 //! For several server processes, swap [`MemoryStore`] for `RedisStore` or
 //! `PostgresStore` (features `redis` and `postgres`); nothing else changes.
-//! The crate's `examples/` hold one runnable app per store.
+//! On axum (feature `axum`), the attribute is `axum::idempotent`, with the
+//! same arguments and behaviour. The crate's `examples/` hold one runnable
+//! app per store and framework.
 //!
 //! The promises (at most one execution per key, byte-for-byte replays, 409
 //! while in flight, 422 for a reused key) and every response the runtime
@@ -49,7 +52,8 @@
 //! What an application author touches is at the root:
 //!
 //! - [`idempotent`]: the attribute; its arguments are checked at compile
-//!   time (§2).
+//!   time (§2). `axum` (feature `axum`): the same on axum handlers, and
+//!   the tower layer for routes without the attribute (§15).
 //! - [`Idem`]: the configuration registered on the `App` (§3), with its
 //!   [`ServerErrorPolicy`], and the graceful shutdown ([`Idem::drain`],
 //!   [`Idem::shutdown_on_signal`], reporting [`Drained`]), and the opt-in
@@ -68,6 +72,8 @@
 //!   from a store that keeps them ([`PurgeExpired`](store::PurgeExpired)).
 //! - [`problem`]: the problem+json answers the runtime gives by itself (§5).
 //! - [`observability`]: the metric names and the outcomes they count (§7).
+//! - `openapi` (feature `utoipa`): every idempotent operation documented
+//!   in the application's OpenAPI document.
 //! - [`inbox`]: consumers of messages that process each message id at most
 //!   once per TTL, on any store (§10).
 //! - [`once`]: any async operation at most once per key, outside a web
@@ -87,7 +93,8 @@
 //! # One request's path
 //!
 //! The attribute keeps the handler whole and routes each request through
-//! one function of the actix glue, which runs the steps of §4 in order:
+//! one function of its framework's glue, which runs the steps of §4 in
+//! order (written once for both frameworks, in `web/`):
 //!
 //! 1. the **key** from the header (`key.rs`): an sf-string (its RFC 9651
 //!    parameters ignored) or a bare token;
@@ -112,9 +119,11 @@
 //!
 //! Steps 6 to 8 live in the framework-neutral `engine` module (claim,
 //! lease, keeper, completion, drain), on the runtime's own thread
-//! (`background.rs`); the actix glue in `actix/` does the rest and calls
-//! into it; the stores are in `backends/`. What the attribute expands to, written by hand,
-//! is in the README.
+//! (`background.rs`); `web/` runs the steps over a request of either
+//! framework and calls into it, and the glue in `actix/` and `axum/` gives
+//! it the framework's request and makes its responses; the stores are in
+//! `backends/`. What the attribute expands to, written by hand, is in the
+//! README.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // `#[idempotent]` names this crate `::idem_runtime`, in it too.
