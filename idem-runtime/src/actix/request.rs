@@ -7,7 +7,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use actix_web::dev::Payload;
-use actix_web::http::header::{HOST, HeaderName};
+use actix_web::http::header::{CONTENT_ENCODING, CONTENT_TYPE, HOST, HeaderName};
 use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse, Responder};
 use bytes::Bytes;
 use futures_util::FutureExt;
@@ -83,6 +83,10 @@ where
         let headers = self.req.headers();
         let values = if name.eq_ignore_ascii_case(DEFAULT_HEADER.as_str()) {
             headers.get_all(DEFAULT_HEADER)
+        } else if name == "content-type" {
+            headers.get_all(CONTENT_TYPE)
+        } else if name == "content-encoding" {
+            headers.get_all(CONTENT_ENCODING)
         } else if is_lower_case_token(name) {
             headers.get_all(HeaderName::from_static(name))
         } else {

@@ -153,7 +153,8 @@ impl ResponseError for ProblemError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        Actix::problem(self.problem())
+        // Nothing ran: marked retryable, as on axum.
+        Actix::problem(self.problem()).retryable()
     }
 }
 

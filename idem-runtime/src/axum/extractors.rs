@@ -36,6 +36,13 @@ impl<S: Send + Sync> FromRequestParts<S> for crate::web::Tx {
     type Rejection = ProblemError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ProblemError> {
+        if parts.extensions.get::<super::request::AfterTheClaim>().is_some() {
+            return Err(ProblemError::new(
+                crate::problem::ProblemKind::NotConfigured,
+                "idem_runtime::Tx needs #[idempotent] on the handler: under IdempotentLayer the handler's \
+                 extractors run after the claim, too late to lend it the transaction",
+            ));
+        }
         let annotated = parts.extensions.get::<Annotated>().copied();
         let config = parts.extensions.get::<crate::web::Idem>().map(|idem| &*idem.inner);
         let slots = parts.extensions.get::<Slots>();

@@ -40,6 +40,8 @@ struct Options {
     key: Key,
     fingerprint_headers: Vec<String>,
     header: String,
+    /// Whether `header` was set (a natural key has no header).
+    header_set: bool,
     required: bool,
     wait: Option<Duration>,
     on_lapse: Option<OnLapse>,
@@ -68,6 +70,7 @@ impl Default for IdempotentLayerBuilder {
                 key: Key::Header,
                 fingerprint_headers: Vec::new(),
                 header: "Idempotency-Key".to_owned(),
+                header_set: false,
                 required: true,
                 wait: None,
                 on_lapse: None,
@@ -99,7 +102,10 @@ impl IdempotentLayerBuilder {
 
     /// The header that carries the key (`header`).
     pub fn header(self, name: impl Into<String>) -> Self {
-        self.with(|o| o.header = name.into())
+        self.with(|o| {
+            o.header = name.into();
+            o.header_set = true;
+        })
     }
 
     /// The key from the path parameter `name` (`key = "path:NAME"`).
@@ -137,10 +143,29 @@ impl IdempotentLayerBuilder {
 
     /// The layer, once its arguments are checked as the attribute checks
     /// them: durations above zero, a lease shorter than the TTL, header
-    /// names that are header names, a JSON pointer that is one.
+    /// names that are header names (each fingerprint header once, and not
+    /// the key's own), a path parameter's name or a JSON pointer that is
+    /// one, `header` only for a key from a header, and `required(false)`
+    /// not with a key from the path (a matched route always has it).
     pub fn build(self) -> Result<IdempotentLayer, InvalidLayer> {
         let o = self.options;
         let invalid = |detail: String| Err(InvalidLayer(detail));
+        if o.header_set && !matches!(o.key, Key::Header) {
+            return invalid("`header` names the key's header; a key from the path or the body has none".to_owned());
+        }
+        if !o.required && matches!(o.key, Key::Path(_)) {
+            return invalid("a key from the path is always there: `required(false)` would never apply".to_owned());
+        }
+        for (at, name) in o.fingerprint_headers.iter().enumerate() {
+            if matches!(o.key, Key::Header) && name.eq_ignore_ascii_case(&o.header) {
+                return invalid(format!(
+                    "`{name}` is the key's own header: a key sent quoted and bare would be two requests"
+                ));
+            }
+            if o.fingerprint_headers[..at].iter().any(|earlier| earlier.eq_ignore_ascii_case(name)) {
+                return invalid(format!("the fingerprint header `{name}` is given twice"));
+            }
+        }
         if o.ttl.is_zero() || o.lock_ttl.is_zero() || o.wait.is_some_and(|wait| wait.is_zero()) {
             return invalid("durations must be above zero".to_owned());
         }
@@ -155,8 +180,12 @@ impl IdempotentLayerBuilder {
         let leak = |text: &str| -> &'static str { Box::leak(text.to_owned().into_boxed_str()) };
         let key = match &o.key {
             Key::Header => KeySource::Header,
-            Key::Path(name) if !name.is_empty() => KeySource::Path(leak(name)),
-            Key::Path(_) => return invalid("a path parameter's name may not be empty".to_owned()),
+            Key::Path(name) if valid_parameter(name) => KeySource::Path(leak(name)),
+            Key::Path(name) => {
+                return invalid(format!(
+                    "`{name}` is not a path parameter's name (write the name alone: \"id\" for `{{id}}`)"
+                ));
+            }
             Key::Json(pointer) if pointer.starts_with('/') && valid_pointer(pointer) => KeySource::Json(leak(pointer)),
             Key::Json(pointer) => return invalid(format!("`{pointer}` is not a JSON pointer (RFC 6901)")),
         };
@@ -176,6 +205,11 @@ impl IdempotentLayerBuilder {
         }));
         Ok(IdempotentLayer { options })
     }
+}
+
+/// Whether `name` is a path parameter's name, as the attribute takes it.
+fn valid_parameter(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
 }
 
 /// Whether every `~` of `pointer` is `~0` or `~1` (RFC 6901).
@@ -286,5 +320,36 @@ where
     fn call(&mut self, req: Request) -> Self::Future {
         let (options, inner) = (self.options, Inner(self.inner.clone()));
         Box::pin(async move { Ok(super::served::<Request, Inner<S>, ()>(options, req, (), inner).await) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(builder: IdempotentLayerBuilder) -> String {
+        match builder.build() {
+            Ok(_) => panic!("accepted"),
+            Err(InvalidLayer(detail)) => detail,
+        }
+    }
+
+    #[test]
+    fn the_layer_checks_what_the_attribute_checks() {
+        assert!(IdempotentLayer::builder().build().is_ok());
+        let second = Duration::from_secs(1);
+        assert!(refused(IdempotentLayer::builder().ttl(60 * second).lock_ttl(60 * second)).contains("shorter"));
+        assert!(refused(IdempotentLayer::builder().lock_ttl(Duration::ZERO)).contains("above zero"));
+        assert!(refused(IdempotentLayer::builder().header("Idempotency Key")).contains("not a valid header"));
+        assert!(refused(IdempotentLayer::builder().fingerprint_headers(["idempotency-key"])).contains("own header"));
+        assert!(refused(IdempotentLayer::builder().fingerprint_headers(["X-A", "x-a"])).contains("twice"));
+        assert!(refused(IdempotentLayer::builder().key_from_path("{id}")).contains("name alone"));
+        assert!(refused(IdempotentLayer::builder().key_from_path("id").required(false)).contains("always there"));
+        assert!(refused(IdempotentLayer::builder().key_from_json("/id").header("X-Key")).contains("has none"));
+        assert!(refused(IdempotentLayer::builder().key_from_json("id")).contains("JSON pointer"));
+        assert!(refused(IdempotentLayer::builder().key_from_json("/a~2")).contains("JSON pointer"));
+        assert!(
+            IdempotentLayer::builder().key_from_path("order_id").fingerprint_headers(["x-account-id"]).build().is_ok()
+        );
     }
 }

@@ -51,7 +51,11 @@ pub use self::handler::{Call, Extract};
 pub use self::layer::{IdempotentLayer, IdempotentLayerBuilder, IdempotentService, InvalidLayer};
 use self::request::{Arguments, AxumRequest, Extracted, Handler, Serve, config_of, route_of};
 use self::response::Axum;
-use crate::web::{Answer, Detached, Idem, Route, RouteOptions, Served, finish_detached, run, serve, span};
+use crate::problem::ProblemKind;
+use crate::web::{
+    Annotated, Answer, Detached, Framework, Idem, MarkRetryable, Problem, Route, RouteOptions, Served, finish_detached,
+    run, serve, span,
+};
 pub use idem_macros::idempotent_axum as idempotent;
 
 impl Idem {
@@ -97,6 +101,15 @@ where
     S: Send + Sync + 'static,
 {
     let (parts, body) = req.into_parts();
+    if parts.extensions.get::<Annotated>().is_some() {
+        // An `IdempotentLayer` around a handler under the attribute, or two
+        // layers: the inner claim would find the outer one in flight, and
+        // the outer would keep that 409 for the key.
+        tracing::error!("a request is served under two idempotency claims (IdempotentLayer around #[idempotent])");
+        let detail = "this route is made idempotent twice (an IdempotentLayer around a handler under \
+                      #[idempotent], or two layers); keep one";
+        return Axum::problem(Problem::new(ProblemKind::NotConfigured, detail)).retryable();
+    }
     // The pattern, never the raw path: metric labels and route-scoped keys
     // must not grow with what clients send.
     let route = Route::named(route_of(&parts), parts.method.as_str());

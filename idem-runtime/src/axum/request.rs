@@ -8,7 +8,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{FromRequestParts, MatchedPath, RawPathParams, Request};
+use axum::extract::{FromRequestParts, MatchedPath, OriginalUri, RawPathParams, Request};
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::FutureExt;
@@ -31,6 +31,14 @@ pub(super) fn config_of(parts: &Parts) -> Option<Arc<Config>> {
     parts.extensions.get::<Idem>().map(|idem| Arc::clone(&idem.inner))
 }
 
+/// The request's URI as the client sent it: a nested router strips its
+/// prefix from the one it hands on (`/orders/{id}` off
+/// `/orders/A/payments`), and two requests that differ only there are two
+/// requests (§4.4 of the behaviour contract).
+pub(super) fn uri_of(parts: &Parts) -> &http::Uri {
+    parts.extensions.get::<OriginalUri>().map_or(&parts.uri, |original| &original.0)
+}
+
 /// The route of the request: the pattern axum matched (the nested routers'
 /// prefixes included).
 pub(super) fn route_of(parts: &Parts) -> &str {
@@ -43,6 +51,12 @@ pub(super) fn route_of(parts: &Parts) -> &str {
 /// out of the runtime's reach).
 #[derive(Clone, Default)]
 pub(super) struct Slots(Arc<Mutex<Left>>);
+
+/// The mark of a request whose service's extractors run after the claim
+/// (a layer's): a transaction cannot be lent to them, as the runtime opens
+/// it before the service runs, not knowing whether it takes one.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct AfterTheClaim;
 
 /// What the runtime's extractors left.
 #[derive(Default)]
@@ -77,6 +91,10 @@ impl<H: Call<T>, T: Send + 'static, M: 'static> Serve<Extracted<T, M>> for Handl
 
 /// How the arguments of a request are made from it.
 pub(super) trait Arguments<S>: Sized + Send + 'static {
+    /// Whether the service's extractors run only once the claim is won (a
+    /// layer's service), not before it (a handler under the attribute).
+    const AFTER_THE_CLAIM: bool = false;
+
     /// The arguments, or the refusal of the first extractor that refused.
     fn make(req: Request, state: &S) -> impl Future<Output = Result<Self, Response>> + Send;
 }
@@ -93,6 +111,8 @@ impl<S: Send + Sync, T: Extract<S, M>, M: 'static> Arguments<S> for Extracted<T,
 
 /// The request itself, with its buffered body, for a layer's inner service.
 impl<S: Send + Sync> Arguments<S> for Request {
+    const AFTER_THE_CLAIM: bool = true;
+
     async fn make(req: Request, _: &S) -> Result<Self, Response> {
         Ok(req)
     }
@@ -152,11 +172,11 @@ impl<A: Arguments<S>, V: Serve<A>, S: Send + Sync> Incoming for AxumRequest<A, V
     }
 
     fn path(&self) -> &str {
-        self.parts().map_or("", |parts| parts.uri.path())
+        self.parts().map_or("", |parts| uri_of(parts).path())
     }
 
     fn query(&self) -> &str {
-        self.parts().and_then(|parts| parts.uri.query()).unwrap_or("")
+        self.parts().and_then(|parts| uri_of(parts).query()).unwrap_or("")
     }
 
     fn header_values<'a>(&'a self, name: &'static str) -> impl Iterator<Item = &'a [u8]> + 'a {
@@ -195,9 +215,9 @@ impl<A: Arguments<S>, V: Serve<A>, S: Send + Sync> Incoming for AxumRequest<A, V
         let body = self.body.take().unwrap_or_default();
         match http_body_util::Limited::new(body, limit).collect().await {
             Ok(collected) => Ok(collected.to_bytes()),
-            Err(error) if error.is::<http_body_util::LengthLimitError>() => {
-                Err(too_large(&format!("more than {limit}"), limit))
-            }
+            // This limit's, or an outer layer's (`RequestBodyLimitLayer`),
+            // wrapped in the body's error.
+            Err(error) if over_a_limit(&*error) => Err(too_large(&format!("more than {limit}"), limit)),
             Err(error) => Err(unreadable(&error, None)),
         }
     }
@@ -205,12 +225,19 @@ impl<A: Arguments<S>, V: Serve<A>, S: Send + Sync> Incoming for AxumRequest<A, V
     async fn extract(&mut self, body: Bytes, annotated: Annotated) -> Result<A, Response> {
         let mut parts = self.parts.take().unwrap_or_else(|| Request::new(Body::empty()).into_parts().0);
         parts.extensions.insert(annotated);
+        if A::AFTER_THE_CLAIM {
+            // The service's extractors run after the claim: the context they
+            // may take is made now, filled at the claim, found by them then.
+            self.slots.left().context = Some(PendingContext::new().0);
+            parts.extensions.insert(AfterTheClaim);
+        }
         parts.extensions.insert(self.slots.clone());
         A::make(Request::from_parts(parts, Body::from(body)), &self.state).await
     }
 
     fn take_context(&self) -> Option<PendingContext> {
-        self.slots.left().context.take()
+        let mut left = self.slots.left();
+        if A::AFTER_THE_CLAIM { left.context.clone() } else { left.context.take() }
     }
 
     #[cfg(feature = "postgres")]
@@ -229,6 +256,18 @@ impl<A: Arguments<S>, V: Serve<A>, S: Send + Sync> Incoming for AxumRequest<A, V
     fn without_key(self, config: Arc<Config>, body: Option<Bytes>) -> impl Future<Output = Response> {
         run_without_key(config, self, body)
     }
+}
+
+/// Whether `error`, or an error it wraps, is a body over a length limit.
+fn over_a_limit(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if error.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        next = error.source();
+    }
+    false
 }
 
 /// `required = false` and no key: the handler runs as if not annotated

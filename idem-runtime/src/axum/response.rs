@@ -168,9 +168,12 @@ impl<R: IntoResponse> IntoResponse for Retryable<R> {
     }
 }
 
+/// The runtime's own extractors' refusal: nothing ran, so it is marked
+/// retryable (under a layer, whose service's extractors run after the
+/// claim, the key is released rather than kept with it).
 impl IntoResponse for ProblemError {
     fn into_response(self) -> Response {
-        Axum::problem(self.problem())
+        Axum::problem(self.problem()).retryable()
     }
 }
 

@@ -54,8 +54,11 @@ impl<'a> RequestHead<'a> {
         match &self.inner {
             #[cfg(feature = "actix")]
             Inner::Actix(req) => req.path(),
+            // As the client sent it, above any nested router.
             #[cfg(feature = "axum")]
-            Inner::Axum(parts) => parts.uri.path(),
+            Inner::Axum(parts) => {
+                parts.extensions.get::<axum::extract::OriginalUri>().map_or(&parts.uri, |original| &original.0).path()
+            }
         }
     }
 

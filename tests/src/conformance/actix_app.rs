@@ -40,6 +40,12 @@ async fn items(calls: State, id: web::Path<String>) -> HttpResponse {
     respond(business::items(&calls, &id))
 }
 
+#[idempotent(scope = "route")]
+#[post("/items")]
+async fn shop_items(calls: State, shop: web::Path<String>) -> HttpResponse {
+    respond(business::shop_items(&calls, &shop))
+}
+
 #[idempotent(scope = "global")]
 #[post("/global")]
 async fn global(calls: State) -> HttpResponse {
@@ -135,7 +141,8 @@ fn routes(config: &mut web::ServiceConfig) {
         .service(blocking)
         .service(replayed_header)
         .service(context)
-        .service(steps);
+        .service(steps)
+        .service(web::scope("/shops/{shop}").service(shop_items));
 }
 
 impl Framework for Actix {

@@ -42,6 +42,11 @@ async fn items(State(calls): Shared, Path(id): Path<String>) -> Response {
     respond(business::items(&calls, &id))
 }
 
+#[idempotent(scope = "route")]
+async fn shop_items(State(calls): Shared, Path(shop): Path<String>) -> Response {
+    respond(business::shop_items(&calls, &shop))
+}
+
 #[idempotent(scope = "global")]
 async fn global(State(calls): Shared) -> Response {
     respond(business::global(&calls))
@@ -125,6 +130,7 @@ fn routes(calls: Arc<Calls>) -> Router {
         .route("/replayed-header", post(replayed_header))
         .route("/context", post(context))
         .route("/steps", post(steps))
+        .nest("/shops/{shop}", Router::new().route("/items", post(shop_items)))
         .with_state(calls)
 }
 

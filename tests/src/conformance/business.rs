@@ -62,6 +62,11 @@ pub fn items(calls: &Calls, id: &str) -> Reply {
     Reply::new(200, json!({"call": calls.hit("items"), "id": id}))
 }
 
+/// `POST /shops/{shop}/items` (scope `route`, in a nested router or scope).
+pub fn shop_items(calls: &Calls, shop: &str) -> Reply {
+    Reply::new(200, json!({"call": calls.hit("shop-items"), "shop": shop}))
+}
+
 /// `POST /global` (scope `global`).
 pub fn global(calls: &Calls) -> Reply {
     Reply::new(200, json!({"call": calls.hit("global")}))

@@ -178,6 +178,20 @@ pub async fn another_body_under_the_key_is_refused<F: Framework>(framework: F) {
     assert_eq!(app.calls.count("orders"), 1);
 }
 
+/// A route under a scope or a nested router with a parameter of its own
+/// counts the whole path, the parameter's part included: the same key for
+/// another shop is another request.
+pub async fn a_nested_route_counts_the_whole_path<F: Framework>(framework: F) {
+    let app = start(framework).await;
+    let key = fresh_key();
+    let first = post("/shops/A/items", &key, json!({})).to(&app).await;
+    assert_eq!((first.status, first.json()["shop"].as_str()), (200, Some("A")), "{first:?}");
+    let other = post("/shops/B/items", &key, json!({})).to(&app).await;
+    assert_eq!(other.problem(422), "key-reused", "never shop A's answer for shop B");
+    assert!(post("/shops/A/items", &key, json!({})).to(&app).await.replayed());
+    assert_eq!(app.calls.count("shop-items"), 1);
+}
+
 /// Another path or query under the key is refused.
 pub async fn another_path_or_query_under_the_key_is_refused<F: Framework>(framework: F) {
     let app = start(framework).await;

@@ -114,6 +114,7 @@ macro_rules! conformance_cases {
             a_reserialized_body_is_the_same_request,
             another_body_under_the_key_is_refused,
             another_path_or_query_under_the_key_is_refused,
+            a_nested_route_counts_the_whole_path,
             a_concurrent_duplicate_gets_409_and_never_runs,
             a_waiting_duplicate_gets_the_first_response,
             keys_are_read_as_sf_strings_and_tokens,

@@ -8,7 +8,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::State;
 use axum::routing;
-use idem_runtime::axum::IdempotentLayer;
+use idem_runtime::ExecutionContext;
+use idem_runtime::axum::{IdempotentLayer, idempotent};
 use idem_runtime::store::Scope;
 use idem_tests::conformance::cases::post;
 use idem_tests::conformance::{Calls, Running, idem};
@@ -21,14 +22,32 @@ async fn charge(State(calls): State<Arc<Calls>>, axum::Json(body): axum::Json<Va
     axum::Json(json!({"call": call}))
 }
 
+async fn keyed(State(calls): State<Arc<Calls>>, execution: ExecutionContext) -> axum::Json<Value> {
+    axum::Json(json!({"call": calls.hit("keyed"), "derived": execution.derived_key("charge")}))
+}
+
+async fn transactional(State(calls): State<Arc<Calls>>, _tx: idem_runtime::Tx) -> axum::Json<Value> {
+    axum::Json(json!({"call": calls.hit("transactional")}))
+}
+
+#[idempotent(scope = "route")]
+async fn annotated(State(calls): State<Arc<Calls>>) -> axum::Json<Value> {
+    axum::Json(json!({"call": calls.hit("annotated")}))
+}
+
 /// Serves `/charges` under the layer, and `/v1/charges` under a nested
-/// router's layer.
+/// router's layer; `/keyed` (the execution context), `/transactional` (a
+/// `Tx`) and `/annotated` (a handler under the attribute too) under the
+/// layer.
 async fn start() -> Running {
     let calls = Arc::<Calls>::default();
     let layer = IdempotentLayer::builder().scope(Scope::Route).ttl(Duration::from_secs(600)).build().expect("valid");
     let nested = Router::new().route("/charges", routing::post(charge)).layer(IdempotentLayer::new());
     let app = Router::new()
         .route("/charges", routing::post(charge).layer(layer))
+        .route("/keyed", routing::post(keyed).layer(layer))
+        .route("/transactional", routing::post(transactional).layer(layer))
+        .route("/annotated", routing::post(annotated).layer(layer))
         .nest("/v1", nested)
         .with_state(Arc::clone(&calls))
         .layer(idem().layer());
@@ -82,4 +101,32 @@ async fn a_refusal_of_the_service_is_kept_as_its_answer() {
     let again = post("/charges", &key, json!({})).raw("{not json").to(&app).await;
     assert!(again.replayed(), "kept for its key, as any 4xx: {again:?}");
     assert_eq!(app.calls.count("charge"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_execution_context_under_the_layer_is_its_claims() {
+    let app = start().await;
+    let request = post("/keyed", &fresh_key(), json!({}));
+    let first = request.to(&app).await;
+    assert_eq!(first.status, 200, "{first:?}");
+    assert_eq!(first.json()["derived"].as_str().map(str::len), Some(64));
+    let again = request.to(&app).await;
+    assert!(again.replayed(), "{again:?}");
+    assert_eq!(again.body, first.body);
+    assert_ne!(post("/keyed", &fresh_key(), json!({})).to(&app).await.json()["derived"], first.json()["derived"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_layer_cannot_serve_is_refused_and_kept_nowhere() {
+    let app = start().await;
+    // A transaction cannot be lent to a service whose extractors run after
+    // the claim; a handler under the attribute too would claim twice.
+    for path in ["/transactional", "/annotated"] {
+        let request = post(path, &fresh_key(), json!({}));
+        assert_eq!(request.to(&app).await.problem(500), "not-configured", "{path}");
+        let again = request.to(&app).await;
+        assert!(!again.replayed(), "released, not kept for the key: {again:?}");
+        assert_eq!(again.problem(500), "not-configured");
+    }
+    assert_eq!((app.calls.count("transactional"), app.calls.count("annotated")), (0, 0));
 }
