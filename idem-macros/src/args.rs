@@ -15,6 +15,7 @@
 //! - `durations.rs`: `ttl`, `lock_ttl` and `wait`;
 //! - `scope.rs`: `scope`;
 //! - `key.rs`: `key`, where the key comes from;
+//! - `exclude.rs`: `fingerprint_exclude`, and the check of JSON pointers;
 //! - `headers.rs`: `header` and `fingerprint_headers`, the header names;
 //! - `required.rs`: `required`;
 //! - `in_flight.rs`: `in_flight`;
@@ -24,6 +25,7 @@
 mod arg;
 mod crate_path;
 mod durations;
+mod exclude;
 mod headers;
 mod in_flight;
 mod key;
@@ -46,11 +48,12 @@ use self::unknown::unknown_argument;
 use crate::errors::combine;
 
 /// Every argument, in the order the docs list them.
-const NAMES: [&str; 11] = [
+const NAMES: [&str; 12] = [
     "ttl",
     "scope",
     "key",
     "fingerprint_headers",
+    "fingerprint_exclude",
     "lock_ttl",
     "header",
     "required",
@@ -77,6 +80,7 @@ pub(crate) struct Args {
     pub(crate) scope: Option<Given<Scope>>,
     pub(crate) key: Option<Given<KeySource>>,
     pub(crate) fingerprint_headers: Option<Given<Vec<String>>>,
+    pub(crate) fingerprint_exclude: Option<Given<Vec<String>>>,
     pub(crate) lock_ttl: Option<Given<Duration>>,
     pub(crate) header: Option<Given<String>>,
     pub(crate) required: Option<Given<bool>>,
@@ -118,6 +122,7 @@ impl Args {
             Some("scope") => self.set_scope(arg),
             Some("key") => self.set_key(arg),
             Some("fingerprint_headers") => self.set_fingerprint_headers(arg),
+            Some("fingerprint_exclude") => self.set_fingerprint_exclude(arg),
             Some("lock_ttl") => self.set_lock_ttl(arg),
             Some("header") => self.set_header(arg),
             Some("required") => self.set_required(arg),
@@ -199,8 +204,8 @@ mod tests {
 
     #[test]
     fn unknown_argument_lists_the_allowed_ones() {
-        let allowed = "`ttl`, `scope`, `key`, `fingerprint_headers`, `lock_ttl`, `header`, `required`, `in_flight`, \
-                       `wait`, `on_lapse`, `crate`";
+        let allowed = "`ttl`, `scope`, `key`, `fingerprint_headers`, `fingerprint_exclude`, `lock_ttl`, `header`, \
+                       `required`, `in_flight`, `wait`, `on_lapse`, `crate`";
         assert_eq!(
             error(quote!(tll = "24h")),
             format!("unknown argument `tll`; expected one of {allowed} (did you mean `ttl`?)")
@@ -230,6 +235,44 @@ mod tests {
         assert!(error(quote!(fingerprint_headers = "x-a")).contains("expects a list of header names"));
         assert!(error(quote!(fingerprint_headers = ["x a"])).contains("invalid header name"));
         assert!(error(quote!(fingerprint_headers = ["X-A", "x-a"])).contains("twice"));
+    }
+
+    #[test]
+    fn reads_composite_and_computed_keys() {
+        let parts = parse(quote!(key = ["path:order_id", "json:/line_id", "header"])).key.map(|g| g.value);
+        let expected = [KeySource::Path("order_id".into()), KeySource::Json("/line_id".into()), KeySource::Header];
+        assert_eq!(parts, Some(KeySource::Composite(expected.to_vec())));
+        let Some(KeySource::Computed(function)) = parse(quote!(key = "fn:crate::keys::invoice")).key.map(|g| g.value)
+        else {
+            panic!("a key function")
+        };
+        assert_eq!(function.name(), "crate::keys::invoice");
+        assert!(error(quote!(key = ["path:id"])).contains("write `key = \"path:id\"`"));
+        assert!(error(quote!(key = [])).contains("two parts or more"));
+        assert!(error(quote!(key = ["path:id", "path:id"])).contains("given twice"));
+        assert!(error(quote!(key = ["path:id", "fn:f"])).contains("cannot be a part"));
+        assert!(error(quote!(key = ["path:id", "query:q"])).contains("invalid key part \"query:q\""));
+        assert!(error(quote!(key = ["path:id", 1])).contains("expects a string literal"));
+        assert!(error(quote!(key = "fn:")).contains("path is missing"));
+        assert!(error(quote!(key = "fn:not a path")).contains("is not a path to a function"));
+    }
+
+    #[test]
+    fn reads_fingerprint_exclusions() {
+        let excluded = parse(quote!(fingerprint_exclude = ["/attempt", "/meta/sent_at", "/a~1b"]));
+        assert_eq!(
+            excluded.fingerprint_exclude.map(|g| g.value),
+            Some(vec!["/attempt".into(), "/meta/sent_at".into(), "/a~1b".into()])
+        );
+        assert!(error(quote!(fingerprint_exclude = "/attempt")).contains("expects a list of JSON pointers"));
+        assert!(error(quote!(fingerprint_exclude = [""])).contains("the whole body"));
+        assert!(error(quote!(fingerprint_exclude = ["attempt"])).contains("starts with `/`"));
+        assert!(error(quote!(fingerprint_exclude = ["/a~2"])).contains("`~` must be followed"));
+        assert!(error(quote!(fingerprint_exclude = ["/a", "/a"])).contains("given twice"));
+        assert!(error(quote!(fingerprint_exclude = ["/meta", "/meta/at"])).contains("inside \"/meta\""));
+        assert!(error(quote!(fingerprint_exclude = ["/meta/at", "/meta"])).contains("holds \"/meta/at\""));
+        let many: Vec<String> = (0..65).map(|i| format!("/k{i}")).collect();
+        assert!(error(quote!(fingerprint_exclude = [#(#many),*])).contains("at most 64"));
     }
 
     #[test]

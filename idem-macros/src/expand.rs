@@ -216,18 +216,9 @@ pub(crate) fn route_options_value(options: &Options, private: &TokenStream) -> T
         Scope::Global => quote!(Global),
     };
     let header = Literal::string(&options.header);
-    let key = match &options.key {
-        KeySource::Header => quote!(#private::KeySource::Header),
-        KeySource::Path(name) => {
-            let name = Literal::string(name);
-            quote!(#private::KeySource::Path(#name))
-        }
-        KeySource::Json(pointer) => {
-            let pointer = Literal::string(pointer);
-            quote!(#private::KeySource::Json(#pointer))
-        }
-    };
+    let key = key_source(&options.key, private);
     let fingerprint_headers = options.fingerprint_headers.iter().map(|name| Literal::string(name));
+    let fingerprint_exclude = options.fingerprint_exclude.iter().map(|pointer| Literal::string(pointer));
     let required = options.required;
     let in_flight = match options.in_flight {
         InFlight::Reject => quote!(#private::InFlight::Reject),
@@ -248,11 +239,44 @@ pub(crate) fn route_options_value(options: &Options, private: &TokenStream) -> T
             scope: #private::Scope::#scope,
             key: #key,
             fingerprint_headers: &[#(#fingerprint_headers),*],
+            fingerprint_exclude: &[#(#fingerprint_exclude),*],
             header: #header,
             required: #required,
             in_flight: #in_flight,
             on_lapse: #on_lapse,
         }
+    }
+}
+
+/// The `KeySource` value of a route's key.
+fn key_source(key: &KeySource, private: &TokenStream) -> TokenStream {
+    let part = |kind: TokenStream, part: &KeySource| match part {
+        KeySource::Header => quote!(#private::#kind::Header),
+        KeySource::Path(name) => {
+            let name = Literal::string(name);
+            quote!(#private::#kind::Path(#name))
+        }
+        KeySource::Json(pointer) => {
+            let pointer = Literal::string(pointer);
+            quote!(#private::#kind::Json(#pointer))
+        }
+        KeySource::Composite(_) | KeySource::Computed(_) => unreachable!("not a part"),
+    };
+    match key {
+        KeySource::Composite(parts) => {
+            let parts = parts.iter().map(|one| part(quote!(KeyPart), one));
+            quote!(#private::KeySource::Composite(&[#(#parts),*]))
+        }
+        KeySource::Computed(function) => {
+            let name = Literal::string(&function.name());
+            let path = &function.path;
+            // A reference to the function where a `&'static KeyFunction` is
+            // expected: a function of another signature is refused here,
+            // on the path as written in the attribute.
+            let compute = quote::quote_spanned!(function.span=> &#path);
+            quote!(#private::KeySource::Computed(#private::ComputedKey { name: #name, compute: #compute }))
+        }
+        one => part(quote!(KeySource), one),
     }
 }
 

@@ -65,20 +65,7 @@ fn terms(options: &Options) -> TokenStream {
         Scope::Route => "route",
         Scope::Global => "global",
     });
-    let key = match &options.key {
-        KeySource::Header => {
-            let header = text(&options.header);
-            quote!({ "source": "header", "header": #header })
-        }
-        KeySource::Path(name) => {
-            let name = text(name);
-            quote!({ "source": "path", "parameter": #name })
-        }
-        KeySource::Json(pointer) => {
-            let pointer = text(pointer);
-            quote!({ "source": "json", "pointer": #pointer })
-        }
-    };
+    let key = key_terms(&options.key, &options.header);
     let required = options.required;
     let in_flight = match options.in_flight {
         InFlight::Reject => quote!("reject"),
@@ -88,6 +75,7 @@ fn terms(options: &Options) -> TokenStream {
         }
     };
     let fingerprint_headers = options.fingerprint_headers.iter().map(|name| text(name));
+    let fingerprint_exclude = options.fingerprint_exclude.iter().map(|pointer| text(pointer));
     let on_lapse = match options.on_lapse {
         None => quote!(null),
         Some(OnLapse::Takeover) => quote!("takeover"),
@@ -101,8 +89,36 @@ fn terms(options: &Options) -> TokenStream {
         "required": #required,
         "in_flight": #in_flight,
         "fingerprint_headers": [#(#fingerprint_headers),*],
+        "fingerprint_exclude": [#(#fingerprint_exclude),*],
         "on_lapse": #on_lapse
     })
+}
+
+/// Where the key comes from, as a JSON object in `json!` syntax.
+fn key_terms(key: &KeySource, header: &str) -> TokenStream {
+    let text = |value: &str| Literal::string(value);
+    match key {
+        KeySource::Header => {
+            let header = text(header);
+            quote!({ "source": "header", "header": #header })
+        }
+        KeySource::Path(name) => {
+            let name = text(name);
+            quote!({ "source": "path", "parameter": #name })
+        }
+        KeySource::Json(pointer) => {
+            let pointer = text(pointer);
+            quote!({ "source": "json", "pointer": #pointer })
+        }
+        KeySource::Composite(parts) => {
+            let parts = parts.iter().map(|part| key_terms(part, header));
+            quote!({ "source": "composite", "parts": [#(#parts),*] })
+        }
+        KeySource::Computed(function) => {
+            let name = text(&function.name());
+            quote!({ "source": "computed", "function": #name })
+        }
+    }
 }
 
 #[cfg(test)]
@@ -129,6 +145,17 @@ mod tests {
         assert!(joined.contains("(\"x-owner\" = json ! (\"payments\")) , (\"x-idempotency\""), "{joined}");
         assert!(joined.contains("\"pointer\" : \"/id\""), "{joined}");
         assert!(joined.contains("\"in_flight\" : { \"wait\" : \"5s\" }"), "{joined}");
+        let composite = with(
+            quote!(key = ["header", "path:order_id"], fingerprint_exclude = ["/attempt"]),
+            syn::parse_quote!(#[utoipa::path(post)]),
+        );
+        assert!(
+            composite.contains("\"source\" : \"composite\" , \"parts\" : [{ \"source\" : \"header\""),
+            "{composite}"
+        );
+        assert!(composite.contains("\"fingerprint_exclude\" : [\"/attempt\"]"), "{composite}");
+        let computed = with(quote!(key = "fn:keys::invoice"), syn::parse_quote!(#[utoipa::path(post)]));
+        assert!(computed.contains("\"function\" : \"keys::invoice\""), "{computed}");
         let bare = with(quote!(), syn::parse_quote!(#[utoipa::path()]));
         assert!(bare.starts_with("# [utoipa :: path (extensions ("), "{bare}");
     }

@@ -31,6 +31,7 @@ pub(crate) struct Options {
     pub(crate) scope: Scope,
     pub(crate) key: KeySource,
     pub(crate) fingerprint_headers: Vec<String>,
+    pub(crate) fingerprint_exclude: Vec<String>,
     pub(crate) header: String,
     pub(crate) required: bool,
     pub(crate) in_flight: InFlight,
@@ -68,28 +69,32 @@ impl Args {
         }
 
         let key = self.key.as_ref().map_or(KeySource::Header, |given| given.value.clone());
-        if let (Some(header), false) = (&self.header, key == KeySource::Header) {
+        if let (Some(header), false) = (&self.header, key.uses_header()) {
             errors.push(argument_error(
                 header,
-                "`header` only applies with `key = \"header\"` (the default); this route reads its key \
-                 from the path or the body: remove `header`",
+                "`header` only applies with `key = \"header\"` (the default) or a composite key with a \
+                 \"header\" part; this route reads its key from elsewhere: remove `header`",
             ));
         }
 
-        if let (KeySource::Path(name), Some(required)) = (&key, &self.required)
+        if let (true, Some(required)) = (key.only_path(), &self.required)
             && !required.value
         {
             errors.push(argument_error(
                 required,
                 format!(
-                    "`required = false` has no effect with `key = \"path:{name}\"`: a request that matches \
-                     the route always has the parameter; remove `required`"
+                    "`required = false` has no effect with `key = {}`: a request that matches the route always \
+                     has its path parameters; remove `required`",
+                    match &key {
+                        KeySource::Path(_) => format!("{:?}", key.written()),
+                        _ => key.written(),
+                    }
                 ),
             ));
         }
 
         let header = self.header.as_ref().map_or(HEADER, |given| given.value.as_str()).to_ascii_lowercase();
-        if let (Some(given), KeySource::Header) = (&self.fingerprint_headers, &key)
+        if let (Some(given), true) = (&self.fingerprint_headers, key.uses_header())
             && given.value.contains(&header)
         {
             errors.push(argument_error(
@@ -107,6 +112,7 @@ impl Args {
         Ok(Options {
             key,
             fingerprint_headers: self.fingerprint_headers.map(|given| given.value).unwrap_or_default(),
+            fingerprint_exclude: self.fingerprint_exclude.map(|given| given.value).unwrap_or_default(),
             ttl,
             lock_ttl,
             scope: self.scope.map_or(SCOPE, |given| given.value),
@@ -366,6 +372,12 @@ mod tests {
         let text = message(build(quote!(key = "path:id", required = false)));
         assert!(text.starts_with("`required = false` has no effect with `key = \"path:id\"`"), "{text}");
         assert!(build(quote!(key = "json:/id", required = false)).is_ok());
+        let text = message(build(quote!(key = ["path:a", "path:b"], required = false)));
+        assert!(text.starts_with("`required = false` has no effect with `key = [\"path:a\", \"path:b\"]`"), "{text}");
+        assert!(build(quote!(key = ["path:a", "json:/b"], required = false)).is_ok());
+        assert!(build(quote!(key = ["header", "path:a"], fingerprint_headers = ["idempotency-key"])).is_err());
+        assert!(build(quote!(key = ["header", "path:a"], header = "X-Key")).is_ok());
+        assert!(build(quote!(key = "fn:keys::f", header = "X-Key")).is_err());
         let text = message(build(quote!(fingerprint_headers = ["Idempotency-Key"])));
         assert!(text.contains("names the key's own header \"idempotency-key\""), "{text}");
         assert!(build(quote!(header = "X-Key", fingerprint_headers = ["x-key"])).is_err());

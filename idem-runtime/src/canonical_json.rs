@@ -11,6 +11,12 @@
 
 use std::cell::RefCell;
 
+mod exclude;
+
+pub(crate) use exclude::Exclusions;
+#[cfg(feature = "axum")]
+pub(crate) use exclude::check as check_exclusions;
+
 /// Deepest nesting canonicalized; deeper documents are hashed as raw bytes.
 pub const MAX_DEPTH: usize = 128;
 
@@ -490,7 +496,7 @@ mod tests {
 
     /// A JSON value with integer numbers (kept as written either way) and
     /// members written in a shuffled order, with whitespace.
-    fn written(value: &serde_json::Value, seed: &mut u64) -> String {
+    pub(super) fn written(value: &serde_json::Value, seed: &mut u64) -> String {
         let mut next = || {
             *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             (*seed >> 33) as usize
@@ -514,7 +520,7 @@ mod tests {
         }
     }
 
-    fn json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+    pub(super) fn json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
         use proptest::prelude::*;
         let leaf = prop_oneof![
             Just(serde_json::Value::Null),

@@ -64,7 +64,7 @@ pub struct RequestParts<'a> {
 impl Fingerprint {
     /// Computes the fingerprint of a request.
     pub fn of(parts: &RequestParts<'_>) -> Self {
-        Hashed::of(parts).fingerprint
+        Hashed::of(parts, &[]).fingerprint
     }
 
     /// Builds a fingerprint from its 32 raw bytes (as a store keeps them).
@@ -107,8 +107,9 @@ pub(crate) struct Hashed {
 }
 
 impl Hashed {
-    /// Hashes `parts`.
-    pub(crate) fn of(parts: &RequestParts<'_>) -> Self {
+    /// Hashes `parts`, leaving the values at the JSON pointers `exclude`
+    /// out of a JSON body (a route's `fingerprint_exclude`).
+    pub(crate) fn of(parts: &RequestParts<'_>, exclude: &[&str]) -> Self {
         let mut hasher = Sha256::new();
         let mut field = |bytes: &[u8]| {
             hasher.update((bytes.len() as u64).to_be_bytes());
@@ -147,7 +148,12 @@ impl Hashed {
                 field(parts.body);
             }
         };
-        if is_json(&media_type) {
+        if is_json(&media_type) && !exclude.is_empty() {
+            canonical_json::with_canonical(parts.body, |canonical| match canonical {
+                Some(canonical) => body(Some(&excluded(canonical, exclude).unwrap_or_else(|| canonical.to_vec()))),
+                None => body(None),
+            })
+        } else if is_json(&media_type) {
             canonical_json::with_canonical(parts.body, body)
         } else {
             body(None)
@@ -177,6 +183,21 @@ impl Hashed {
     pub(crate) fn take_without_host(&mut self) -> Option<Fingerprint> {
         self.without_host.take().map(|hasher| Fingerprint(hasher.finalize().into()))
     }
+}
+
+/// The canonical document `canonical` without the values at `exclude`;
+/// `None` (the whole document counts) if a pointer is malformed, which the
+/// attribute and the layer's builder refuse before any request.
+fn excluded(canonical: &[u8], exclude: &[&str]) -> Option<Vec<u8>> {
+    let exclusions = match canonical_json::Exclusions::parse(exclude) {
+        Ok(exclusions) => exclusions,
+        Err(error) => {
+            tracing::error!(%error, "a fingerprint_exclude pointer is malformed; the whole body counts");
+            return None;
+        }
+    };
+    let mut out = Vec::new();
+    exclusions.apply(canonical, &mut out).then_some(out)
 }
 
 /// The essence of a `Content-Type` (`type/subtype`, lower case, no
@@ -237,11 +258,11 @@ mod tests {
         assert_eq!(with("[::1]:8080"), with("[::1]"));
         assert_ne!(with("[::1]"), with("[::2]"));
         assert_eq!(host_name("[::1]:8080"), "[::1]");
-        let mut hashed = Hashed::of(&RequestParts { host: Some("shop.example"), ..base });
+        let mut hashed = Hashed::of(&RequestParts { host: Some("shop.example"), ..base }, &[]);
         assert_eq!(hashed.fingerprint, shop);
         assert_eq!(hashed.take_without_host(), Some(Fingerprint::of(&base)), "the fingerprint as it was without");
         assert_eq!(hashed.take_without_host(), None, "once");
-        assert_eq!(Hashed::of(&base).take_without_host(), None, "no host, nothing else");
+        assert_eq!(Hashed::of(&base, &[]).take_without_host(), None, "no host, nothing else");
         // A request that names no host is a host of its own: never the
         // fingerprint without a host, which a record of an earlier version has.
         assert_ne!(with(""), Fingerprint::of(&base));

@@ -106,6 +106,28 @@ impl IdempotencyKey {
         Ok(Self(value.to_owned()))
     }
 
+    /// A key a route's key function made: any text but the empty one
+    /// (`None`), which the function means as no key. Only its hash is
+    /// ever stored or logged.
+    #[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
+    pub(crate) fn computed(text: String) -> Option<Self> {
+        (!text.is_empty()).then_some(Self(text))
+    }
+
+    /// A composite key: `parts`, each written `<length>:<part>`, one after
+    /// the other, so that no two different tuples join into one key
+    /// (`a:b` + `c` and `a` + `b:c` are `3:a:b1:c` and `1:a3:b:c`).
+    #[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
+    pub(crate) fn joined(parts: &[IdempotencyKey]) -> Self {
+        let mut text = String::with_capacity(parts.iter().map(|part| part.0.len() + 4).sum());
+        for part in parts {
+            text.push_str(&part.0.len().to_string());
+            text.push(':');
+            text.push_str(&part.0);
+        }
+        Self(text)
+    }
+
     /// The key as the client meant it (unquoted, unescaped).
     pub fn as_str(&self) -> &str {
         &self.0
@@ -211,6 +233,29 @@ mod tests {
 
     fn parse(value: &str) -> Result<String, KeyError> {
         IdempotencyKey::parse(value.as_bytes()).map(|k| k.as_str().to_owned())
+    }
+
+    #[test]
+    fn composite_keys_join_injectively() {
+        let join = |parts: &[&str]| {
+            let parts: Vec<IdempotencyKey> = parts.iter().map(|part| IdempotencyKey::natural(part).unwrap()).collect();
+            IdempotencyKey::joined(&parts).as_str().to_owned()
+        };
+        assert_eq!(join(&["ord_1", "ln_22"]), "5:ord_15:ln_22");
+        assert_ne!(join(&["a:b", "c"]), join(&["a", "b:c"]));
+        assert_ne!(join(&["1:a", "b"]), join(&["1", "a1:b"]));
+        assert_ne!(join(&["ab", "c"]), join(&["a", "bc"]));
+        assert_ne!(join(&["a", "b", "c"]), join(&["a", "1:b1:c"]));
+        let long = "k".repeat(IdempotencyKey::MAX_LEN);
+        assert_eq!(join(&[&long, &long]).len(), 2 * (IdempotencyKey::MAX_LEN + 4), "parts keep their full length");
+    }
+
+    #[test]
+    fn a_computed_key_is_any_text_but_the_empty_one() {
+        assert_eq!(IdempotencyKey::computed(String::new()), None);
+        let key = IdempotencyKey::computed("tenant 7/invoice é".to_owned()).unwrap();
+        assert_eq!(key.as_str(), "tenant 7/invoice é");
+        assert!(!format!("{key} {key:?}").contains("tenant"), "logged as a hash");
     }
 
     #[test]

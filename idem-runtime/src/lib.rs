@@ -196,7 +196,9 @@ pub use sweeper::SweeperHandle;
 #[cfg(all(any(feature = "actix", feature = "axum"), feature = "postgres"))]
 pub use web::Tx;
 #[cfg(any(feature = "actix", feature = "axum"))]
-pub use web::{ExecutionContext, Idem, MarkRetryable, REPLAYED_HEADER, RequestHead, Retryable, ServerErrorPolicy};
+pub use web::{
+    ExecutionContext, Idem, KeyRequest, MarkRetryable, REPLAYED_HEADER, RequestHead, Retryable, ServerErrorPolicy,
+};
 
 /// The problem+json responses the runtime produces by itself (§5 of the
 /// behaviour contract): a `type` URI starting with [`TYPE_PREFIX`](problem::TYPE_PREFIX),
@@ -234,7 +236,7 @@ pub mod __private {
     pub use crate::actix::handle;
     pub use crate::scope::Scope;
     pub use crate::store::OnLapse;
-    pub use crate::web::{InFlight, KeySource, RouteOptions};
+    pub use crate::web::{ComputedKey, InFlight, KeyFunction, KeyPart, KeySource, RouteOptions};
 
     /// What the axum expansion uses.
     #[cfg(feature = "axum")]

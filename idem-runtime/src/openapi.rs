@@ -76,6 +76,19 @@ enum Key {
     Header { header: String },
     Path {},
     Json {},
+    Composite { parts: Vec<Key> },
+    Computed {},
+}
+
+impl Key {
+    /// The header that carries the key or one of its parts, if any.
+    fn header(&self) -> Option<&str> {
+        match self {
+            Self::Header { header } => Some(header),
+            Self::Composite { parts } => parts.iter().find_map(Key::header),
+            Self::Path {} | Self::Json {} | Self::Computed {} => None,
+        }
+    }
 }
 
 /// The name of the problem schema this adds to the document's components.
@@ -184,7 +197,7 @@ const NO_SUBJECT: Problems = Problems {
 
 /// Documents `operation` as idempotent under `terms`.
 fn document(operation: &mut Operation, terms: &Terms) {
-    if let Key::Header { header } = &terms.key {
+    if let Some(header) = terms.key.header() {
         let parameters = operation.parameters.get_or_insert_with(Vec::new);
         let known = parameters.iter().any(|parameter| match parameter {
             RefOr::T(parameter) => parameter.name.eq_ignore_ascii_case(header),

@@ -22,7 +22,7 @@ use tower::{Layer, Service};
 use super::request::Serve;
 use crate::scope::Scope;
 use crate::store::OnLapse;
-use crate::web::{InFlight, KeySource, RouteOptions};
+use crate::web::{ComputedKey, InFlight, KeyFunction, KeyPart, KeyRequest, KeySource, RouteOptions};
 
 /// The arguments of an [`IdempotentLayer`], the attribute's, checked when
 /// it is built.
@@ -39,6 +39,7 @@ struct Options {
     scope: Scope,
     key: Key,
     fingerprint_headers: Vec<String>,
+    fingerprint_exclude: Vec<String>,
     header: String,
     /// Whether `header` was set (a natural key has no header).
     header_set: bool,
@@ -53,6 +54,8 @@ enum Key {
     Header,
     Path(String),
     Json(String),
+    Parts(Vec<String>),
+    Computed(ComputedKey),
 }
 
 /// A layer's arguments that do not hold together, found when it is built.
@@ -69,6 +72,7 @@ impl Default for IdempotentLayerBuilder {
                 scope: Scope::User,
                 key: Key::Header,
                 fingerprint_headers: Vec::new(),
+                fingerprint_exclude: Vec::new(),
                 header: "Idempotency-Key".to_owned(),
                 header_set: false,
                 required: true,
@@ -118,6 +122,33 @@ impl IdempotentLayerBuilder {
         self.with(|o| o.key = Key::Json(pointer.into()))
     }
 
+    /// The key made of several sources, joined so that no two different
+    /// tuples give one key (`key = ["path:order_id", "json:/line_id"]`):
+    /// each `"header"`, `"path:NAME"` or `"json:/POINTER"`.
+    pub fn key_from_parts<I: IntoIterator<Item = impl Into<String>>>(self, parts: I) -> Self {
+        self.with(|o| o.key = Key::Parts(parts.into_iter().map(Into::into).collect()))
+    }
+
+    /// The key computed by `function` from the request (`key =
+    /// "fn:path::to::function"`): `None` or an empty string when the
+    /// request has none.
+    pub fn key_with<F>(self, function: F) -> Self
+    where
+        F: Fn(&KeyRequest<'_>) -> Option<String> + Send + Sync + 'static,
+    {
+        let name = std::any::type_name::<F>();
+        // Made once per layer, for the life of the process.
+        let compute: &'static KeyFunction = Box::leak(Box::new(function));
+        self.with(|o| o.key = Key::Computed(ComputedKey { name, compute }))
+    }
+
+    /// JSON pointers whose values a JSON body's fingerprint leaves out
+    /// (`fingerprint_exclude`): never compared between a request and its
+    /// retries.
+    pub fn fingerprint_exclude<I: IntoIterator<Item = impl Into<String>>>(self, pointers: I) -> Self {
+        self.with(|o| o.fingerprint_exclude = pointers.into_iter().map(Into::into).collect())
+    }
+
     /// Request headers that are part of the fingerprint
     /// (`fingerprint_headers`).
     pub fn fingerprint_headers<I: IntoIterator<Item = impl Into<String>>>(self, names: I) -> Self {
@@ -146,18 +177,25 @@ impl IdempotentLayerBuilder {
     /// names that are header names (each fingerprint header once, and not
     /// the key's own), a path parameter's name or a JSON pointer that is
     /// one, `header` only for a key from a header, and `required(false)`
-    /// not with a key from the path (a matched route always has it).
+    /// not with a key from the path (a matched route always has it); a
+    /// composite key of two parts or more, none twice; excluded pointers
+    /// that are pointers, none twice or inside another.
     pub fn build(self) -> Result<IdempotentLayer, InvalidLayer> {
         let o = self.options;
         let invalid = |detail: String| Err(InvalidLayer(detail));
-        if o.header_set && !matches!(o.key, Key::Header) {
-            return invalid("`header` names the key's header; a key from the path or the body has none".to_owned());
+        let uses_header = match &o.key {
+            Key::Header => true,
+            Key::Parts(parts) => parts.iter().any(|part| part == "header"),
+            _ => false,
+        };
+        if o.header_set && !uses_header {
+            return invalid("`header` names the key's header; this key is not read from one".to_owned());
         }
         if !o.required && matches!(o.key, Key::Path(_)) {
             return invalid("a key from the path is always there: `required(false)` would never apply".to_owned());
         }
         for (at, name) in o.fingerprint_headers.iter().enumerate() {
-            if matches!(o.key, Key::Header) && name.eq_ignore_ascii_case(&o.header) {
+            if uses_header && name.eq_ignore_ascii_case(&o.header) {
                 return invalid(format!(
                     "`{name}` is the key's own header: a key sent quoted and bare would be two requests"
                 ));
@@ -180,15 +218,15 @@ impl IdempotentLayerBuilder {
         let leak = |text: &str| -> &'static str { Box::leak(text.to_owned().into_boxed_str()) };
         let key = match &o.key {
             Key::Header => KeySource::Header,
-            Key::Path(name) if valid_parameter(name) => KeySource::Path(leak(name)),
-            Key::Path(name) => {
-                return invalid(format!(
-                    "`{name}` is not a path parameter's name (write the name alone: \"id\" for `{{id}}`)"
-                ));
-            }
-            Key::Json(pointer) if pointer.starts_with('/') && valid_pointer(pointer) => KeySource::Json(leak(pointer)),
-            Key::Json(pointer) => return invalid(format!("`{pointer}` is not a JSON pointer (RFC 6901)")),
+            Key::Path(name) => KeySource::Path(leak(path_parameter(name).map_err(InvalidLayer)?)),
+            Key::Json(pointer) => KeySource::Json(leak(json_pointer(pointer).map_err(InvalidLayer)?)),
+            Key::Parts(parts) => KeySource::Composite(composite(parts, o.required).map_err(InvalidLayer)?),
+            Key::Computed(function) => KeySource::Computed(*function),
         };
+        let exclude: Vec<&str> = o.fingerprint_exclude.iter().map(String::as_str).collect();
+        crate::canonical_json::check_exclusions(&exclude)
+            .map_err(|error| InvalidLayer(format!("fingerprint_exclude: {error}")))?;
+        let fingerprint_exclude: Vec<&'static str> = exclude.into_iter().map(leak).collect();
         let fingerprint_headers: Vec<&'static str> =
             o.fingerprint_headers.iter().map(|name| leak(&name.to_ascii_lowercase())).collect();
         // Made once per layer, as the attribute makes one per route.
@@ -198,6 +236,7 @@ impl IdempotentLayerBuilder {
             scope: o.scope,
             key,
             fingerprint_headers: Box::leak(fingerprint_headers.into_boxed_slice()),
+            fingerprint_exclude: Box::leak(fingerprint_exclude.into_boxed_slice()),
             header: leak(&o.header),
             required: o.required,
             in_flight: o.wait.map_or(InFlight::Reject, InFlight::Wait),
@@ -207,15 +246,52 @@ impl IdempotentLayerBuilder {
     }
 }
 
-/// Whether `name` is a path parameter's name, as the attribute takes it.
-fn valid_parameter(name: &str) -> bool {
-    !name.is_empty() && name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
+/// `name`, if it is a path parameter's name as the attribute takes it.
+fn path_parameter(name: &str) -> Result<&str, String> {
+    if !name.is_empty() && name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-') {
+        return Ok(name);
+    }
+    Err(format!("`{name}` is not a path parameter's name (write the name alone: \"id\" for `{{id}}`)"))
 }
 
-/// Whether every `~` of `pointer` is `~0` or `~1` (RFC 6901).
-fn valid_pointer(pointer: &str) -> bool {
+/// `pointer`, if it is an RFC 6901 pointer: it starts with `/` and every
+/// `~` is `~0` or `~1`.
+fn json_pointer(pointer: &str) -> Result<&str, String> {
     let bytes = pointer.as_bytes();
-    bytes.iter().enumerate().all(|(at, &b)| b != b'~' || matches!(bytes.get(at + 1), Some(b'0' | b'1')))
+    let escapes = bytes.iter().enumerate().all(|(at, &b)| b != b'~' || matches!(bytes.get(at + 1), Some(b'0' | b'1')));
+    if pointer.starts_with('/') && escapes {
+        return Ok(pointer);
+    }
+    Err(format!("`{pointer}` is not a JSON pointer (RFC 6901)"))
+}
+
+/// The parts of a composite key, checked as the attribute checks them.
+fn composite(parts: &[String], required: bool) -> Result<&'static [KeyPart], String> {
+    if parts.len() < 2 {
+        return Err("a composite key needs two parts or more; give one source with key_from_path or \
+                    key_from_json"
+            .to_owned());
+    }
+    let leak = |text: &str| -> &'static str { Box::leak(text.to_owned().into_boxed_str()) };
+    let mut read = Vec::with_capacity(parts.len());
+    for (at, part) in parts.iter().enumerate() {
+        if parts[..at].contains(part) {
+            return Err(format!("the key part `{part}` is given twice"));
+        }
+        read.push(if part == "header" {
+            KeyPart::Header
+        } else if let Some(name) = part.strip_prefix("path:") {
+            KeyPart::Path(leak(path_parameter(name)?))
+        } else if let Some(pointer) = part.strip_prefix("json:") {
+            KeyPart::Json(leak(json_pointer(pointer)?))
+        } else {
+            return Err(format!("`{part}` is not a key part: \"header\", \"path:NAME\" or \"json:/POINTER\""));
+        });
+    }
+    if !required && read.iter().all(|part| matches!(part, KeyPart::Path(_))) {
+        return Err("a key from the path is always there: `required(false)` would never apply".to_owned());
+    }
+    Ok(Box::leak(read.into_boxed_slice()))
 }
 
 /// Makes a route idempotent without the attribute: a tower layer, with the
@@ -345,11 +421,31 @@ mod tests {
         assert!(refused(IdempotentLayer::builder().fingerprint_headers(["X-A", "x-a"])).contains("twice"));
         assert!(refused(IdempotentLayer::builder().key_from_path("{id}")).contains("name alone"));
         assert!(refused(IdempotentLayer::builder().key_from_path("id").required(false)).contains("always there"));
-        assert!(refused(IdempotentLayer::builder().key_from_json("/id").header("X-Key")).contains("has none"));
+        assert!(refused(IdempotentLayer::builder().key_from_json("/id").header("X-Key")).contains("not read from one"));
         assert!(refused(IdempotentLayer::builder().key_from_json("id")).contains("JSON pointer"));
         assert!(refused(IdempotentLayer::builder().key_from_json("/a~2")).contains("JSON pointer"));
         assert!(
             IdempotentLayer::builder().key_from_path("order_id").fingerprint_headers(["x-account-id"]).build().is_ok()
         );
+        let parts = |parts: &[&str]| IdempotentLayer::builder().key_from_parts(parts.iter().copied());
+        assert!(parts(&["path:order_id", "json:/line_id"]).build().is_ok());
+        assert!(parts(&["header", "path:order_id"]).header("X-Key").build().is_ok(), "a header part has a header");
+        assert!(refused(parts(&["header", "path:id"]).fingerprint_headers(["Idempotency-Key"])).contains("own header"));
+        assert!(refused(parts(&["path:id"])).contains("two parts or more"));
+        assert!(refused(parts(&["path:id", "path:id"])).contains("twice"));
+        assert!(refused(parts(&["path:id", "query:q"])).contains("not a key part"));
+        assert!(refused(parts(&["path:id", "json:x"])).contains("JSON pointer"));
+        assert!(refused(parts(&["path:a", "path:b"]).required(false)).contains("always there"));
+        assert!(parts(&["path:a", "json:/b"]).required(false).build().is_ok());
+        assert!(
+            IdempotentLayer::builder()
+                .key_with(|req: &KeyRequest<'_>| req.header("x-k").map(str::to_owned))
+                .build()
+                .is_ok()
+        );
+        let exclude = |pointers: &[&str]| IdempotentLayer::builder().fingerprint_exclude(pointers.iter().copied());
+        assert!(exclude(&["/attempt", "/meta/sent_at"]).build().is_ok());
+        assert!(refused(exclude(&["/meta", "/meta/sent_at"])).contains("inside"));
+        assert!(refused(exclude(&["attempt"])).contains("fingerprint_exclude"));
     }
 }

@@ -21,8 +21,8 @@ use super::handler::{Call, Extract};
 use super::response::{Axum, capture, without_replayed};
 use crate::web::body::{declared_too_large, too_large, unreadable};
 use crate::web::{
-    Annotated, Captured, Config, Framework, Idem, Incoming, KeySource, NotUtf8, Panicked, PendingContext, Problem,
-    RequestHead, RouteOptions, UNMATCHED_ROUTE,
+    Annotated, Captured, Config, Framework, Idem, Incoming, KeyPart, KeySource, NotUtf8, Panicked, PendingContext,
+    Problem, RequestHead, RouteOptions, UNMATCHED_ROUTE,
 };
 
 /// The configuration of the request, as [`Idem::layer`] put it in its
@@ -138,13 +138,19 @@ impl<A: Arguments<S>, V: Serve<A>, S: Send + Sync> AxumRequest<A, V, S> {
     /// The request `req` to a route with `options`, served by `serve`.
     pub(super) async fn new(options: &RouteOptions, req: Request, state: S, serve: V) -> Self {
         let (mut parts, body) = req.into_parts();
-        let params = match options.key {
-            KeySource::Path(_) => match RawPathParams::from_request_parts(&mut parts, &state).await {
+        let reads_params = match options.key {
+            KeySource::Path(_) | KeySource::Computed(_) => true,
+            KeySource::Composite(parts) => parts.iter().any(|part| matches!(part, KeyPart::Path(_))),
+            KeySource::Header | KeySource::Json(_) => false,
+        };
+        let params = if reads_params {
+            match RawPathParams::from_request_parts(&mut parts, &state).await {
                 Ok(params) => Some(Ok(params)),
                 Err(axum::extract::rejection::RawPathParamsRejection::InvalidUtf8InPathParam(_)) => Some(Err(NotUtf8)),
                 Err(_) => None,
-            },
-            _ => None,
+            }
+        } else {
+            None
         };
         Self {
             method: parts.method.clone(),

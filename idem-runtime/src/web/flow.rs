@@ -14,7 +14,7 @@ use super::config::Config;
 use super::context::Annotated;
 use super::finish::{Answer, Counted, Won};
 use super::head::as_text;
-use super::key_source::{Early, from_body, read_early};
+use super::key_source::{Early, read_early, read_late};
 use super::options::{InFlight, RouteOptions};
 use super::problem::{HELD, Problem, ProblemKind};
 use super::route::Route;
@@ -203,7 +203,7 @@ async fn read<R: Incoming>(
     };
     let key = match early {
         Early::Key(key) => key,
-        Early::InBody(pointer) => match from_body(&body, pointer, options.required) {
+        Early::Late(late) => match read_late(late, req, &body, options.required) {
             Ok(Some(key)) => key,
             Ok(None) => return Ok(Read::Keyless(Some(body))),
             Err(problem) => return Err(reject::<R::Framework>(problem)),
@@ -218,7 +218,7 @@ async fn read<R: Incoming>(
     let headers: Vec<(&str, Vec<&[u8]>)> =
         options.fingerprint_headers.iter().map(|&name| (name, req.header_values(name).collect())).collect();
     let content_type = req.header_values("content-type").next().and_then(as_text);
-    let hashed = Hashed::of(&RequestParts {
+    let parts = RequestParts {
         method: req.method(),
         path: req.path(),
         query: req.query(),
@@ -226,7 +226,8 @@ async fn read<R: Incoming>(
         host: config.fingerprint_host.then(|| req.host()),
         content_type,
         body: &body,
-    });
+    };
+    let hashed = Hashed::of(&parts, options.fingerprint_exclude);
     // 5. The handler's own extractors, over the buffered body. The runtime's
     // own extractors (execution context, transaction) learn from the mark
     // that they run under #[idempotent].

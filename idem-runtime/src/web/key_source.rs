@@ -1,35 +1,131 @@
 //! Reading a request's key from where its route says (`key = ".."`): the
-//! key header, a path parameter, or a JSON pointer into the body (§4.1 of
-//! the behaviour contract, `docs/contract.md`).
+//! key header, a path parameter, a JSON pointer into the body, several of
+//! them joined, or the route's key function (§4.1 and §16 of the behaviour
+//! contract, `docs/contract.md`).
 
 use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
-use super::options::{KeySource, RouteOptions};
+use super::key_request::{ComputedKey, KeyRequest};
+use super::options::{KeyPart, KeySource, RouteOptions};
 use super::problem::{Problem, ProblemKind};
 use super::{Incoming, NotUtf8};
 use crate::key::{IdempotencyKey, KeyError};
 
-/// The key as far as it can be read before the body: the key, or the
-/// pointer to read it at once the body is in.
+/// The key as far as it can be read before the body: the key, or what
+/// reads it once the body is in.
 pub(super) enum Early {
     Key(IdempotencyKey),
-    InBody(&'static str),
+    Late(Late),
 }
 
-/// Reads the key from the header or the path (a body key waits); `None`
-/// when it is absent and not required.
+/// A key that needs the body.
+pub(super) enum Late {
+    /// At a JSON pointer.
+    Json(&'static str),
+    /// Made of parts, those from the header and the path already read, the
+    /// body's (`None` here) to come.
+    Composite(&'static [KeyPart], Vec<Option<IdempotencyKey>>),
+    /// Computed by the route's key function.
+    Computed(ComputedKey),
+}
+
+/// Reads the key from the header or the path (what needs the body waits);
+/// `None` when it is absent and not required.
 pub(super) fn read_early(req: &impl Incoming, options: &RouteOptions, route: &str) -> Result<Option<Early>, Problem> {
-    match options.key {
-        KeySource::Header => from_header(req, options),
-        KeySource::Path(name) => from_path(req, name, route).map(Some),
-        KeySource::Json(pointer) => Ok(Some(Early::InBody(pointer))),
+    let key = match options.key {
+        KeySource::Header => from_header(req, options)?,
+        KeySource::Path(name) => Some(from_path(req, name, route)?),
+        KeySource::Json(pointer) => return Ok(Some(Early::Late(Late::Json(pointer)))),
+        KeySource::Computed(function) => return Ok(Some(Early::Late(Late::Computed(function)))),
+        KeySource::Composite(parts) => {
+            let mut read = Vec::with_capacity(parts.len());
+            for part in parts {
+                read.push(match part {
+                    KeyPart::Header => match from_header(req, options)? {
+                        Some(key) => Some(key),
+                        None => return Ok(None),
+                    },
+                    KeyPart::Path(name) => Some(from_path(req, name, route)?),
+                    KeyPart::Json(_) => None,
+                });
+            }
+            if read.iter().any(Option::is_none) {
+                return Ok(Some(Early::Late(Late::Composite(parts, read))));
+            }
+            Some(IdempotencyKey::joined(&read.into_iter().flatten().collect::<Vec<_>>()))
+        }
+    };
+    Ok(key.map(Early::Key))
+}
+
+/// Reads a key that needs the body, once it is in; `None` when it is
+/// absent and not required.
+pub(super) fn read_late<R: Incoming>(
+    late: Late,
+    req: &R,
+    body: &[u8],
+    required: bool,
+) -> Result<Option<IdempotencyKey>, Problem> {
+    match late {
+        Late::Json(pointer) => from_body(body, pointer, required),
+        Late::Composite(parts, mut read) => {
+            if body.is_empty() && !required {
+                return Ok(None);
+            }
+            let mut document = None;
+            for (part, slot) in parts.iter().zip(&mut read) {
+                let KeyPart::Json(pointer) = part else { continue };
+                let document = match &mut document {
+                    Some(document) => document,
+                    None => document.insert(body_document(body, pointer)?),
+                };
+                match at_pointer(document, pointer, required)? {
+                    Some(key) => *slot = Some(key),
+                    None => return Ok(None),
+                }
+            }
+            Ok(Some(IdempotencyKey::joined(&read.into_iter().flatten().collect::<Vec<_>>())))
+        }
+        Late::Computed(function) => computed(function, req, body, required),
     }
 }
 
-fn from_header(req: &impl Incoming, options: &RouteOptions) -> Result<Option<Early>, Problem> {
+/// The key the route's key function makes of a request.
+fn computed(
+    function: ComputedKey,
+    req: &impl Incoming,
+    body: &[u8],
+    required: bool,
+) -> Result<Option<IdempotencyKey>, Problem> {
+    let request = KeyRequest::new(req, body);
+    // A panic in the application's function is its bug, answered before
+    // anything is claimed, never a lost request or a dead worker.
+    let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (function.compute)(&request)));
+    let made = match made {
+        Ok(made) => made,
+        Err(_) => {
+            tracing::error!(function = function.name, "the route's key function panicked; nothing was claimed");
+            let detail = format!("the key function `{}` panicked on this request; nothing ran", function.name);
+            return Err(Problem::new(ProblemKind::HandlerPanicked, detail));
+        }
+    };
+    match made.and_then(IdempotencyKey::computed) {
+        Some(key) => Ok(Some(key)),
+        None if !required => Ok(None),
+        None => {
+            let detail = format!(
+                "this route computes its idempotency key from the request (with `{}`), and this request has none",
+                function.name
+            );
+            Err(Problem::new(ProblemKind::MissingKey, detail))
+        }
+    }
+}
+
+fn from_header(req: &impl Incoming, options: &RouteOptions) -> Result<Option<IdempotencyKey>, Problem> {
     let mut values = req.header_values(options.header);
     let header = || options.header.to_owned();
     let error = match (values.next(), values.next()) {
@@ -37,7 +133,7 @@ fn from_header(req: &impl Incoming, options: &RouteOptions) -> Result<Option<Ear
         (None, _) => KeyError::Missing { header: header() },
         (Some(_), Some(_)) => KeyError::Repeated { header: header() },
         (Some(value), None) => match IdempotencyKey::parse(value) {
-            Ok(key) => return Ok(Some(Early::Key(key))),
+            Ok(key) => return Ok(Some(key)),
             Err(error) => error,
         },
     };
@@ -48,11 +144,11 @@ fn from_header(req: &impl Incoming, options: &RouteOptions) -> Result<Option<Ear
     Err(Problem::new(kind, format!("{error} (header `{}`)", options.header)))
 }
 
-fn from_path(req: &impl Incoming, name: &str, route: &str) -> Result<Early, Problem> {
+fn from_path(req: &impl Incoming, name: &str, route: &str) -> Result<IdempotencyKey, Problem> {
     let Some(value) = req.path_param(name) else {
         // The pattern has no such parameter: the route is misconfigured,
         // whatever the client sends.
-        tracing::error!(route = %route, parameter = name, "key = \"path:..\" names a parameter the route does not have");
+        tracing::error!(route = %route, parameter = name, "the key names a path parameter the route does not have");
         let detail = format!(
             "the route {route} reads its idempotency key from the path parameter `{name}`, which its pattern \
              does not have"
@@ -65,22 +161,33 @@ fn from_path(req: &impl Incoming, name: &str, route: &str) -> Result<Early, Prob
     // gets 422, never a second execution).
     let invalid = |detail: String| Problem::new(ProblemKind::InvalidKey, format!("{detail} (path parameter `{name}`)"));
     let decoded = value.map_err(|NotUtf8| invalid("the idempotency key is not UTF-8 once decoded".to_owned()))?;
-    IdempotencyKey::natural(&decoded).map(Early::Key).map_err(|error| invalid(error.to_string()))
+    IdempotencyKey::natural(&decoded).map_err(|error| invalid(error.to_string()))
 }
 
 /// Reads the key at `pointer` in a JSON `body`: a string or an integer.
 /// `None` when nothing is there and the key is not required.
 pub(super) fn from_body(body: &[u8], pointer: &str, required: bool) -> Result<Option<IdempotencyKey>, Problem> {
-    let invalid = |what: &str| {
-        Problem::new(ProblemKind::InvalidKey, format!("{what} (the key is read from the body at `{pointer}`)"))
-    };
     if body.is_empty() && !required {
         return Ok(None);
     }
+    at_pointer(&body_document(body, pointer)?, pointer, required)
+}
+
+fn invalid_in_body(what: &str, pointer: &str) -> Problem {
+    Problem::new(ProblemKind::InvalidKey, format!("{what} (the key is read from the body at `{pointer}`)"))
+}
+
+/// The body as one JSON document, for the key at `pointer`.
+fn body_document(body: &[u8], pointer: &str) -> Result<Value, Problem> {
     let Strict(document) = serde_json::from_slice(body).map_err(|error| {
         let what = if error.is_data() { error.to_string() } else { "the body is not JSON".to_owned() };
-        invalid(&what)
+        invalid_in_body(&what, pointer)
     })?;
+    Ok(document)
+}
+
+/// The key at `pointer` in `document`: a string or an integer.
+fn at_pointer(document: &Value, pointer: &str, required: bool) -> Result<Option<IdempotencyKey>, Problem> {
     let text = match document.pointer(pointer) {
         None | Some(Value::Null) if !required => return Ok(None),
         None | Some(Value::Null) => {
@@ -90,10 +197,11 @@ pub(super) fn from_body(body: &[u8], pointer: &str, required: bool) -> Result<Op
         Some(Value::String(text)) => text.clone(),
         Some(Value::Number(number)) if number.is_i64() || number.is_u64() => number.to_string(),
         Some(_) => {
-            return Err(invalid("the idempotency key must be a JSON string or an integer (of at most 64 bits)"));
+            let what = "the idempotency key must be a JSON string or an integer (of at most 64 bits)";
+            return Err(invalid_in_body(what, pointer));
         }
     };
-    IdempotencyKey::natural(&text).map(Some).map_err(|error| invalid(&error.to_string()))
+    IdempotencyKey::natural(&text).map(Some).map_err(|error| invalid_in_body(&error.to_string(), pointer))
 }
 
 /// A JSON document whose objects have no member twice. With a duplicate,

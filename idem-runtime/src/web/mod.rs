@@ -12,7 +12,8 @@
 //!
 //! The files, in the order a request meets them:
 //!
-//! - `flow.rs`: steps 1 to 9: the key (`key_source.rs`), the subject, the
+//! - `flow.rs`: steps 1 to 9: the key (`key_source.rs`, and
+//!   `key_request.rs` for a key function), the subject, the
 //!   body (`body.rs`), the fingerprint, the extractors, the claim, and the
 //!   answer to a claim this request did not win;
 //! - `run.rs`: a claimed request run to its end, in the request's own
@@ -36,6 +37,7 @@ mod context;
 mod finish;
 mod flow;
 mod head;
+mod key_request;
 mod key_source;
 mod options;
 pub(crate) mod problem;
@@ -58,7 +60,8 @@ pub(crate) use self::context::{Annotated, PendingContext, not_in_a_keyed_request
 pub(crate) use self::finish::{Answer, Panicked};
 pub(crate) use self::flow::{Served, serve, span};
 pub use self::head::RequestHead;
-pub use self::options::{InFlight, KeySource, RouteOptions};
+pub use self::key_request::{ComputedKey, KeyFunction, KeyRequest};
+pub use self::options::{InFlight, KeyPart, KeySource, RouteOptions};
 pub(crate) use self::problem::{PROBLEM_JSON, Problem, StepEnd};
 pub use self::retryable::{MarkRetryable, Retryable};
 pub(crate) use self::retryable::{Marks, RetryableMark};

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::key_request::ComputedKey;
 use crate::scope::Scope;
 
 /// The arguments of one `#[idempotent(...)]` attribute, checked at compile
@@ -18,6 +19,8 @@ pub struct RouteOptions {
     pub key: KeySource,
     /// Request headers that are part of the fingerprint, lower case.
     pub fingerprint_headers: &'static [&'static str],
+    /// JSON pointers whose values a JSON body's fingerprint leaves out.
+    pub fingerprint_exclude: &'static [&'static str],
     /// Header that carries the key (with [`KeySource::Header`]).
     pub header: &'static str,
     /// Whether a request without the key is refused (400).
@@ -39,7 +42,7 @@ pub enum InFlight {
 }
 
 /// Where a route's key comes from (`key = "..."`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub enum KeySource {
     /// The route's key header (`header = ".."`, `Idempotency-Key` unless
     /// renamed).
@@ -48,5 +51,21 @@ pub enum KeySource {
     Path(&'static str),
     /// An RFC 6901 JSON pointer into the body: a natural key such as an
     /// event id. A string or an integer there counts.
+    Json(&'static str),
+    /// Two sources or more, each read as alone, joined so that no two
+    /// different tuples give one key (`key = ["path:order_id", "json:/line_id"]`).
+    Composite(&'static [KeyPart]),
+    /// A function of the request (`key = "fn:path::to::function"`).
+    Computed(ComputedKey),
+}
+
+/// One part of a composite key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyPart {
+    /// The route's key header.
+    Header,
+    /// A path parameter, by name.
+    Path(&'static str),
+    /// An RFC 6901 JSON pointer into the body.
     Json(&'static str),
 }

@@ -124,6 +124,24 @@ async fn steps(calls: State, execution: ExecutionContext, body: web::Json<Value>
     respond(business::steps(&calls, &execution, &body).await)
 }
 
+#[idempotent(scope = "route", fingerprint_exclude = ["/attempt", "/meta/sent_at"])]
+#[post("/deliveries")]
+async fn deliveries(calls: State, delivery: web::Json<Value>) -> HttpResponse {
+    respond(business::deliveries(&calls, &delivery))
+}
+
+#[idempotent(scope = "route", key = ["path:order_id", "json:/line_id"])]
+#[post("/lines/{order_id}")]
+async fn lines(calls: State, order_id: web::Path<String>, line: web::Json<Value>) -> HttpResponse {
+    respond(business::lines(&calls, &order_id, &line))
+}
+
+#[idempotent(scope = "global", key = "fn:business::invoice_key")]
+#[post("/invoices")]
+async fn invoices(calls: State, invoice: web::Json<Value>) -> HttpResponse {
+    respond(business::invoices(&calls, &invoice))
+}
+
 /// Every route of the app.
 fn routes(config: &mut web::ServiceConfig) {
     config
@@ -142,6 +160,9 @@ fn routes(config: &mut web::ServiceConfig) {
         .service(replayed_header)
         .service(context)
         .service(steps)
+        .service(deliveries)
+        .service(lines)
+        .service(invoices)
         .service(web::scope("/shops/{shop}").service(shop_items));
 }
 

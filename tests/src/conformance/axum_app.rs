@@ -112,6 +112,21 @@ async fn steps(State(calls): Shared, execution: ExecutionContext, Json(body): Js
     respond(business::steps(&calls, &execution, &body).await)
 }
 
+#[idempotent(scope = "route", fingerprint_exclude = ["/attempt", "/meta/sent_at"])]
+async fn deliveries(State(calls): Shared, Json(delivery): Json<Value>) -> Response {
+    respond(business::deliveries(&calls, &delivery))
+}
+
+#[idempotent(scope = "route", key = ["path:order_id", "json:/line_id"])]
+async fn lines(State(calls): Shared, Path(order_id): Path<String>, Json(line): Json<Value>) -> Response {
+    respond(business::lines(&calls, &order_id, &line))
+}
+
+#[idempotent(scope = "global", key = "fn:business::invoice_key")]
+async fn invoices(State(calls): Shared, Json(invoice): Json<Value>) -> Response {
+    respond(business::invoices(&calls, &invoice))
+}
+
 /// Every route of the app.
 fn routes(calls: Arc<Calls>) -> Router {
     Router::new()
@@ -130,6 +145,9 @@ fn routes(calls: Arc<Calls>) -> Router {
         .route("/replayed-header", post(replayed_header))
         .route("/context", post(context))
         .route("/steps", post(steps))
+        .route("/deliveries", post(deliveries))
+        .route("/lines/{order_id}", post(lines))
+        .route("/invoices", post(invoices))
         .nest("/shops/{shop}", Router::new().route("/items", post(shop_items)))
         .with_state(calls)
 }

@@ -82,6 +82,30 @@ pub fn events(calls: &Calls, event: &Value) -> Reply {
     Reply::new(200, json!({"call": calls.hit("events"), "id": event["id"]}))
 }
 
+/// `POST /deliveries` (scope `route`, `/attempt` and `/meta/sent_at` left
+/// out of the fingerprint): the delivery as the first one sent it.
+pub fn deliveries(calls: &Calls, delivery: &Value) -> Reply {
+    Reply::new(200, json!({"call": calls.hit("deliveries"), "attempt": delivery["attempt"]}))
+}
+
+/// `POST /lines/{order_id}` (key `["path:order_id", "json:/line_id"]`).
+pub fn lines(calls: &Calls, order_id: &str, line: &Value) -> Reply {
+    Reply::new(201, json!({"call": calls.hit("lines"), "order": order_id, "line": line["line_id"]}))
+}
+
+/// `POST /invoices` (scope `global`, key computed by [`invoice_key`]).
+pub fn invoices(calls: &Calls, invoice: &Value) -> Reply {
+    Reply::new(201, json!({"call": calls.hit("invoices"), "number": invoice["number"]}))
+}
+
+/// The key of an invoice: its tenant (`X-Tenant-ID`) and its number in the
+/// body, a key no single source names; none without either.
+pub fn invoice_key(req: &idem_runtime::KeyRequest<'_>) -> Option<String> {
+    let tenant = req.header("x-tenant-id")?;
+    let invoice: Value = serde_json::from_slice(req.body()).ok()?;
+    Some(format!("{tenant}/{}", invoice.get("number")?.as_str()?))
+}
+
 /// How long the body asks a handler to take (`"delay_ms"`).
 fn delay(body: &Value) -> Duration {
     Duration::from_millis(body["delay_ms"].as_u64().unwrap_or(0))

@@ -399,6 +399,74 @@ pub async fn fingerprint_headers_count<F: Framework>(framework: F) {
     assert_eq!(app.calls.count("accounts"), 1);
 }
 
+/// Excluded fields are never compared: a redelivery that bumps them is
+/// the same request, a change anywhere else is not.
+pub async fn excluded_fields_are_never_compared<F: Framework>(framework: F) {
+    let app = start(framework).await;
+    let key = fresh_key();
+    let delivery = |attempt: u64, sent_at: &str, amount: u64| {
+        post(
+            "/deliveries",
+            &key,
+            json!({"amount": amount, "attempt": attempt, "meta": {"sent_at": sent_at, "id": "m1"}}),
+        )
+    };
+    let first = delivery(1, "10:00", 500).to(&app).await;
+    assert_eq!((first.status, first.json()["attempt"].as_u64()), (200, Some(1)), "{first:?}");
+    let again = delivery(2, "10:05", 500).to(&app).await;
+    assert!(again.replayed(), "a bumped counter and send time: {again:?}");
+    assert_eq!(again.body, first.body, "the first delivery's answer");
+    let bare = post("/deliveries", &key, json!({"amount": 500, "meta": {"id": "m1"}})).to(&app).await;
+    assert!(bare.replayed(), "without the excluded members: {bare:?}");
+    assert_eq!(delivery(3, "10:10", 900).to(&app).await.problem(422), "key-reused", "another amount");
+    let other_meta = post("/deliveries", &key, json!({"amount": 500, "attempt": 4, "meta": {"id": "m2"}}));
+    assert_eq!(other_meta.to(&app).await.problem(422), "key-reused", "a member beside an excluded one");
+    assert_eq!(app.calls.count("deliveries"), 1);
+}
+
+/// A composite key is its parts together: another value of any part is
+/// another key, a missing part is refused.
+pub async fn composite_keys_join_their_parts<F: Framework>(framework: F) {
+    let app = start(framework).await;
+    let order = fresh_key();
+    let line = |order: &str, line: Value| post(&format!("/lines/{order}"), "", json!({"line_id": line})).keyless();
+    let first = line(&order, json!("l1")).to(&app).await;
+    assert_eq!(first.status, 201, "{first:?}");
+    assert!(line(&order, json!("l1")).to(&app).await.replayed());
+    assert!(!line(&order, json!("l2")).to(&app).await.replayed(), "another line of the order");
+    let other_order = fresh_key();
+    assert!(!line(&other_order, json!("l1")).to(&app).await.replayed(), "the same line of another order");
+    assert_eq!(line(&order, json!(7)).to(&app).await.status, 201, "an integer part");
+    let seven = line(&order, json!("7")).to(&app).await;
+    assert_eq!(seven.problem(422), "key-reused", "\"7\" is the key 7, sent in another body");
+    let missing = post(&format!("/lines/{order}"), "", json!({})).keyless().to(&app).await;
+    assert_eq!(missing.problem(400), "missing-key");
+    assert_eq!(app.calls.count("lines"), 4);
+}
+
+/// A computed key is what the route's function makes of the request.
+pub async fn computed_keys_come_from_the_function<F: Framework>(framework: F) {
+    let app = start(framework).await;
+    let number = fresh_key();
+    let invoice = |tenant: &str| {
+        post("/invoices", "", json!({"number": number, "cents": 100})).keyless().header("x-tenant-id", tenant)
+    };
+    let first = invoice("t1").to(&app).await;
+    assert_eq!(first.status, 201, "{first:?}");
+    let again = invoice("t1").by("another-user").to(&app).await;
+    assert!(again.replayed(), "scope global: {again:?}");
+    assert!(!invoice("t2").to(&app).await.replayed(), "another tenant's invoice of that number");
+    let untenanted = post("/invoices", "", json!({"number": number})).keyless().to(&app).await;
+    assert_eq!(untenanted.problem(400), "missing-key");
+    assert!(
+        untenanted.json()["detail"].as_str().unwrap_or_default().contains("business::invoice_key"),
+        "{untenanted:?}"
+    );
+    let unnumbered = post("/invoices", "", json!({"cents": 1})).keyless().header("x-tenant-id", "t1");
+    assert_eq!(unnumbered.to(&app).await.problem(400), "missing-key");
+    assert_eq!(app.calls.count("invoices"), 2);
+}
+
 /// The handler owns the replayed header.
 pub async fn the_handler_owns_the_replayed_header<F: Framework>(framework: F) {
     let app = start(framework).await;

@@ -42,12 +42,25 @@ async fn annotated(State(calls): State<Arc<Calls>>) -> axum::Json<Value> {
 async fn start() -> Running {
     let calls = Arc::<Calls>::default();
     let layer = IdempotentLayer::builder().scope(Scope::Route).ttl(Duration::from_secs(600)).build().expect("valid");
+    let lines = IdempotentLayer::builder()
+        .scope(Scope::Route)
+        .key_from_parts(["path:order_id", "json:/line_id"])
+        .fingerprint_exclude(["/attempt"])
+        .build()
+        .expect("valid");
+    let invoices = IdempotentLayer::builder()
+        .scope(Scope::Global)
+        .key_with(idem_tests::conformance::business::invoice_key)
+        .build()
+        .expect("valid");
     let nested = Router::new().route("/charges", routing::post(charge)).layer(IdempotentLayer::new());
     let app = Router::new()
         .route("/charges", routing::post(charge).layer(layer))
         .route("/keyed", routing::post(keyed).layer(layer))
         .route("/transactional", routing::post(transactional).layer(layer))
         .route("/annotated", routing::post(annotated).layer(layer))
+        .route("/lines/{order_id}", routing::post(charge).layer(lines))
+        .route("/invoices", routing::post(charge).layer(invoices))
         .nest("/v1", nested)
         .with_state(Arc::clone(&calls))
         .layer(idem().layer());
@@ -129,4 +142,25 @@ async fn what_the_layer_cannot_serve_is_refused_and_kept_nowhere() {
         assert_eq!(again.problem(500), "not-configured");
     }
     assert_eq!((app.calls.count("transactional"), app.calls.count("annotated")), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layer_takes_composite_and_computed_keys_and_exclusions() {
+    let app = start().await;
+    let order = fresh_key();
+    let line = |line: &str, attempt: u64| {
+        post(&format!("/lines/{order}"), "", json!({"line_id": line, "attempt": attempt})).keyless()
+    };
+    assert_eq!(line("l1", 1).to(&app).await.status, 200);
+    assert!(line("l1", 2).to(&app).await.replayed(), "the attempt is excluded");
+    assert!(!line("l2", 1).to(&app).await.replayed(), "another line");
+    let number = fresh_key();
+    let invoice =
+        |tenant: &str| post("/invoices", "", json!({"number": number})).keyless().header("x-tenant-id", tenant);
+    assert_eq!(invoice("t1").to(&app).await.status, 200);
+    assert!(invoice("t1").by("u2").to(&app).await.replayed());
+    assert!(!invoice("t2").to(&app).await.replayed());
+    let unkeyed = post("/invoices", "", json!({"number": number})).keyless().to(&app).await;
+    assert_eq!(unkeyed.problem(400), "missing-key");
+    assert_eq!(app.calls.count("charge"), 4);
 }

@@ -1,7 +1,8 @@
 // Malformed key sources, each reported on its literal: an unknown source,
 // a pointer without its leading `/`, a bad `~` escape, a path parameter
-// written with its braces, `header` beside a key that is not a header, and
-// `required = false` with a path key (a matched route always has it).
+// written with its braces, a key function's path that is not a path,
+// `header` beside a key that is not a header, and `required = false` with a
+// path key (a matched route always has it).
 use actix_web::{HttpResponse, post};
 use idem_runtime::idempotent;
 
@@ -26,6 +27,12 @@ async fn bad_escape() -> HttpResponse {
 #[idempotent(key = "path:{id}")]
 #[post("/d/{id}")]
 async fn braces() -> HttpResponse {
+    HttpResponse::Ok().finish()
+}
+
+#[idempotent(key = "fn:keys::")]
+#[post("/g")]
+async fn not_a_path() -> HttpResponse {
     HttpResponse::Ok().finish()
 }
 

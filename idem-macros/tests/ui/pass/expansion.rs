@@ -40,10 +40,14 @@ async fn create_order(
         ttl: ::idem_runtime::__private::Duration::from_secs(86400),
         lock_ttl: ::idem_runtime::__private::Duration::from_secs(30),
         scope: ::idem_runtime::__private::Scope::User,
-        // `key = "path:id"` is `KeySource::Path("id")`, `key = "json:/id"` is `KeySource::Json("/id")`.
+        // `key = "path:id"` is `KeySource::Path("id")`, `key = "json:/id"` is `KeySource::Json("/id")`,
+        // `key = ["path:id", "json:/line"]` is `KeySource::Composite(&[KeyPart::Path("id"), KeyPart::Json("/line")])`,
+        // `key = "fn:keys::f"` is `KeySource::Computed(ComputedKey { name: "keys::f", compute: &keys::f })`.
         key: ::idem_runtime::__private::KeySource::Header,
         // `fingerprint_headers = ["X-Account-Id"]` is `&["x-account-id"]`.
         fingerprint_headers: &[],
+        // `fingerprint_exclude = ["/attempt"]` is `&["/attempt"]`.
+        fingerprint_exclude: &[],
         header: "Idempotency-Key",
         required: true,
         // `in_flight = "wait", wait = "10s"` is `InFlight::Wait(Duration::from_secs(10))`.

@@ -1,5 +1,6 @@
-// Natural keys from the path and from the body, and fingerprint headers,
-// in every form a route writes them (a `macro_rules!` literal included).
+// Natural keys from the path and from the body, composite and computed
+// keys, fingerprint headers and exclusions, in every form a route writes
+// them (a `macro_rules!` literal included).
 use actix_web::{App, HttpResponse, post, web};
 use idem_runtime::idempotent;
 
@@ -27,6 +28,31 @@ async fn header() -> HttpResponse {
     HttpResponse::Ok().finish()
 }
 
+#[idempotent(key = ["path:order_id", "json:/line_id", "header"], scope = "route", header = "X-Line-Key")]
+#[post("/orders/{order_id}/lines")]
+async fn line(order_id: web::Path<String>) -> HttpResponse {
+    HttpResponse::Ok().body(order_id.into_inner())
+}
+
+mod keys {
+    /// The tenant and the invoice number.
+    pub fn invoice(req: &idem_runtime::KeyRequest<'_>) -> Option<String> {
+        Some(format!("{}/{}", req.header("x-tenant")?, req.path_param("number")?))
+    }
+}
+
+#[idempotent(key = "fn:keys::invoice", scope = "global", fingerprint_exclude = ["/attempt", "/meta/sent_at", "/a~1b"])]
+#[post("/invoices/{number}")]
+async fn invoice() -> HttpResponse {
+    HttpResponse::Ok().finish()
+}
+
+#[idempotent(key = "fn:crate::keys::invoice", required = false, fingerprint_exclude = [])]
+#[post("/invoices")]
+async fn invoice_by_crate_path() -> HttpResponse {
+    HttpResponse::Ok().finish()
+}
+
 macro_rules! natural {
     ($name:ident, $key:literal, $header:literal, $path:literal) => {
         #[idempotent(key = $key, scope = "route", fingerprint_headers = [$header])]
@@ -40,5 +66,13 @@ macro_rules! natural {
 natural!(from_macro, "json:/id", "x-account-id", "/macro");
 
 fn main() {
-    let _ = App::new().service(capture).service(event).service(escaped).service(header).service(from_macro);
+    let _ = App::new()
+        .service(capture)
+        .service(event)
+        .service(escaped)
+        .service(header)
+        .service(line)
+        .service(invoice)
+        .service(invoice_by_crate_path)
+        .service(from_macro);
 }

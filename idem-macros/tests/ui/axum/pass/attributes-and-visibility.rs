@@ -54,6 +54,23 @@ mod routes {
     pub async fn by_body(body: String) -> String {
         body
     }
+
+    /// A key of two parts, a redelivery counter left out of the fingerprint.
+    #[idempotent(scope = "route", key = ["path:id", "json:/line"], fingerprint_exclude = ["/attempt"])]
+    pub async fn by_parts(body: String) -> String {
+        body
+    }
+
+    /// The tenant and the invoice number.
+    fn invoice_key(req: &idem_runtime::KeyRequest<'_>) -> Option<String> {
+        Some(format!("{}/{}", req.header("x-tenant")?, req.query()))
+    }
+
+    /// A computed key.
+    #[idempotent(scope = "global", key = "fn:invoice_key")]
+    pub async fn computed(body: String) -> String {
+        body
+    }
 }
 
 #[idempotent(crate = "idem_runtime")]
@@ -66,5 +83,7 @@ fn main() {
         .route("/orders", post(routes::create_order))
         .route("/orders/{id}", post(routes::by_path))
         .route("/events", post(routes::by_body))
+        .route("/lines/{id}", post(routes::by_parts))
+        .route("/invoices", post(routes::computed))
         .route("/named", post(with_the_crate_named));
 }
