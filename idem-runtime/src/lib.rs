@@ -154,6 +154,7 @@ mod record;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod redact;
 mod scope;
+pub mod sealing;
 pub mod store;
 mod sweeper;
 

@@ -41,8 +41,9 @@ use std::time::Duration;
 pub use self::json::to_json;
 pub use self::text::{detail_lines, summary_line};
 use crate::key::IdempotencyKey;
-use crate::record::{Record, StoredResponse};
+use crate::record::{Record, RecordState, StoredResponse};
 use crate::scope::{Scope, StorageKey};
+use crate::sealing::{self, Keyring};
 use crate::store::{FencingToken, InFlightSettle, ListFilter, Operable, Settle, Settlement, StateName, StoreError};
 
 /// Which record an operation is about.
@@ -179,6 +180,15 @@ pub enum OperatorError {
         /// What differs.
         what: String,
     },
+    /// The record's step results are sealed (`Idem::encrypt_records`) and
+    /// the operator has no key that opens them: a response written in the
+    /// clear would not open for the services that seal. Give the records
+    /// key ([`Operator::with_records_keys`]). Nothing was written.
+    #[error("record {id} is sealed: give the records key to resolve it; nothing was written")]
+    Sealed {
+        /// The record's id.
+        id: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -196,6 +206,7 @@ impl OperatorError {
                 | Self::Changed { .. }
                 | Self::Running { .. }
                 | Self::Graced { .. }
+                | Self::Sealed { .. }
         )
     }
 
@@ -246,6 +257,7 @@ fn check_response(response: &StoredResponse) -> Result<(), String> {
 pub struct Operator {
     store: Arc<dyn Operable>,
     grace: Duration,
+    records: Option<Arc<Keyring>>,
 }
 
 impl std::fmt::Debug for Operator {
@@ -262,7 +274,16 @@ impl Operator {
 
     /// Operations on `store`.
     pub fn new(store: Arc<dyn Operable>) -> Self {
-        Self { store, grace: Self::DEFAULT_GRACE }
+        Self { store, grace: Self::DEFAULT_GRACE, records: None }
+    }
+
+    /// The same, with the keys of services that seal their records
+    /// (`Idem::encrypt_records`): records are shown opened (those that do
+    /// not open stay sealed), and a resolve seals its response with the
+    /// keyring's current key. Without them, sealed parts show as sealed,
+    /// and a record with sealed steps cannot be resolved.
+    pub fn with_records_keys(self, keyring: Keyring) -> Self {
+        Self { records: Some(Arc::new(keyring)), ..self }
     }
 
     /// The same, giving the holder of a lapsed lease `grace` (at least a
@@ -280,7 +301,27 @@ impl Operator {
     /// The records `filter` admits.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<Inspection>, StoreError> {
         let found = self.store.list(filter).await?;
-        Ok(found.into_iter().map(|(key, record)| Inspection { key, record }).collect())
+        Ok(found.into_iter().map(|(key, record)| self.opened(Inspection { key, record })).collect())
+    }
+
+    /// `inspection` with what its keys open opened.
+    fn opened(&self, mut inspection: Inspection) -> Inspection {
+        let Some(keyring) = self.records.as_deref() else { return inspection };
+        let key = &inspection.key;
+        for step in &mut inspection.record.steps {
+            if sealing::is_sealed_step(&step.result)
+                && let Ok(opened) = sealing::open_step(Some(keyring), key, &step.name, &step.result)
+            {
+                step.result = opened.into();
+            }
+        }
+        if let RecordState::Completed { response, .. } = &mut inspection.record.state
+            && sealing::sealed_with(response).is_some()
+            && let Ok(opened) = sealing::open_response(Some(keyring), key, response.clone())
+        {
+            *response = opened;
+        }
+        inspection
     }
 
     /// The record `target` names.
@@ -294,7 +335,7 @@ impl Operator {
             (None, _) => return Err(OperatorError::InvalidTarget("no record named".to_owned())),
         };
         let record = self.store.get(&key).await?.ok_or_else(|| OperatorError::NotFound(key.record_id().to_owned()))?;
-        Ok(Inspection { key, record })
+        Ok(self.opened(Inspection { key, record }))
     }
 
     /// Ends the in-flight or held execution of `target` without a response,
@@ -357,6 +398,20 @@ impl Operator {
         // checks it again in the write itself, and gives a lapsed one a
         // grace first.
         let in_flight = if expect.force { InFlightSettle::Force } else { InFlightSettle::AfterGrace(self.grace) };
+        // A response is sealed as the services' own are; without the keys,
+        // one written in the clear beside sealed steps would not open.
+        let settlement = match (settlement, self.records.as_deref()) {
+            (Settlement::Resolve(response), Some(keyring)) => {
+                Settlement::Resolve(sealing::seal_response(keyring, &inspection.key, response))
+            }
+            (Settlement::Resolve(_), None)
+                if inspection.record.steps.iter().any(|step| sealing::is_sealed_step(&step.result)) =>
+            {
+                return Err(OperatorError::Sealed { id });
+            }
+            (settlement, _) => settlement.clone(),
+        };
+        let settlement = &settlement;
         match self.store.settle(&inspection.key, token, was, settlement, in_flight).await? {
             Settle::Applied => {
                 let now = match settlement {

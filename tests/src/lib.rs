@@ -40,6 +40,7 @@ pub mod redis_server;
 pub mod replay_cache_checks;
 pub mod resets;
 pub mod restart_checks;
+pub mod sealed_checks;
 pub mod server;
 pub mod service;
 pub mod slow_store;

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem_runtime::sealing::Keyring;
 use idem_runtime::{Idem, RequestHead};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use order_notifier::{Consumer, Outlet};
@@ -72,6 +73,17 @@ pub(crate) async fn prepare(config: Config) -> std::io::Result<Prepared> {
         std::io::Error::other(e)
     })?;
     let mut idem = Idem::from_arc(backend.store).subject(user_id).on_lapse(config.on_lapse.into());
+    match crate::config::records_key() {
+        Ok(Some(key)) => {
+            tracing::info!(key_id = %key.id(), "idempotency records are encrypted");
+            idem = idem.encrypt_records(Keyring::new(key));
+        }
+        Ok(None) => {}
+        Err(error) => {
+            tracing::error!("{error}");
+            return Err(std::io::Error::other(error));
+        }
+    }
     if let Some(max_running) = config.max_running {
         idem = idem.max_running(max_running);
     }

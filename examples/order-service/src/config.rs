@@ -3,13 +3,20 @@
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Parser, ValueEnum};
 use idem_runtime::OnLapse;
+use idem_runtime::sealing::RecordsKey;
 
 use crate::faults::{DurableStep, Faults};
 use crate::signature::WebhookSecret;
 
 /// The order service's configuration: flag, then environment, then default.
 #[derive(Debug, Parser)]
-#[command(name = "order-service", version, about = "Orders and payments, safe to retry with #[idempotent].")]
+#[command(
+    name = "order-service",
+    version,
+    about = "Orders and payments, safe to retry with #[idempotent].",
+    after_help = "Environment only (never a flag, never printed):\n  ORDER_SERVICE_RECORDS_KEY  64 hexadecimal \
+                  digits: idempotency records are encrypted with this key (Idem::encrypt_records)"
+)]
 pub struct Config {
     /// Address to listen on.
     #[arg(long, env = "ORDER_SERVICE_ADDR", default_value = "127.0.0.1:8080")]
@@ -94,6 +101,23 @@ pub struct Config {
     /// the handler returns. The variable takes `1`/`true`.
     #[arg(long, env = "ORDER_SERVICE_CRASH_AFTER_ORDER_INSERT", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub crash_after_order_insert: bool,
+}
+
+/// The environment variable that holds the records key.
+pub const RECORDS_KEY_VARIABLE: &str = "ORDER_SERVICE_RECORDS_KEY";
+
+/// The key idempotency records are sealed with, from
+/// `ORDER_SERVICE_RECORDS_KEY` (64 hexadecimal digits): never a flag, so
+/// that it is in no process listing, and never printed, not even when it
+/// is malformed. `None` when the variable is unset or empty.
+pub fn records_key() -> Result<Option<RecordsKey>, String> {
+    match std::env::var(RECORDS_KEY_VARIABLE) {
+        Ok(text) if !text.trim().is_empty() => {
+            RecordsKey::from_hex(&text).map(Some).map_err(|error| format!("{RECORDS_KEY_VARIABLE}: {error}"))
+        }
+        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(format!("{RECORDS_KEY_VARIABLE}: not 64 hexadecimal digits")),
+    }
 }
 
 impl Config {

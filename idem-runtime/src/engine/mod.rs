@@ -56,6 +56,7 @@ use crate::fingerprint::Fingerprint;
 use crate::observe::{Outcome, store_call, store_call_since};
 use crate::record::{RecordState, StoredResponse};
 use crate::scope::StorageKey;
+use crate::sealing::{self, Keyring, Unopened};
 use crate::store::{Attempt, Claim, ClaimTerms, Fence, FencingToken, OnLapse, Step, Store, StoreError};
 
 /// The terms of one claim.
@@ -171,6 +172,7 @@ pub(crate) async fn claim(
                 claimed: sent,
                 replays: replays.cloned(),
                 fingerprint: *fingerprint,
+                sealing: None,
                 length: terms.lease,
                 ttl: terms.ttl,
                 timeout: terms.timeout,
@@ -258,6 +260,9 @@ pub(crate) struct Execution {
     replays: Option<Arc<Replays>>,
     /// The request's fingerprint, for the replay cache.
     fingerprint: Fingerprint,
+    /// The keys its response and step results are sealed with, if any
+    /// (see [`Execution::open_steps`]).
+    sealing: Option<Arc<Keyring>>,
     /// The lease's length.
     length: Duration,
     ttl: Duration,
@@ -311,7 +316,35 @@ impl Execution {
     #[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
     pub(crate) fn steps(&mut self, limit: usize) -> Steps {
         let steps = std::mem::take(&mut self.steps);
-        Steps::new(self.lease.shared(), steps, limit, later(self.claimed, self.ttl))
+        Steps::new(self.lease.shared(), steps, limit, later(self.claimed, self.ttl), self.sealing.clone())
+    }
+
+    /// Seals this execution's response and step results with `keyring`
+    /// (none: kept in the clear), after opening the step results recorded
+    /// before it. A recorded result that does not open is the step's name
+    /// and why: the execution must not run (its step would run again).
+    #[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
+    pub(crate) fn open_steps(&mut self, keyring: Option<&Arc<Keyring>>) -> Result<(), (String, Unopened)> {
+        let key = &self.lease.state().key;
+        for step in &mut self.steps {
+            let opened = sealing::open_step(keyring.map(|keyring| &**keyring), key, &step.name, &step.result)
+                .map_err(|unopened| (step.name.clone(), unopened))?;
+            step.result = opened.into();
+        }
+        self.sealing = keyring.cloned();
+        Ok(())
+    }
+
+    /// `response`, sealed if this execution seals (once: a sealed one is
+    /// kept as it is).
+    #[cfg_attr(not(any(feature = "actix", feature = "axum")), allow(dead_code))]
+    pub(crate) fn sealed(&self, response: StoredResponse) -> StoredResponse {
+        match &self.sealing {
+            Some(keyring) if sealing::sealed_with(&response).is_none() => {
+                sealing::seal_response(keyring, self.key(), &response)
+            }
+            _ => response,
+        }
     }
 
     /// Whether this process owns the key with a confirmed lease.

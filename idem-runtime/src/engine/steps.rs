@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use super::FIRST_PAUSE;
 use super::lease::{LeaseState, Standing};
 use crate::observe::store_call;
+use crate::sealing::{self, Keyring};
 use crate::store::{Fence, Step, StoreError};
 
 /// Why a durable step could not give its result.
@@ -77,11 +78,20 @@ pub(crate) struct Steps {
     limit: usize,
     /// The record's end: no recording is tried past it.
     ends: Instant,
+    /// The keys results are sealed with before they are recorded, if any;
+    /// `recorded` holds them open.
+    sealing: Option<Arc<Keyring>>,
 }
 
 impl Steps {
-    pub(crate) fn new(lease: Arc<LeaseState>, recorded: Vec<Step>, limit: usize, ends: Instant) -> Self {
-        Self { lease, recorded: Mutex::new(recorded), limit, ends }
+    pub(crate) fn new(
+        lease: Arc<LeaseState>,
+        recorded: Vec<Step>,
+        limit: usize,
+        ends: Instant,
+        sealing: Option<Arc<Keyring>>,
+    ) -> Self {
+        Self { lease, recorded: Mutex::new(recorded), limit, ends, sealing }
     }
 
     /// The result recorded for `name`, if any.
@@ -117,10 +127,17 @@ impl Steps {
             });
         }
         let lease = &*self.lease;
+        let kept = match &self.sealing {
+            Some(keyring) => {
+                let sealed = sealing::seal_step(keyring, &lease.key, &step.name, &step.result);
+                Step { name: step.name.clone(), result: sealed.into() }
+            }
+            None => step.clone(),
+        };
         let mut pause = FIRST_PAUSE;
         let most = (lease.lease / 10).clamp(FIRST_PAUSE, Duration::from_secs(1));
         loop {
-            let call = lease.store.record_step(&lease.key, lease.token, &step);
+            let call = lease.store.record_step(&lease.key, lease.token, &kept);
             match store_call(lease.store.kind(), "record_step", lease.timeout, call).await {
                 Ok(Fence::Held) => {
                     tracing::debug!(step = %step.name, "durable step recorded");

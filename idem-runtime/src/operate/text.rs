@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::Inspection;
 use crate::record::RecordState;
+use crate::sealing;
 
 /// A duration as people read it: `42s`, `3m05s`, `2h10m`, `3d4h`.
 fn short(duration: Duration) -> String {
@@ -57,14 +58,21 @@ pub fn detail_lines(inspection: &Inspection) -> Vec<String> {
         RecordState::Held { .. } => {
             lines.push("lease        lapsed: held for an operator (release or resolve it)".to_owned());
         }
-        RecordState::Completed { response, .. } => {
-            lines.push(format!("response     {} ({} bytes)", response.status, response.size()));
-        }
+        RecordState::Completed { response, .. } => match sealing::sealed_with(response) {
+            Some(id) => lines.push(format!(
+                "response     {} ({} bytes), sealed with key {}",
+                response.status,
+                response.size(),
+                id.map_or_else(|_| "?".to_owned(), |id| id.to_hex())
+            )),
+            None => lines.push(format!("response     {} ({} bytes)", response.status, response.size())),
+        },
         _ => {}
     }
     let mut steps = format!("steps        {}", record.steps.len());
     for step in &record.steps {
         let shown = match std::str::from_utf8(&step.result) {
+            _ if sealing::is_sealed_step(&step.result) => "sealed (give the records key to read it)".to_owned(),
             Ok(text) => text.to_owned(),
             Err(_) => format!("0x{}", hex::encode(&step.result)),
         };

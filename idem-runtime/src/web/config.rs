@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::head::RequestHead;
 use crate::engine::{Drained, ReplayCache, Replays, Running};
+use crate::sealing::Keyring;
 use crate::store::{OnLapse, Store};
 
 /// Resolves the authenticated subject of a request for `scope = "user"`.
@@ -68,6 +69,8 @@ pub(crate) struct Config {
     pub(crate) running: Arc<Running>,
     /// The replay cache, if on; shared by every clone of the configuration.
     pub(crate) replays: Option<Arc<Replays>>,
+    /// The keys records are sealed with, if they are.
+    pub(crate) records: Option<Arc<Keyring>>,
     /// The store's transactional mode, if it has one.
     #[cfg(feature = "postgres")]
     pub(crate) transactional: Option<Arc<dyn crate::store::Transactional>>,
@@ -128,6 +131,7 @@ impl Idem {
                 on_lapse: OnLapse::Takeover,
                 running: Arc::default(),
                 replays: None,
+                records: None,
             }),
         }
     }
@@ -222,6 +226,17 @@ impl Idem {
     /// `idem` tool, [`Operator`](crate::Operator)).
     pub fn on_lapse(self, policy: OnLapse) -> Self {
         self.with(|c| c.on_lapse = policy)
+    }
+
+    /// Seals what records keep (a response's headers and body, a durable
+    /// step's result) with XChaCha20-Poly1305 under `keyring`'s current key,
+    /// the storage key as associated data, so that the store holds
+    /// nothing readable and a record copied to another key never opens.
+    /// A record that does not open (another key, altered, or in the clear
+    /// unless [`Keyring::accept_unsealed`]) is answered 500 `record-sealed`
+    /// and logged; nothing runs. Off by default.
+    pub fn encrypt_records(self, keyring: Keyring) -> Self {
+        self.with(|c| c.records = Some(Arc::new(keyring)))
     }
 
     /// What to do with 5xx responses not marked retryable (default: store
@@ -324,6 +339,7 @@ impl fmt::Debug for Idem {
             .field("on_lapse", &c.on_lapse)
             .field("fingerprint_host", &c.fingerprint_host)
             .field("replay_cache", &c.replays.as_ref().map(|replays| replays.settings()))
+            .field("encrypt_records", &c.records.as_ref().map(|keyring| keyring.current().id()))
             .finish_non_exhaustive()
     }
 }

@@ -19,12 +19,14 @@ use super::options::{InFlight, RouteOptions};
 use super::problem::{HELD, Problem, ProblemKind};
 use super::route::Route;
 use super::{Framework, Incoming};
+use crate::background;
 use crate::clock::later;
 use crate::engine::{self, Terms};
 use crate::fingerprint::{Hashed, RequestParts};
 use crate::key::IdempotencyKey;
 use crate::observe::Outcome;
 use crate::scope::{Scope, StorageKey};
+use crate::sealing::{self, Keyring};
 use crate::store::{Claim, StoreError};
 
 /// What steps 1 to 9 made of a request.
@@ -126,6 +128,16 @@ pub(crate) async fn serve<R: Incoming>(
         );
         let claim = match claimed.await {
             Ok(engine::Claimed::Acquired(mut execution)) => {
+                if let Err((step, unopened)) = execution.open_steps(config.records.as_ref()) {
+                    // Its step would run again: nothing runs, and the key is
+                    // released (its recorded steps kept) for a server that
+                    // can open them.
+                    tracing::error!(record = %storage_key.record_id(), step = %step, error = %unopened, "a recorded step result does not open; nothing ran");
+                    background::spawn(async move {
+                        let _ = execution.release().await;
+                    });
+                    return Served::Answered(reject::<R::Framework>(sealed_problem()));
+                }
                 if let Some(pending) = req.take_context() {
                     pending.fill(&key, &storage_key, &fingerprint, &mut execution, config.response_limit);
                 }
@@ -146,7 +158,7 @@ pub(crate) async fn serve<R: Incoming>(
             },
             other => other,
         };
-        return Served::Answered(answer::<R::Framework>(claim));
+        return Served::Answered(answer::<R::Framework>(claim, config.records.as_deref(), &storage_key));
     }
 }
 
@@ -238,11 +250,29 @@ async fn read<R: Incoming>(
     Ok(Read::Keyed { key, subject, hashed, args })
 }
 
-/// The answer to a claim this request did not win.
-fn answer<F: Framework>(claim: Result<engine::Claimed, StoreError>) -> Answer<F> {
+/// What a request whose record does not open is told.
+fn sealed_problem() -> Problem {
+    let detail = "this request's stored record could not be opened with this server's records keys; nothing ran \
+                  and nothing will until it opens: retry later, and tell the operator";
+    Problem::new(ProblemKind::RecordSealed, detail)
+}
+
+/// The answer to a claim this request did not win; a replay is opened
+/// with `keyring` first.
+fn answer<F: Framework>(
+    claim: Result<engine::Claimed, StoreError>,
+    keyring: Option<&Keyring>,
+    key: &StorageKey,
+) -> Answer<F> {
     let retry = Duration::from_secs(1);
     match claim {
-        Ok(engine::Claimed::Other(Claim::Replay(stored))) => (F::replay(stored), Counted::Now(Outcome::Replayed)),
+        Ok(engine::Claimed::Other(Claim::Replay(stored))) => match sealing::open_response(keyring, key, stored) {
+            Ok(opened) => (F::replay(opened), Counted::Now(Outcome::Replayed)),
+            Err(unopened) => {
+                tracing::error!(record = %key.record_id(), error = %unopened, "a stored response does not open; nothing ran");
+                reject::<F>(sealed_problem())
+            }
+        },
         Ok(engine::Claimed::Other(Claim::Mismatch)) => {
             let detail = "this idempotency key was already used for a different request \
                           (method, host, path, query or body differ); use a new key for a new request";

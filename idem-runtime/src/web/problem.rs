@@ -70,6 +70,12 @@ pub enum ProblemKind {
     /// the handler ran, so its transaction was rolled back; another
     /// execution owns the key.
     LeaseLost,
+    /// 500: the request's record is sealed (`Idem::encrypt_records`) and
+    /// does not open: sealed with a key this server lacks, altered, moved
+    /// from another key, or kept in the clear where only sealed records
+    /// are accepted. Nothing ran, and nothing will until it opens or
+    /// expires.
+    RecordSealed,
     /// 500, transactional mode: the handler's transaction could not be
     /// committed (one of its statements failed, or the handler kept the
     /// transaction past its return); it was rolled back and the key
@@ -121,6 +127,7 @@ impl ProblemKind {
             Self::ExecutionHeld => (409, "execution-held", "Execution held for an operator"),
             Self::StepFailed => (500, "step-failed", "Durable step failed"),
             Self::TransactionFailed => (500, "transaction-failed", "Handler transaction rolled back"),
+            Self::RecordSealed => (500, "record-sealed", "Stored record could not be opened"),
         }
     }
 }

@@ -269,7 +269,7 @@ pub(super) async fn run<R: Incoming>(
         let counted = settle(&route, execution, Ending::Release).await;
         return (captured.into_response(), counted);
     }
-    let stored = captured.to_stored(&config);
+    let stored = execution.sealed(captured.to_stored(&config));
     let Some(Commit { committed, execution, response: stored }) = execution.commit(store, tx, stored).await else {
         let response =
             problem(Problem::new(ProblemKind::StoreUnavailable, UNKNOWN).retry_after(Duration::from_secs(1)));

@@ -249,6 +249,16 @@ async fn natural_keys_and_fingerprint_headers_on_memory() {
 }
 
 #[actix_web::test]
+async fn encrypted_records_on_memory() {
+    let store = std::sync::Arc::new(MemoryStore::new());
+    idem_tests::sealed_checks::assert_sealed_records(
+        store,
+        None::<fn(Vec<idem_runtime::store::StorageKey>) -> std::future::Ready<Vec<u8>>>,
+    )
+    .await;
+}
+
+#[actix_web::test]
 async fn the_inbox_on_memory() {
     idem_tests::inbox_checks::assert_inbox(std::sync::Arc::new(MemoryStore::new())).await;
 }

@@ -80,6 +80,14 @@ async fn natural_keys_and_fingerprint_headers_on_postgres() {
 }
 
 #[actix_web::test]
+async fn encrypted_records_on_postgres() {
+    let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", "encrypted records on postgres") else { return };
+    let store = std::sync::Arc::new(postgres_store(&url, POOL_SIZE).await);
+    let dump = |keys| idem_tests::sealed_checks::postgres_dump(&url, keys);
+    idem_tests::sealed_checks::assert_sealed_records(store, Some(dump)).await;
+}
+
+#[actix_web::test]
 async fn the_inbox_on_postgres() {
     let Some(url) = idem_tests::backend::url("IDEM_POSTGRES_URL", "the inbox on postgres") else { return };
     idem_tests::inbox_checks::assert_inbox(std::sync::Arc::new(postgres_store(&url, POOL_SIZE).await)).await;

@@ -73,6 +73,23 @@ async fn a_blocked_worker_keeps_every_lease_on_it() {
 }
 
 #[actix_web::test]
+async fn encrypted_records_on_redis() {
+    let Some(url) = idem_tests::backend::url("IDEM_REDIS_URL", "encrypted records on redis") else { return };
+    let store = std::sync::Arc::new(RedisStore::connect(&url).await.expect("connecting to Redis"));
+    let dump = |keys| idem_tests::sealed_checks::redis_dump(&url, keys);
+    idem_tests::sealed_checks::assert_sealed_records(store, Some(dump)).await;
+}
+
+#[actix_web::test]
+async fn encrypted_records_on_a_redis_cluster() {
+    let Some(store) = idem_tests::backend::redis_cluster_store("encrypted records on a redis cluster").await else {
+        return;
+    };
+    let no_dump = None::<fn(Vec<idem_runtime::store::StorageKey>) -> std::future::Ready<Vec<u8>>>;
+    idem_tests::sealed_checks::assert_sealed_records(std::sync::Arc::new(store), no_dump).await;
+}
+
+#[actix_web::test]
 async fn natural_keys_and_fingerprint_headers_on_redis() {
     let Some(store) = redis_store("natural_keys_and_fingerprint_headers_on_redis").await else { return };
     idem_tests::natural_keys::assert_natural_keys(Idem::new(store)).await;

@@ -28,6 +28,14 @@ pub(crate) struct Cli {
     /// route's `lock_ttl`, and longer than the services' store timeout.
     #[arg(long, global = true, default_value = "30s")]
     pub(crate) grace: humantime::Duration,
+    /// A file holding the records keys of services that seal their records
+    /// (`Idem::encrypt_records`): 64 hexadecimal digits each, separated by
+    /// commas or new lines, the key new records are sealed with first. The
+    /// environment variable IDEM_RECORDS_KEY may hold them instead; never
+    /// give a key itself on the command line. Without a key, sealed parts
+    /// show as sealed.
+    #[arg(long, global = true)]
+    pub(crate) records_key_file: Option<PathBuf>,
     #[command(subcommand)]
     pub(crate) command: Command,
 }

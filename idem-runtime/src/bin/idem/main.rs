@@ -13,6 +13,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use idem_runtime::operate::{Operator, OperatorError, Target};
+use idem_runtime::sealing::{Keyring, RecordsKey};
 use idem_runtime::store::{ListFilter, StoredResponse};
 
 use self::args::{Cli, Command, RecordArgs};
@@ -46,6 +47,14 @@ async fn run(cli: Cli) -> ExitCode {
         }
     };
     let operator = Operator::new(store).with_grace(cli.grace.into());
+    let operator = match records_keys(cli.records_key_file.as_deref()) {
+        Ok(Some(keyring)) => operator.with_records_keys(keyring),
+        Ok(None) => operator,
+        Err(error) => {
+            eprintln!("idem: {error}");
+            return ExitCode::from(FAILED);
+        }
+    };
     let done = match cli.command {
         Command::List { state, older_than, route, limit } => {
             let mut filter = ListFilter::new(limit);
@@ -109,4 +118,28 @@ fn target(record: &RecordArgs) -> Result<Target, OperatorError> {
             "name a record by its ID, or by --route, --scope, --subject and --key".to_owned(),
         )),
     }
+}
+
+/// The records keys from `file`, else from `IDEM_RECORDS_KEY`: 64
+/// hexadecimal digits each, separated by commas or new lines, the current
+/// one first. Errors never repeat a key.
+fn records_keys(file: Option<&std::path::Path>) -> Result<Option<Keyring>, String> {
+    let text = match file {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|error| format!("cannot read the records key file {}: {error}", path.display()))?,
+        None => match std::env::var("IDEM_RECORDS_KEY") {
+            Ok(text) => text,
+            Err(_) => return Ok(None),
+        },
+    };
+    let mut keys = text
+        .split([',', '\n'])
+        .map(str::trim)
+        .filter(|key| !key.is_empty())
+        .enumerate()
+        .map(|(at, key)| RecordsKey::from_hex(key).map_err(|error| format!("records key {}: {error}", at + 1)));
+    let Some(current) = keys.next().transpose()? else {
+        return Err("the records keys are empty".to_owned());
+    };
+    keys.try_fold(Keyring::new(current), |keyring, key| Ok(keyring.with_previous(key?))).map(Some)
 }
