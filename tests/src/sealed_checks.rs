@@ -304,3 +304,95 @@ pub async fn postgres_dump(url: &str, keys: Vec<StorageKey>) -> Vec<u8> {
     assert_eq!(rows.len(), keys.len(), "every record is there");
     rows.join("\n").into_bytes()
 }
+
+/// The order service on its own Redis at `redis_url`, started with
+/// `ORDER_SERVICE_RECORDS_KEY` set to [`SERVICE_KEY`]: no idempotency record
+/// holds the order's id, its customer or the payment's body in the clear,
+/// replays are byte for byte, and a restart with another key (or none)
+/// answers 500 without charging or ordering again; the key back, it
+/// replays again.
+#[cfg(feature = "redis")]
+pub async fn sealed_order_service(service: &mut crate::service::OrderService, redis_url: &str) {
+    use crate::http::send;
+    use crate::order_checks::stats;
+
+    let order_body = r#"{"customer_id":"cus_sealed_4242","amount_cents":1500,"currency":"EUR"}"#;
+    let (order_key, payment_key) = (fresh_key(), fresh_key());
+    let created = send(&service.at("/orders"), Some("alice"), Some(&order_key), Some(order_body)).await;
+    assert_eq!(created.status.as_u16(), 201, "{created:?}");
+    let order_id = created.json()["id"].as_str().expect("an order id").to_owned();
+    let payments = service.at(&format!("/orders/{order_id}/payments"));
+    let paid = send(&payments, Some("alice"), Some(&payment_key), Some(r#"{"amount_cents":1500}"#)).await;
+    assert_eq!(paid.status.as_u16(), 201, "{paid:?}");
+    let payment_id = paid.json()["id"].as_str().expect("a payment id").to_owned();
+    let replays = |service: &crate::service::OrderService| {
+        let (orders, payments) = (service.at("/orders"), payments.clone());
+        let (order_key, payment_key) = (order_key.clone(), payment_key.clone());
+        async move {
+            let order = send(&orders, Some("alice"), Some(&order_key), Some(order_body)).await;
+            let payment = send(&payments, Some("alice"), Some(&payment_key), Some(r#"{"amount_cents":1500}"#)).await;
+            (order, payment)
+        }
+    };
+    let (order, payment) = replays(service).await;
+    assert_eq!(
+        (order.replayed.as_deref(), &order.body, &order.location),
+        (Some("true"), &created.body, &created.location)
+    );
+    assert_eq!((payment.replayed.as_deref(), &payment.body), (Some("true"), &paid.body));
+    assert_eq!(stats(service).await, (1, 1));
+
+    // What Redis holds: the records under `idem:v1:` sealed; the service's
+    // own data (the order itself) in the clear, where the search finds it.
+    let client = redis::Client::open(redis_url).expect("a Redis URL");
+    let mut connection = client.get_multiplexed_async_connection().await.expect("connecting to Redis");
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut connection).await.expect("KEYS");
+    let records: Vec<StorageKey> = keys
+        .iter()
+        .filter(|key| key.starts_with("idem:v1:"))
+        .map(|key| StorageKey::from_stored(key).unwrap_or_else(|| panic!("{key} is a storage key")))
+        .collect();
+    assert!(records.len() >= 2, "the order's and the payment's records: {keys:?}");
+    let sealed = redis_dump(redis_url, records).await;
+    for secret in [order_id.as_bytes(), b"cus_sealed_4242", payment_id.as_bytes(), &paid.body[..]] {
+        let shown = String::from_utf8_lossy(secret);
+        assert!(!holds(&sealed, &shown), "an idempotency record holds {shown} in the clear");
+    }
+    let mut everything = Vec::new();
+    for key in keys.iter().filter(|key| !key.starts_with("idem:v1:")) {
+        let kind: String = redis::cmd("TYPE").arg(key).query_async(&mut connection).await.expect("TYPE");
+        if kind == "string" {
+            let value: Vec<u8> = redis::cmd("GET").arg(key).query_async(&mut connection).await.expect("GET");
+            everything.extend(value);
+        } else if kind == "hash" {
+            let values: Vec<Vec<u8>> =
+                redis::cmd("HGETALL").arg(key).query_async(&mut connection).await.expect("HGETALL");
+            everything.extend(values.concat());
+        }
+    }
+    assert!(holds(&everything, &order_id), "the order itself is the service's data, in the clear");
+
+    // Another key, then none: 500, nothing runs again.
+    let other = "22".repeat(32);
+    for env in [vec![(RECORDS_KEY, other.as_str())], Vec::new()] {
+        service.restart_with(&[], &env).await;
+        let (order, payment) = replays(service).await;
+        for refused in [&order, &payment] {
+            let problem = refused.assert_problem(500);
+            assert_eq!(problem["type"], "urn:idem:problem:record-sealed", "{problem}");
+        }
+        assert_eq!(stats(service).await, (1, 1), "nothing ran again");
+    }
+    // The key back: the same answers, byte for byte.
+    service.restart_with(&[], &[(RECORDS_KEY, SERVICE_KEY)]).await;
+    let (order, payment) = replays(service).await;
+    assert_eq!((order.body, payment.body), (created.body, paid.body));
+    assert_eq!(stats(service).await, (1, 1));
+}
+
+/// The variable the order service reads its records key from.
+pub const RECORDS_KEY: &str = "ORDER_SERVICE_RECORDS_KEY";
+
+/// The records key [`sealed_order_service`] expects the service to start
+/// with.
+pub const SERVICE_KEY: &str = "1111111111111111111111111111111111111111111111111111111111111111";

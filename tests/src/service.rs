@@ -80,12 +80,15 @@ pub fn binary() -> &'static Path {
     }
 }
 
-/// Instantiates black-box tests for both builds of the order service: each
-/// named `async fn` (no arguments) becomes `actix_build::<name>` and
-/// `axum_build::<name>`, tests of the module it is written in.
+/// Instantiates black-box tests for the builds of the order service: each
+/// named `async fn` (no arguments) before the `;` becomes
+/// `actix_build::<name>` and `axum_build::<name>`, each one after it
+/// `actix_build::<name>` only (what the store does, whatever the web
+/// framework: a restart, a failover, the outbox), tests of the module it is
+/// written in.
 #[macro_export]
 macro_rules! both_builds {
-    ($($test:ident),* $(,)?) => {
+    ($($test:ident),* $(,)? $(; $($actix_only:ident),* $(,)?)?) => {
         mod actix_build {
             $(
                 #[actix_web::test]
@@ -94,6 +97,13 @@ macro_rules! both_builds {
                     super::$test().await;
                 }
             )*
+            $($(
+                #[actix_web::test]
+                async fn $actix_only() {
+                    $crate::service::use_build($crate::service::Build::Actix);
+                    super::$actix_only().await;
+                }
+            )*)?
         }
 
         mod axum_build {

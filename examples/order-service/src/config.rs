@@ -111,13 +111,19 @@ pub const RECORDS_KEY_VARIABLE: &str = "ORDER_SERVICE_RECORDS_KEY";
 /// that it is in no process listing, and never printed, not even when it
 /// is malformed. `None` when the variable is unset or empty.
 pub fn records_key() -> Result<Option<RecordsKey>, String> {
-    match std::env::var(RECORDS_KEY_VARIABLE) {
-        Ok(text) if !text.trim().is_empty() => {
-            RecordsKey::from_hex(&text).map(Some).map_err(|error| format!("{RECORDS_KEY_VARIABLE}: {error}"))
-        }
-        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => Err(format!("{RECORDS_KEY_VARIABLE}: not 64 hexadecimal digits")),
+    records_key_in(std::env::var_os(RECORDS_KEY_VARIABLE).as_deref())
+}
+
+/// The records key `value` holds, as [`records_key`] reads the variable.
+fn records_key_in(value: Option<&std::ffi::OsStr>) -> Result<Option<RecordsKey>, String> {
+    let Some(value) = value else { return Ok(None) };
+    let Some(text) = value.to_str() else {
+        return Err(format!("{RECORDS_KEY_VARIABLE}: not 64 hexadecimal digits"));
+    };
+    if text.trim().is_empty() {
+        return Ok(None);
     }
+    RecordsKey::from_hex(text).map(Some).map_err(|error| format!("{RECORDS_KEY_VARIABLE}: {error}"))
 }
 
 impl Config {
@@ -330,5 +336,18 @@ mod tests {
         assert!(help.contains("ORDER_SERVICE_WEBHOOK_SECRET") && !help.contains("whsec_test"), "{help}");
         let config = Config::try_parse_from(["order-service", "--webhook-secret", "whsec_s3cret"]).unwrap();
         assert!(!format!("{config:?}").contains("s3cret"), "{config:?}");
+    }
+
+    #[test]
+    fn the_records_key_is_read_and_never_shown() {
+        let key = "ab".repeat(32);
+        let read = records_key_in(Some(std::ffi::OsStr::new(&key))).expect("a key").expect("some key");
+        assert!(!format!("{read:?}").contains("abab"));
+        assert!(records_key_in(None).expect("no key").is_none());
+        assert!(records_key_in(Some(std::ffi::OsStr::new(" "))).expect("an empty one").is_none());
+        for bad in ["ab".repeat(31), "zz".repeat(32), format!("{key}00")] {
+            let error = records_key_in(Some(std::ffi::OsStr::new(&bad))).expect_err("refused");
+            assert!(error.starts_with("ORDER_SERVICE_RECORDS_KEY: ") && !error.contains(&bad[..8]), "{error}");
+        }
     }
 }

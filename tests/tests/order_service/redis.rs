@@ -24,6 +24,13 @@ async fn contract_on_redis() {
     failure_outcomes(&service).await;
 }
 
+async fn records_encrypted_with_the_service_key_on_redis() {
+    use idem_tests::sealed_checks::{RECORDS_KEY, SERVICE_KEY, sealed_order_service};
+    let Some(redis) = RedisServer::start("records_encrypted_with_the_service_key_on_redis") else { return };
+    let mut service = OrderService::start_with(&redis.url(), 0, &[], &[(RECORDS_KEY, SERVICE_KEY)]).await;
+    sealed_order_service(&mut service, &redis.url()).await;
+}
+
 async fn storms_across_two_processes_on_one_redis_run_once() {
     let Some(redis) = RedisServer::start("storms_across_two_processes_on_one_redis_run_once") else { return };
     let first = OrderService::start(&redis.url(), 200).await;
@@ -232,8 +239,9 @@ idem_tests::both_builds!(
     storms_across_two_processes_on_one_redis_run_once,
     crashes_on_redis_never_charge_or_order_twice,
     a_first_order_on_redis_is_three_round_trips_and_a_replay_one,
+    a_refund_during_a_backend_error_on_redis_counts_once,
+    records_encrypted_with_the_service_key_on_redis;
     every_order_on_redis_is_notified_exactly_once,
     the_retrying_client_through_a_lossy_network_on_redis,
-    a_refund_during_a_backend_error_on_redis_counts_once,
     redis_restarted_under_a_running_service,
 );

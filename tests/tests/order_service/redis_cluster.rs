@@ -93,7 +93,7 @@ async fn durable_steps_and_held_payments_on_a_redis_cluster() {
 idem_tests::both_builds!(
     contract_on_a_redis_cluster,
     storms_across_two_processes_on_one_redis_cluster_run_once,
+    durable_steps_and_held_payments_on_a_redis_cluster;
     every_order_on_a_redis_cluster_is_notified_exactly_once,
     a_primary_failover_under_a_running_service,
-    durable_steps_and_held_payments_on_a_redis_cluster,
 );
