@@ -44,6 +44,8 @@ MODES = [
     ("hand-postgres", "/hand/postgres", "postgres"),
     ("redis-cached", "/redis-cached", "redis"),
     ("postgres-cached", "/postgres-cached", "postgres"),
+    ("memory-sealed", "/memory-sealed", None),
+    ("redis-sealed", "/redis-sealed", "redis"),
 ]
 
 # (mode, its anchor, the target ratio, the paths it applies to)
@@ -386,6 +388,9 @@ def main():
     informational(
         "the replay cache (replays only: first executions pass through it)",
         [("redis-cached", "redis"), ("postgres-cached", "postgres"), ("redis-cached", "hand-redis")],
+    )
+    informational(
+        "encrypted records (Idem::encrypt_records)", [("memory-sealed", "memory"), ("redis-sealed", "redis")]
     )
     print()
     print("every target met" if met else "some targets are not met")

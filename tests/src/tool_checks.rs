@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use idem_runtime::sealing::{self, Keyring, RecordsKey};
 use idem_runtime::store::{
     Attempt, Claim, ClaimTerms, Fence, FencingToken, Fingerprint, IdempotencyKey, OnLapse, Operable, RecordState,
     RequestParts, Scope, StateName, Step, StorageKey, StoredResponse, grace,
@@ -72,24 +73,34 @@ impl Tool {
 
     /// `idem --store URL args...`.
     pub async fn run(&self, args: &[&str]) -> Run {
-        self.spawn(Via::Flag, args).await
+        self.spawn(Via::Flag, args, None).await
+    }
+
+    /// `IDEM_RECORDS_KEY=KEYS idem --store URL args...` (without the
+    /// variable when `keys` is `None`).
+    pub async fn run_with_records_keys(&self, keys: Option<&str>, args: &[&str]) -> Run {
+        self.spawn(Via::Flag, args, keys).await
     }
 
     /// `IDEM_STORE=URL idem args...`.
     pub async fn run_with_environment(&self, args: &[&str]) -> Run {
-        self.spawn(Via::Environment, args).await
+        self.spawn(Via::Environment, args, None).await
     }
 
     /// `idem args...`, with neither `--store` nor `IDEM_STORE`.
     pub async fn run_without_store(args: &[&str]) -> Run {
-        Self::on("").spawn(Via::Nothing, args).await
+        Self::on("").spawn(Via::Nothing, args, None).await
     }
 
-    async fn spawn(&self, via: Via, args: &[&str]) -> Run {
+    async fn spawn(&self, via: Via, args: &[&str], records_keys: Option<&str>) -> Run {
         let (store, args) = (self.store.clone(), args.iter().map(|&arg| arg.to_owned()).collect::<Vec<_>>());
+        let records_keys = records_keys.map(str::to_owned);
         tokio::task::spawn_blocking(move || {
             let mut command = Command::new(binary());
-            command.env_remove("IDEM_STORE").env("RUST_LOG", "off");
+            command.env_remove("IDEM_STORE").env_remove("IDEM_RECORDS_KEY").env("RUST_LOG", "off");
+            if let Some(keys) = records_keys {
+                command.env("IDEM_RECORDS_KEY", keys);
+            }
             match via {
                 Via::Flag => {
                     command.args(["--store", &store]);
@@ -222,8 +233,21 @@ impl Route {
     /// lapse past its grace: a retry then holds the record. Its storage key
     /// and holder's token. About three seconds.
     async fn held(&self, store: &dyn Operable, key: &str, body: &str) -> (StorageKey, FencingToken) {
+        self.held_after(store, key, body, |_| charge()).await
+    }
+
+    /// [`Self::held`], its record holding the step `step` makes of its
+    /// storage key.
+    async fn held_after(
+        &self,
+        store: &dyn Operable,
+        key: &str,
+        body: &str,
+        step: impl FnOnce(&StorageKey) -> Step,
+    ) -> (StorageKey, FencingToken) {
         let (storage_key, token) = self.claim(store, key, body, SHORT).await;
-        assert_eq!(store.record_step(&storage_key, token, &charge()).await.expect("record_step"), Fence::Held);
+        let step = step(&storage_key);
+        assert_eq!(store.record_step(&storage_key, token, &step).await.expect("record_step"), Fence::Held);
         tokio::time::sleep(SHORT + Duration::from_millis(800)).await;
         let claim = self.retry_with(store, &storage_key, body, SHORT).await;
         assert!(matches!(claim, Claim::InFlight { .. }), "the holder's grace: {claim:?}");
@@ -424,6 +448,72 @@ pub async fn a_record_that_changed_is_not_settled(store: Arc<dyn Operable>, tool
     tool.run(&[&args[..], &["--force"]].concat()).await.exited(0);
     let record = store.get(&retried).await.expect("get").expect("a tombstone");
     assert_eq!(record.state_name(), StateName::Released);
+}
+
+/// A service's sealed records (`Idem::encrypt_records`): without its keys
+/// the tool shows them sealed and never their contents, and refuses to
+/// resolve a record whose steps are sealed (a response in the clear would
+/// not open); given the keys (`IDEM_RECORDS_KEY`, or `--records-key-file`
+/// with the sealing key as a previous one) it opens them, and the response
+/// it resolves is sealed with the current key. A key that opens nothing
+/// leaves them sealed.
+pub async fn sealed_records_open_only_with_the_keys(store: Arc<dyn Operable>, tool: &Tool) {
+    let route = Route::fresh();
+    let (key, newer, other) = ([0x3c; 32], [0x4d; 32], [0x5e; 32]);
+    let keyring = Keyring::new(RecordsKey::new(key));
+    let secret_step = br#"{"charge":"ch_secret_7f3a"}"#;
+    let sealed_step = |at: &StorageKey| Step {
+        name: "charge".to_owned(),
+        result: Bytes::from(sealing::seal_step(&keyring, at, "charge", secret_step)),
+    };
+    let ((held, _), completed) = tokio::join!(route.held_after(&*store, "k-held", r#"{"n":1}"#, sealed_step), async {
+        let (completed, token) = route.claim(&*store, "k-completed", r#"{"n":2}"#, LONG).await;
+        let response =
+            StoredResponse { status: 201, headers: vec![], body: Bytes::from_static(b"{\"card\":\"4242\"}") };
+        let sealed = sealing::seal_response(&keyring, &completed, &response);
+        assert_eq!(store.complete(&completed, token, &sealed, TTL).await.expect("complete"), Fence::Held);
+        completed
+    });
+    let hex = |bytes: [u8; 32]| hex::encode(bytes);
+    let key_id = RecordsKey::new(key).id().to_hex();
+
+    for keys in [None, Some(hex(other))] {
+        let shown = tool.run_with_records_keys(keys.as_deref(), &["inspect", held.record_id()]).await;
+        let (_, steps) = fields(shown.exited(0));
+        assert_eq!(steps, [("charge", "sealed (give the records key to read it)")], "{shown}");
+        let shown = tool.run_with_records_keys(keys.as_deref(), &["inspect", completed.record_id()]).await;
+        let (fields, _) = fields(shown.exited(0));
+        assert!(field(&fields, "response").ends_with(&format!("sealed with key {key_id}")), "{shown}");
+        assert!(!shown.stdout.contains("4242") && !shown.stdout.contains("ch_secret"), "{shown}");
+    }
+    let refused = tool.run(&["resolve", held.record_id(), "--status", "200", "--body", "/dev/null"]).await;
+    assert!(refused.exited(1).stderr.contains("sealed"), "{refused}");
+    assert_eq!(store.get(&held).await.expect("get").expect("a record").state_name(), StateName::Held, "{refused}");
+
+    let keys = Some(hex(key));
+    let opened = tool.run_with_records_keys(keys.as_deref(), &["inspect", held.record_id(), "--json"]).await;
+    let steps = json!([{"name": "charge", "result": {"charge": "ch_secret_7f3a"}}]);
+    assert_eq!(opened.exited(0).json()["steps"], steps, "{opened}");
+    let opened = tool.run_with_records_keys(keys.as_deref(), &["inspect", completed.record_id(), "--json"]).await;
+    assert_eq!(opened.exited(0).json()["response"]["body"], json!(r#"{"card":"4242"}"#), "{opened}");
+
+    // Rotated: the newer key is current, the sealing one a previous one.
+    let dir = scratch_dir("idem-tool-sealed");
+    let (file, body) = (dir.join("records-keys"), dir.join("response.json"));
+    std::fs::write(&file, format!("{}\n{}\n", hex(newer), hex(key))).expect("writing the keys file");
+    std::fs::write(&body, br#"{"charge":"ch_secret_7f3a","status":"captured"}"#).expect("writing the body file");
+    let (file, body) = (file.to_string_lossy(), body.to_string_lossy());
+    let resolve = ["--records-key-file", &file, "resolve", held.record_id(), "--status", "201", "--body", &body];
+    let resolved = tool.run(&resolve).await;
+    std::fs::remove_dir_all(&dir).expect("removing the scratch directory");
+    assert!(resolved.exited(0).stdout.contains("held -> completed"), "{resolved}");
+    let record = store.get(&held).await.expect("get").expect("a record");
+    let RecordState::Completed { response, .. } = record.state else { panic!("completed: {record:?}") };
+    assert_eq!(sealing::sealed_with(&response), Some(Ok(RecordsKey::new(newer).id())), "sealed with the current key");
+    assert!(!response.body.windows(9).any(|w| w == b"ch_secret"), "the resolved body is sealed");
+    let rotated = Keyring::new(RecordsKey::new(newer));
+    let opened = sealing::open_response(Some(&rotated), &held, response).expect("opens with the current key");
+    assert_eq!(opened.body, Bytes::from_static(br#"{"charge":"ch_secret_7f3a","status":"captured"}"#));
 }
 
 /// Usage errors exit 2, before or after the store is reached: no store, a

@@ -34,6 +34,12 @@ async fn a_record_that_changed_is_not_settled() {
 }
 
 #[tokio::test]
+async fn sealed_records_open_only_with_the_keys() {
+    let Some((store, tool)) = shared("postgres tool: sealed records").await else { return };
+    tool_checks::sealed_records_open_only_with_the_keys(store, &tool).await;
+}
+
+#[tokio::test]
 async fn usage_errors_exit_2() {
     let Some((_, tool)) = shared("postgres tool: usage errors").await else { return };
     tool_checks::usage_errors_exit_2(&tool).await;

@@ -42,6 +42,12 @@ macro_rules! tool_tests {
         }
 
         #[tokio::test]
+        async fn sealed_records_open_only_with_the_keys() {
+            let Some((store, tool)) = $open(module_path!()).await else { return };
+            tool_checks::sealed_records_open_only_with_the_keys(store, &tool).await;
+        }
+
+        #[tokio::test]
         async fn usage_errors_exit_2() {
             let Some((_, tool)) = $open(module_path!()).await else { return };
             tool_checks::usage_errors_exit_2(&tool).await;
