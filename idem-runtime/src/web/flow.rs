@@ -215,7 +215,7 @@ async fn read<R: Incoming>(
     };
     let key = match early {
         Early::Key(key) => key,
-        Early::Late(late) => match read_late(late, req, &body, options.required) {
+        Early::Late(late) => match read_late(late, req, &body, options.required, options.header) {
             Ok(Some(key)) => key,
             Ok(None) => return Ok(Read::Keyless(Some(body))),
             Err(problem) => return Err(reject::<R::Framework>(problem)),

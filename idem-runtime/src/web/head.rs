@@ -68,6 +68,21 @@ impl<'a> RequestHead<'a> {
         as_text(self.header_bytes(name)?)
     }
 
+    /// The value of the header `name` (any case) when the request has it
+    /// once, as visible ASCII text: `None` when it is absent or repeated.
+    pub(crate) fn single_header(&self, name: &str) -> Option<&str> {
+        let mut values: Box<dyn Iterator<Item = &[u8]>> = match &self.inner {
+            #[cfg(feature = "actix")]
+            Inner::Actix(req) => Box::new(req.headers().get_all(name).map(|value| value.as_bytes())),
+            #[cfg(feature = "axum")]
+            Inner::Axum(parts) => Box::new(parts.headers.get_all(name).iter().map(|value| value.as_bytes())),
+        };
+        match (values.next(), values.next()) {
+            (Some(value), None) => as_text(value),
+            _ => None,
+        }
+    }
+
     /// The first value of the header `name` (any case), as bytes.
     pub fn header_bytes(&self, name: &str) -> Option<&[u8]> {
         match &self.inner {

@@ -59,10 +59,13 @@ impl<'a> KeyRequest<'a> {
         self.query
     }
 
-    /// The first value of the header `name` (any case), if it is visible
-    /// ASCII text.
+    /// The value of the header `name` (any case), if the request has it
+    /// once and it is visible ASCII text. A header sent twice is `None`:
+    /// another layer may read the other value (an authenticated tenant,
+    /// say), and a key must not be made of one the request did not mean.
+    /// Read [`Self::head`] for every value.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.head.header(name)
+        self.head.single_header(name)
     }
 
     /// The value of the route's path parameter `name`, percent-decoded as

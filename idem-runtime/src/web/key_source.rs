@@ -44,18 +44,15 @@ pub(super) fn read_early(req: &impl Incoming, options: &RouteOptions, route: &st
             let mut read = Vec::with_capacity(parts.len());
             for part in parts {
                 read.push(match part {
-                    KeyPart::Header => match from_header(req, options)? {
-                        Some(key) => Some(key),
-                        None => return Ok(None),
-                    },
+                    KeyPart::Header => from_header(req, options)?,
                     KeyPart::Path(name) => Some(from_path(req, name, route)?),
                     KeyPart::Json(_) => None,
                 });
             }
-            if read.iter().any(Option::is_none) {
+            if parts.iter().any(|part| matches!(part, KeyPart::Json(_))) {
                 return Ok(Some(Early::Late(Late::Composite(parts, read))));
             }
-            Some(IdempotencyKey::joined(&read.into_iter().flatten().collect::<Vec<_>>()))
+            composite(parts, read, options.header)?
         }
     };
     Ok(key.map(Early::Key))
@@ -68,29 +65,61 @@ pub(super) fn read_late<R: Incoming>(
     req: &R,
     body: &[u8],
     required: bool,
+    header: &str,
 ) -> Result<Option<IdempotencyKey>, Problem> {
     match late {
         Late::Json(pointer) => from_body(body, pointer, required),
         Late::Composite(parts, mut read) => {
-            if body.is_empty() && !required {
-                return Ok(None);
-            }
-            let mut document = None;
-            for (part, slot) in parts.iter().zip(&mut read) {
-                let KeyPart::Json(pointer) = part else { continue };
-                let document = match &mut document {
-                    Some(document) => document,
-                    None => document.insert(body_document(body, pointer)?),
-                };
-                match at_pointer(document, pointer, required)? {
-                    Some(key) => *slot = Some(key),
-                    None => return Ok(None),
+            // An empty body has none of the key's parts (when they are not
+            // required: else, the first one's absence is the error).
+            if !body.is_empty() || required {
+                let mut document = None;
+                for (part, slot) in parts.iter().zip(&mut read) {
+                    let KeyPart::Json(pointer) = part else { continue };
+                    let document = match &mut document {
+                        Some(document) => document,
+                        None => document.insert(body_document(body, pointer)?),
+                    };
+                    *slot = at_pointer(document, pointer, required)?;
                 }
             }
-            Ok(Some(IdempotencyKey::joined(&read.into_iter().flatten().collect::<Vec<_>>())))
+            composite(parts, read, header)
         }
         Late::Computed(function) => computed(function, req, body, required),
     }
+}
+
+/// The key of a composite's parts as read (`None`: absent, which only a
+/// key that is not required may be). No part the client sends (the header,
+/// the body's) is no key; some of them without the others is a missing key,
+/// never a request run without one: a client that sent its key header
+/// expects its retries to be recognized.
+fn composite(
+    parts: &[KeyPart],
+    read: Vec<Option<IdempotencyKey>>,
+    header: &str,
+) -> Result<Option<IdempotencyKey>, Problem> {
+    let sent = |part: &KeyPart| !matches!(part, KeyPart::Path(_));
+    let absent: Vec<&KeyPart> = parts.iter().zip(&read).filter(|(_, key)| key.is_none()).map(|(part, _)| part).collect();
+    if absent.is_empty() {
+        return Ok(Some(IdempotencyKey::joined(&read.into_iter().flatten().collect::<Vec<_>>())));
+    }
+    if parts.iter().zip(&read).all(|(part, key)| !sent(part) || key.is_none()) {
+        return Ok(None);
+    }
+    let named: Vec<String> = absent
+        .iter()
+        .map(|part| match part {
+            KeyPart::Header => format!("the header `{header}`"),
+            KeyPart::Path(name) => format!("the path parameter `{name}`"),
+            KeyPart::Json(pointer) => format!("the body's `{pointer}`"),
+        })
+        .collect();
+    let detail = format!(
+        "the request has part of this route's idempotency key but not {}: send every part, or none",
+        named.join(" nor ")
+    );
+    Err(Problem::new(ProblemKind::MissingKey, detail))
 }
 
 /// The key the route's key function makes of a request.

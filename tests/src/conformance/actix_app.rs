@@ -136,6 +136,12 @@ async fn lines(calls: State, order_id: web::Path<String>, line: web::Json<Value>
     respond(business::lines(&calls, &order_id, &line))
 }
 
+#[idempotent(scope = "route", key = ["header", "json:/account"], required = false)]
+#[post("/transfers")]
+async fn transfers(calls: State, transfer: web::Json<Value>) -> HttpResponse {
+    respond(business::transfers(&calls, &transfer))
+}
+
 #[idempotent(scope = "global", key = "fn:business::invoice_key")]
 #[post("/invoices")]
 async fn invoices(calls: State, invoice: web::Json<Value>) -> HttpResponse {
@@ -148,6 +154,7 @@ fn routes(config: &mut web::ServiceConfig) {
         .service(orders)
         .service(items)
         .service(global)
+        .service(transfers)
         .service(natural)
         .service(events)
         .service(slow)

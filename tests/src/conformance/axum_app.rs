@@ -122,6 +122,11 @@ async fn lines(State(calls): Shared, Path(order_id): Path<String>, Json(line): J
     respond(business::lines(&calls, &order_id, &line))
 }
 
+#[idempotent(scope = "route", key = ["header", "json:/account"], required = false)]
+async fn transfers(State(calls): Shared, Json(transfer): Json<Value>) -> Response {
+    respond(business::transfers(&calls, &transfer))
+}
+
 #[idempotent(scope = "global", key = "fn:business::invoice_key")]
 async fn invoices(State(calls): Shared, Json(invoice): Json<Value>) -> Response {
     respond(business::invoices(&calls, &invoice))
@@ -147,6 +152,7 @@ fn routes(calls: Arc<Calls>) -> Router {
         .route("/steps", post(steps))
         .route("/deliveries", post(deliveries))
         .route("/lines/{order_id}", post(lines))
+        .route("/transfers", post(transfers))
         .route("/invoices", post(invoices))
         .nest("/shops/{shop}", Router::new().route("/items", post(shop_items)))
         .with_state(calls)

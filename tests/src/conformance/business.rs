@@ -93,6 +93,11 @@ pub fn lines(calls: &Calls, order_id: &str, line: &Value) -> Reply {
     Reply::new(201, json!({"call": calls.hit("lines"), "order": order_id, "line": line["line_id"]}))
 }
 
+/// `POST /transfers` (key `["header", "json:/account"]`, not required).
+pub fn transfers(calls: &Calls, transfer: &Value) -> Reply {
+    Reply::new(201, json!({"call": calls.hit("transfers"), "account": transfer["account"]}))
+}
+
 /// `POST /invoices` (scope `global`, key computed by [`invoice_key`]).
 pub fn invoices(calls: &Calls, invoice: &Value) -> Reply {
     Reply::new(201, json!({"call": calls.hit("invoices"), "number": invoice["number"]}))

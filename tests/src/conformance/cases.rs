@@ -444,6 +444,28 @@ pub async fn composite_keys_join_their_parts<F: Framework>(framework: F) {
     assert_eq!(app.calls.count("lines"), 4);
 }
 
+/// A composite key that is not required: a request with none of the parts
+/// a client sends runs without a key; one with some of them is refused,
+/// never run without the key its sender meant to give.
+pub async fn a_partial_composite_key_is_refused<F: Framework>(framework: F) {
+    let app = start(framework).await;
+    let key = fresh_key();
+    let both = post("/transfers", &key, json!({"account": "acc-1"}));
+    assert_eq!(both.to(&app).await.status, 201);
+    assert!(both.to(&app).await.replayed());
+    let no_account = post("/transfers", &key, json!({"amount": 5})).to(&app).await;
+    assert_eq!(no_account.problem(400), "missing-key", "the header without the body's part");
+    let detail = no_account.json()["detail"].as_str().unwrap_or_default().to_owned();
+    assert!(detail.contains("/account"), "names the missing part: {detail}");
+    let null_account = post("/transfers", &key, json!({"account": null})).to(&app).await;
+    assert_eq!(null_account.problem(400), "missing-key", "null is absent");
+    let no_header = post("/transfers", "", json!({"account": "acc-1"})).keyless().to(&app).await;
+    assert_eq!(no_header.problem(400), "missing-key", "the body's part without the header");
+    let neither = post("/transfers", "", json!({"amount": 5})).keyless();
+    assert!(!neither.to(&app).await.replayed() && !neither.to(&app).await.replayed(), "no key: runs each time");
+    assert_eq!(app.calls.count("transfers"), 3);
+}
+
 /// A computed key is what the route's function makes of the request.
 pub async fn computed_keys_come_from_the_function<F: Framework>(framework: F) {
     let app = start(framework).await;
@@ -464,6 +486,9 @@ pub async fn computed_keys_come_from_the_function<F: Framework>(framework: F) {
     );
     let unnumbered = post("/invoices", "", json!({"cents": 1})).keyless().header("x-tenant-id", "t1");
     assert_eq!(unnumbered.to(&app).await.problem(400), "missing-key");
+    // Another layer may trust the second value: the key never takes the first.
+    let two_tenants = invoice("t1").header("x-tenant-id", "t2").to(&app).await;
+    assert_eq!(two_tenants.problem(400), "missing-key", "a repeated header is no value: {two_tenants:?}");
     assert_eq!(app.calls.count("invoices"), 2);
 }
 

@@ -134,6 +134,7 @@ macro_rules! conformance_cases {
             fingerprint_headers_count,
             excluded_fields_are_never_compared,
             composite_keys_join_their_parts,
+            a_partial_composite_key_is_refused,
             computed_keys_come_from_the_function,
             the_handler_owns_the_replayed_header,
             the_execution_context_gives_stable_derived_keys,
