@@ -109,7 +109,8 @@ pub const RECORDS_KEY_VARIABLE: &str = "ORDER_SERVICE_RECORDS_KEY";
 /// The key idempotency records are sealed with, from
 /// `ORDER_SERVICE_RECORDS_KEY` (64 hexadecimal digits): never a flag, so
 /// that it is in no process listing, and never printed, not even when it
-/// is malformed. `None` when the variable is unset or empty.
+/// is malformed. `None` when the variable is unset; set but empty is an
+/// error (a secret that did not arrive must not turn encryption off).
 pub fn records_key() -> Result<Option<RecordsKey>, String> {
     records_key_in(std::env::var_os(RECORDS_KEY_VARIABLE).as_deref())
 }
@@ -120,9 +121,6 @@ fn records_key_in(value: Option<&std::ffi::OsStr>) -> Result<Option<RecordsKey>,
     let Some(text) = value.to_str() else {
         return Err(format!("{RECORDS_KEY_VARIABLE}: not 64 hexadecimal digits"));
     };
-    if text.trim().is_empty() {
-        return Ok(None);
-    }
     RecordsKey::from_hex(text).map(Some).map_err(|error| format!("{RECORDS_KEY_VARIABLE}: {error}"))
 }
 
@@ -344,10 +342,10 @@ mod tests {
         let read = records_key_in(Some(std::ffi::OsStr::new(&key))).expect("a key").expect("some key");
         assert!(!format!("{read:?}").contains("abab"));
         assert!(records_key_in(None).expect("no key").is_none());
-        assert!(records_key_in(Some(std::ffi::OsStr::new(" "))).expect("an empty one").is_none());
-        for bad in ["ab".repeat(31), "zz".repeat(32), format!("{key}00")] {
+        for bad in [" ".to_owned(), "ab".repeat(31), "zz".repeat(32), format!("{key}00")] {
             let error = records_key_in(Some(std::ffi::OsStr::new(&bad))).expect_err("refused");
-            assert!(error.starts_with("ORDER_SERVICE_RECORDS_KEY: ") && !error.contains(&bad[..8]), "{error}");
+            let shown = bad.get(..8).unwrap_or("never");
+            assert!(error.starts_with("ORDER_SERVICE_RECORDS_KEY: ") && !error.contains(shown), "{error}");
         }
     }
 }

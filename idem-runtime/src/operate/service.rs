@@ -109,6 +109,7 @@ fn failed(error: &OperatorError) -> HttpResponse {
         OperatorError::InvalidTarget(_) | OperatorError::InvalidResponse(_) => {
             HttpResponse::BadRequest().json(body("usage"))
         }
+        OperatorError::Sealed { .. } => HttpResponse::Conflict().json(body("sealed")),
         _ => {
             tracing::error!(%error, "an operator's request failed");
             HttpResponse::ServiceUnavailable().json(json!({"error": "store", "detail": "the store failed"}))

@@ -80,21 +80,25 @@ pub(super) enum Ending {
 /// the client. The request is counted when that is settled (now, or in
 /// the background), before the execution ends.
 pub(super) async fn settle(route: &Route, execution: Execution, ending: Ending) -> Counted {
-    let processed = not_kept(
-        "the request was processed, but the store refused to keep its response; it will not run again for this key",
-    );
-    // Sealed once: every try stores the same bytes, which an unknown
-    // outcome is then compared with.
-    let processed = execution.sealed(processed);
+    // Sealed once, and only when needed (the store refused the response,
+    // or the first try failed): every try stores the same bytes, which an
+    // unknown outcome is then compared with.
+    let processed = |execution: &Execution| {
+        execution.sealed(not_kept(
+            "the request was processed, but the store refused to keep its response; it will not run again for \
+             this key",
+        ))
+    };
     let ending = match ending {
         Ending::Complete(stored) => Ending::Complete(execution.sealed(stored)),
         Ending::Release => Ending::Release,
     };
+    let mut placed = None;
     let first = match &ending {
         Ending::Complete(stored) => match execution.try_complete(stored).await {
             Tried::Done(outcome) => Ok(outcome),
             // Refused for good: the small record goes in its place at once.
-            Tried::Refused => match execution.try_complete(&processed).await {
+            Tried::Refused => match execution.try_complete(placed.insert(processed(&execution))).await {
                 Tried::Done(outcome) => Ok(outcome),
                 _ => Err(Tried::Refused),
             },
@@ -110,7 +114,10 @@ pub(super) async fn settle(route: &Route, execution: Execution, ending: Ending) 
     let span = crate::observe::current_span();
     let rest = async move {
         let outcome = match ending {
-            Ending::Complete(stored) => execution.complete(first, &stored, &processed).await,
+            Ending::Complete(stored) => {
+                let processed = placed.unwrap_or_else(|| processed(&execution));
+                execution.complete(first, &stored, &processed).await
+            }
             Ending::Release => execution.release().await,
         };
         route.count(outcome);

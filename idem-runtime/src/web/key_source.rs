@@ -100,7 +100,8 @@ fn composite(
     header: &str,
 ) -> Result<Option<IdempotencyKey>, Problem> {
     let sent = |part: &KeyPart| !matches!(part, KeyPart::Path(_));
-    let absent: Vec<&KeyPart> = parts.iter().zip(&read).filter(|(_, key)| key.is_none()).map(|(part, _)| part).collect();
+    let absent: Vec<&KeyPart> =
+        parts.iter().zip(&read).filter(|(_, key)| key.is_none()).map(|(part, _)| part).collect();
     if absent.is_empty() {
         return Ok(Some(IdempotencyKey::joined(&read.into_iter().flatten().collect::<Vec<_>>())));
     }

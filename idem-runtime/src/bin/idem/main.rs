@@ -47,9 +47,9 @@ async fn run(cli: Cli) -> ExitCode {
         }
     };
     let operator = Operator::new(store).with_grace(cli.grace.into());
-    let operator = match records_keys(cli.records_key_file.as_deref()) {
-        Ok(Some(keyring)) => operator.with_records_keys(keyring),
-        Ok(None) => operator,
+    let (operator, keyed) = match records_keys(cli.records_key_file.as_deref()) {
+        Ok(Some(keyring)) => (operator.with_records_keys(keyring), true),
+        Ok(None) => (operator, false),
         Err(error) => {
             eprintln!("idem: {error}");
             return ExitCode::from(FAILED);
@@ -89,7 +89,16 @@ async fn run(cli: Cli) -> ExitCode {
             };
             match target(&record) {
                 Ok(target) => {
-                    operator.resolve(&target, response, &expect.expect()).await.map(|settled| output.settled(&settled))
+                    let resolved = operator.resolve(&target, response, &expect.expect()).await;
+                    if resolved.is_ok() && !keyed {
+                        // Nothing tells the tool whether the service seals:
+                        // one that does answers 500 for a clear response.
+                        eprintln!(
+                            "idem: note: the response was written in the clear (no records keys given); a service \
+                             that encrypts its records refuses it"
+                        );
+                    }
+                    resolved.map(|settled| output.settled(&settled))
                 }
                 Err(error) => Err(error),
             }

@@ -46,6 +46,7 @@ impl Output {
                 // grace (the detail says when).
                 OperatorError::Running { .. } | OperatorError::Graced { .. } => "running",
                 OperatorError::InvalidTarget(_) | OperatorError::InvalidResponse(_) => "usage",
+                OperatorError::Sealed { .. } => "sealed",
                 _ => "store",
             };
             println!("{}", json!({"error": kind, "detail": error.to_string()}));
