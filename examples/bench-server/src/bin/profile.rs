@@ -11,7 +11,8 @@
 //! `least-replay` (the hand-written least correct layer, see `least.rs`),
 //! `floor` and `floor-replay` (section 4's work and no more, see `floor.rs`),
 //! `first` (under `#[idempotent]`, a new key each time) and `replay` (one
-//! key).
+//! key), and `sealed-first` and `sealed-replay` (the same with encrypted
+//! records).
 //!
 //! With `PROFILE_COLD_MB=N` it touches N MiB between two requests, as the
 //! network stack between two requests over HTTP evicts the caches, and
@@ -35,6 +36,7 @@ mod order;
 
 use actix_web::test::{self, TestRequest};
 use actix_web::{App, web};
+use idem_runtime::sealing::{Keyring, RecordsKey};
 use idem_runtime::{Idem, MemoryStore};
 
 const ORDER: &str = r#"{"customer_id":"cus_8e03978e","amount_cents":1500,"currency":"EUR","lines":[{"sku":"A-1","qty":2},{"sku":"B-7","qty":1}]}"#;
@@ -50,7 +52,15 @@ fn main() {
             .service(web::scope("/bare").service(order::bare))
             .service(web::scope("/least").service(least::least))
             .service(web::scope("/floor").service(floor::floor))
-            .service(web::scope("/memory").service(order::annotated)),
+            .service(web::scope("/memory").service(order::annotated))
+            .service(
+                web::scope("/sealed")
+                    .app_data(
+                        Idem::new(MemoryStore::with_max_bytes(4 << 30))
+                            .encrypt_records(Keyring::new(RecordsKey::new([0x5e; 32]))),
+                    )
+                    .service(order::annotated),
+            ),
     ));
     let request = |uri: &str, key: Option<String>| {
         let mut request =
@@ -77,6 +87,8 @@ fn main() {
             "replay" => request("/memory/orders", Some("replayed".into())),
             "floor" => request("/floor/orders", Some(format!("key-{n}"))),
             "floor-replay" => request("/floor/orders", Some("replayed".into())),
+            "sealed-first" => request("/sealed/orders", Some(format!("key-{n}"))),
+            "sealed-replay" => request("/sealed/orders", Some("replayed".into())),
             _ => request("/memory/orders", Some(format!("key-{n}"))),
         };
         let response = system.block_on(test::call_service(&app, req));
