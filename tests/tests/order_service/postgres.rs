@@ -180,8 +180,8 @@ async fn a_refund_during_a_backend_error_on_postgres_counts_once() {
 idem_tests::both_builds!(
     contract_on_postgres,
     storms_across_two_processes_on_one_postgres_run_once,
-    a_refund_during_a_backend_error_on_postgres_counts_once;
-    crashes_on_postgres_never_charge_or_order_twice,
+    a_refund_during_a_backend_error_on_postgres_counts_once,
     every_order_on_postgres_is_notified_exactly_once,
-    the_retrying_client_through_a_lossy_network_on_postgres,
+    the_retrying_client_through_a_lossy_network_on_postgres;
+    crashes_on_postgres_never_charge_or_order_twice,
 );

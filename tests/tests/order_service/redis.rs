@@ -240,8 +240,8 @@ idem_tests::both_builds!(
     crashes_on_redis_never_charge_or_order_twice,
     a_first_order_on_redis_is_three_round_trips_and_a_replay_one,
     a_refund_during_a_backend_error_on_redis_counts_once,
-    records_encrypted_with_the_service_key_on_redis;
+    records_encrypted_with_the_service_key_on_redis,
     every_order_on_redis_is_notified_exactly_once,
-    the_retrying_client_through_a_lossy_network_on_redis,
+    the_retrying_client_through_a_lossy_network_on_redis;
     redis_restarted_under_a_running_service,
 );
