@@ -69,8 +69,9 @@ impl<'a> RequestHead<'a> {
     }
 
     /// The value of the header `name` (any case) when the request has it
-    /// once, as visible ASCII text: `None` when it is absent or repeated.
-    pub(crate) fn single_header(&self, name: &str) -> Option<&str> {
+    /// once, as visible ASCII text (`None` when it is absent or not such
+    /// text); `Err` when the request has it more than once.
+    pub(crate) fn single_header(&self, name: &str) -> Result<Option<&str>, Repeated> {
         let mut values: Box<dyn Iterator<Item = &[u8]>> = match &self.inner {
             #[cfg(feature = "actix")]
             Inner::Actix(req) => Box::new(req.headers().get_all(name).map(|value| value.as_bytes())),
@@ -78,8 +79,8 @@ impl<'a> RequestHead<'a> {
             Inner::Axum(parts) => Box::new(parts.headers.get_all(name).iter().map(|value| value.as_bytes())),
         };
         match (values.next(), values.next()) {
-            (Some(value), None) => as_text(value),
-            _ => None,
+            (_, Some(_)) => Err(Repeated),
+            (value, None) => Ok(value.and_then(as_text)),
         }
     }
 
@@ -146,3 +147,7 @@ impl std::fmt::Debug for RequestHead<'_> {
             .finish_non_exhaustive()
     }
 }
+
+/// A header the request has more than once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Repeated;

@@ -2,6 +2,7 @@
 //! "fn:path::to::function"`).
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 
 use super::{Incoming, NotUtf8, RequestHead};
 
@@ -25,6 +26,8 @@ pub struct KeyRequest<'a> {
     query: &'a str,
     params: &'a dyn PathParams,
     body: &'a [u8],
+    /// The first header [`Self::header`] found repeated.
+    repeated: RefCell<Option<String>>,
 }
 
 /// Where a [`KeyRequest`] finds path parameters.
@@ -41,7 +44,7 @@ impl<R: Incoming> PathParams for R {
 impl<'a> KeyRequest<'a> {
     /// The request `req`, its body `body`.
     pub(crate) fn new<R: Incoming>(req: &'a R, body: &'a [u8]) -> Self {
-        Self { head: req.head(), query: req.query(), params: req, body }
+        Self { head: req.head(), query: req.query(), params: req, body, repeated: RefCell::new(None) }
     }
 
     /// The request's method (`"POST"`).
@@ -62,10 +65,22 @@ impl<'a> KeyRequest<'a> {
     /// The value of the header `name` (any case), if the request has it
     /// once and it is visible ASCII text. A header sent twice is `None`:
     /// another layer may read the other value (an authenticated tenant,
-    /// say), and a key must not be made of one the request did not mean.
-    /// Read [`Self::head`] for every value.
+    /// say), and a key must not be made of one the request did not mean;
+    /// if the function then makes no key, the request is refused (400
+    /// `invalid-key`), never run without one. Read [`Self::head`] for
+    /// every value.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.head.single_header(name)
+        self.head.single_header(name).unwrap_or_else(|_| {
+            self.repeated.borrow_mut().get_or_insert_with(|| name.to_ascii_lowercase());
+            None
+        })
+    }
+
+    /// The first header [`Self::header`] was asked for and found sent more
+    /// than once: a function that returned no key then had no say, and
+    /// the request is refused rather than run without one.
+    pub(crate) fn repeated_header(&self) -> Option<String> {
+        self.repeated.borrow().clone()
     }
 
     /// The value of the route's path parameter `name`, percent-decoded as

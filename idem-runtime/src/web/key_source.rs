@@ -144,6 +144,16 @@ fn computed(
     };
     match made.and_then(IdempotencyKey::computed) {
         Some(key) => Ok(Some(key)),
+        // Whatever `required` says: the key may be in the header it could
+        // not read, and a request its client keyed never runs without.
+        None if let Some(header) = request.repeated_header() => {
+            let detail = format!(
+                "this route computes its idempotency key from the request (with `{}`), which has the header \
+                 `{header}` more than once",
+                function.name
+            );
+            Err(Problem::new(ProblemKind::InvalidKey, detail))
+        }
         None if !required => Ok(None),
         None => {
             let detail = format!(

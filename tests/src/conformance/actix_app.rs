@@ -142,6 +142,12 @@ async fn transfers(calls: State, transfer: web::Json<Value>) -> HttpResponse {
     respond(business::transfers(&calls, &transfer))
 }
 
+#[idempotent(scope = "route", key = "fn:business::invoice_key", required = false)]
+#[post("/receipts")]
+async fn receipts(calls: State, receipt: web::Json<Value>) -> HttpResponse {
+    respond(business::receipts(&calls, &receipt))
+}
+
 #[idempotent(scope = "global", key = "fn:business::invoice_key")]
 #[post("/invoices")]
 async fn invoices(calls: State, invoice: web::Json<Value>) -> HttpResponse {
@@ -155,6 +161,7 @@ fn routes(config: &mut web::ServiceConfig) {
         .service(items)
         .service(global)
         .service(transfers)
+        .service(receipts)
         .service(natural)
         .service(events)
         .service(slow)

@@ -127,6 +127,11 @@ async fn transfers(State(calls): Shared, Json(transfer): Json<Value>) -> Respons
     respond(business::transfers(&calls, &transfer))
 }
 
+#[idempotent(scope = "route", key = "fn:business::invoice_key", required = false)]
+async fn receipts(State(calls): Shared, Json(receipt): Json<Value>) -> Response {
+    respond(business::receipts(&calls, &receipt))
+}
+
 #[idempotent(scope = "global", key = "fn:business::invoice_key")]
 async fn invoices(State(calls): Shared, Json(invoice): Json<Value>) -> Response {
     respond(business::invoices(&calls, &invoice))
@@ -153,6 +158,7 @@ fn routes(calls: Arc<Calls>) -> Router {
         .route("/deliveries", post(deliveries))
         .route("/lines/{order_id}", post(lines))
         .route("/transfers", post(transfers))
+        .route("/receipts", post(receipts))
         .route("/invoices", post(invoices))
         .nest("/shops/{shop}", Router::new().route("/items", post(shop_items)))
         .with_state(calls)

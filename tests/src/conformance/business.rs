@@ -98,6 +98,11 @@ pub fn transfers(calls: &Calls, transfer: &Value) -> Reply {
     Reply::new(201, json!({"call": calls.hit("transfers"), "account": transfer["account"]}))
 }
 
+/// `POST /receipts` (key computed by [`invoice_key`], not required).
+pub fn receipts(calls: &Calls, receipt: &Value) -> Reply {
+    Reply::new(201, json!({"call": calls.hit("receipts"), "number": receipt["number"]}))
+}
+
 /// `POST /invoices` (scope `global`, key computed by [`invoice_key`]).
 pub fn invoices(calls: &Calls, invoice: &Value) -> Reply {
     Reply::new(201, json!({"call": calls.hit("invoices"), "number": invoice["number"]}))

@@ -488,7 +488,18 @@ pub async fn computed_keys_come_from_the_function<F: Framework>(framework: F) {
     assert_eq!(unnumbered.to(&app).await.problem(400), "missing-key");
     // Another layer may trust the second value: the key never takes the first.
     let two_tenants = invoice("t1").header("x-tenant-id", "t2").to(&app).await;
-    assert_eq!(two_tenants.problem(400), "missing-key", "a repeated header is no value: {two_tenants:?}");
+    assert_eq!(two_tenants.problem(400), "invalid-key", "a repeated header is no value: {two_tenants:?}");
+    // Not required: no key runs keyless, but a key the function could not
+    // read (its header sent twice) is refused, never run without it.
+    let receipt = |tenants: &[&str]| {
+        tenants.iter().fold(post("/receipts", "", json!({"number": number})).keyless(), |send, tenant| {
+            send.header("x-tenant-id", tenant)
+        })
+    };
+    assert!(receipt(&["t1"]).to(&app).await.status == 201 && receipt(&["t1"]).to(&app).await.replayed());
+    assert_eq!(receipt(&["t1", "t2"]).to(&app).await.problem(400), "invalid-key");
+    assert!(!receipt(&[]).to(&app).await.replayed(), "no tenant: no key, runs");
+    assert_eq!(app.calls.count("receipts"), 2);
     assert_eq!(app.calls.count("invoices"), 2);
 }
 
