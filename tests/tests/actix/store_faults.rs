@@ -191,7 +191,10 @@ async fn a_claim_answered_after_its_lease_ended_never_starts_the_handler() {
     // The claim is applied, its answer is on the way back, and the worker
     // blocks (another handler) past lock_ttl: by the time the answer is
     // read, the lease has lapsed and another server has found it so.
-    let store: Arc<dyn Store> = Arc::new(FaultyStore::default().claim_answers_take(Duration::from_millis(30)));
+    // The answer's delay leaves the blocker time to reach the worker on a
+    // loaded machine, and stays under the store timeout (250 ms).
+    let faulty = Arc::new(FaultyStore::default().claim_answers_take(Duration::from_millis(200)));
+    let store: Arc<dyn Store> = faulty.clone();
     let hits = web::Data::new(Counter::default());
     let (a, b) = two_servers(&store, &hits);
     let key = fresh_key();
@@ -199,7 +202,10 @@ async fn a_claim_answered_after_its_lease_ended_never_starts_the_handler() {
         let (url, key) = (a.at("/charge"), key.clone());
         async move { send(&url, None, Some(&key), Some("{}")).await }
     });
-    tokio::time::sleep(Duration::from_millis(8)).await;
+    // The claim is applied (its answer is on the way) before the worker blocks.
+    while faulty.claims_sent() == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     let blocker = actix_web::rt::spawn({
         let url = a.at("/block");
         async move { send(&url, None, None, Some("{}")).await }
