@@ -281,11 +281,21 @@ fn key_source(key: &KeySource, private: &TokenStream) -> TokenStream {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::args::Args;
 
     fn expand_str(args: TokenStream, function: TokenStream) -> String {
+        expanded_with(expand, args, function)
+    }
+
+    /// What `expander` makes of the attribute's `args` on `function`, as
+    /// text (the tests of both frameworks' expansions).
+    pub(crate) fn expanded_with(
+        expander: fn(&Options, &TokenStream, ItemFn) -> TokenStream,
+        args: TokenStream,
+        function: TokenStream,
+    ) -> String {
         let options = match Args::parse(args.clone()).and_then(Args::build) {
             Ok(options) => options,
             Err(error) => panic!("{error}"),
@@ -294,7 +304,7 @@ mod tests {
             Ok(function) => function,
             Err(error) => panic!("{error}"),
         };
-        expand(&options, &args, function).to_string()
+        expander(&options, &args, function).to_string()
     }
 
     #[test]

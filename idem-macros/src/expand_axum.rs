@@ -108,18 +108,9 @@ pub(crate) fn expand(options: &Options, args: &TokenStream, function: ItemFn) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::Args;
 
     fn expand_str(args: TokenStream, function: TokenStream) -> String {
-        let options = match Args::parse(args.clone()).and_then(Args::build) {
-            Ok(options) => options,
-            Err(error) => panic!("{error}"),
-        };
-        let function: ItemFn = match syn::parse2(function) {
-            Ok(function) => function,
-            Err(error) => panic!("{error}"),
-        };
-        expand(&options, &args, function).to_string()
+        crate::expand::tests::expanded_with(expand, args, function)
     }
 
     #[test]

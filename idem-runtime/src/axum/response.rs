@@ -14,8 +14,8 @@ use crate::StepError;
 use crate::problem::ProblemError;
 use crate::record::StoredResponse;
 use crate::web::{
-    Captured, Config, Framework, MarkRetryable, Marks, PROBLEM_JSON, Problem, REPLAYED_HEADER, Retryable,
-    RetryableMark, Sent, StepEnd,
+    Captured, Framework, MarkRetryable, Marks, PROBLEM_JSON, Problem, REPLAYED_HEADER, Retryable, RetryableMark, Sent,
+    StepEnd,
 };
 
 /// [`REPLAYED_HEADER`] as a header name, looked up without a copy.
@@ -79,12 +79,8 @@ impl Framework for Axum {
         response
     }
 
-    fn kept_headers(headers: &HeaderMap, config: &Config) -> Vec<(String, Vec<u8>)> {
-        headers
-            .iter()
-            .filter(|(name, _)| config.replays(name.as_str()))
-            .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
-            .collect()
+    fn header_entries(headers: &HeaderMap) -> impl Iterator<Item = (&str, &[u8])> {
+        headers.iter().map(|(name, value)| (name.as_str(), value.as_bytes()))
     }
 }
 

@@ -84,7 +84,12 @@ impl<F: Framework> Captured<F> {
                 return not_kept(&detail);
             }
         };
-        let stored = StoredResponse { status: self.status, headers: F::kept_headers(&self.headers, config), body };
+        // Kept for replay: the headers `Config::replays` names.
+        let headers = F::header_entries(&self.headers)
+            .filter(|(name, _)| config.replays(name))
+            .map(|(name, value)| (name.to_owned(), value.to_vec()))
+            .collect();
+        let stored = StoredResponse { status: self.status, headers, body };
         if stored.size() <= config.response_limit {
             return stored;
         }

@@ -96,10 +96,9 @@ pub(crate) trait Framework: Sized + 'static {
     /// The handler's captured response, sent on to its client.
     fn respond(status: u16, headers: Self::Headers, body: Sent<Self::Rest>) -> Self::Response;
 
-    /// The headers of a captured response that are kept for replay (see
-    /// [`Config::replays`]), each as a lower-case name and its value's
-    /// bytes, in order.
-    fn kept_headers(headers: &Self::Headers, config: &Config) -> Vec<(String, Vec<u8>)>;
+    /// The headers of a captured response, each as its lower-case name and
+    /// its value's bytes, in order.
+    fn header_entries(headers: &Self::Headers) -> impl Iterator<Item = (&str, &[u8])>;
 }
 
 /// One request to an `#[idempotent]` handler, as the steps of `flow.rs`
