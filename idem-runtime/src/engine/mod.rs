@@ -502,7 +502,7 @@ impl Execution {
     }
 
     /// Whether an earlier attempt that failed in transit stored `sent`.
-    async fn settle_unknown(&self, sent: &StoredResponse) -> Outcome {
+    pub(crate) async fn settle_unknown(&self, sent: &StoredResponse) -> Outcome {
         let store = &self.lease.state().store;
         match store_call(store.kind(), "get", self.timeout, store.get(self.key())).await {
             Ok(Some(record)) if matches!(&record.state, RecordState::Completed { response, .. } if response == sent) => {

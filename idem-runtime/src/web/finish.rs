@@ -71,6 +71,11 @@ pub(super) fn settled(route: &Route, outcome: Outcome) -> Counted {
 pub(super) enum Ending {
     /// Keep this response for replay.
     Complete(StoredResponse),
+    /// Keep this response, which an earlier attempt whose answer was lost
+    /// may have stored already (the completion inside a transaction whose
+    /// `COMMIT` went unanswered): a refusal by the fence is settled by what
+    /// the record holds.
+    CompleteAfterLost(StoredResponse),
     /// Nothing happened: leave a tombstone.
     Release,
 }
@@ -89,13 +94,17 @@ pub(super) async fn settle(route: &Route, execution: Execution, ending: Ending) 
              this key",
         ))
     };
-    let ending = match ending {
-        Ending::Complete(stored) => Ending::Complete(execution.sealed(stored)),
-        Ending::Release => Ending::Release,
+    // The response to keep (sealed), and whether an attempt whose answer
+    // was lost may have stored it; none: release.
+    let (kept, after_lost) = match ending {
+        Ending::Complete(stored) => (Some(execution.sealed(stored)), false),
+        Ending::CompleteAfterLost(stored) => (Some(execution.sealed(stored)), true),
+        Ending::Release => (None, false),
     };
     let mut placed = None;
-    let first = match &ending {
-        Ending::Complete(stored) => match execution.try_complete(stored).await {
+    let first = match &kept {
+        Some(stored) => match execution.try_complete(stored).await {
+            Tried::Done(Outcome::LeaseLost) if after_lost => Ok(execution.settle_unknown(stored).await),
             Tried::Done(outcome) => Ok(outcome),
             // Refused for good: the small record goes in its place at once.
             Tried::Refused => match execution.try_complete(placed.insert(processed(&execution))).await {
@@ -104,7 +113,7 @@ pub(super) async fn settle(route: &Route, execution: Execution, ending: Ending) 
             },
             Tried::Failed => Err(Tried::Failed),
         },
-        Ending::Release => execution.try_release().await.ok_or(Tried::Failed),
+        None => execution.try_release().await.ok_or(Tried::Failed),
     };
     let first = match first {
         Ok(outcome) => return settled(route, outcome),
@@ -113,12 +122,12 @@ pub(super) async fn settle(route: &Route, execution: Execution, ending: Ending) 
     let route = route.clone();
     let span = crate::observe::current_span();
     let rest = async move {
-        let outcome = match ending {
-            Ending::Complete(stored) => {
+        let outcome = match kept {
+            Some(stored) => {
                 let processed = placed.unwrap_or_else(|| processed(&execution));
                 execution.complete(first, &stored, &processed).await
             }
-            Ending::Release => execution.release().await,
+            None => execution.release().await,
         };
         route.count(outcome);
     };

@@ -69,14 +69,22 @@ use crate::store::{PgTransaction, Transactional};
 /// | the handler | the transaction | the key | the client gets |
 /// |---|---|---|---|
 /// | returns a response | completion written, committed | completed | the response |
-/// | returns, but the lease was lost | rolled back | owned by the other execution | 409 `lease-lost`, `Retry-After` |
+/// | returns, but the lease was lost | rolled back | owned by the other execution (a failure it answered is stored if the key is still its own) | 409 `lease-lost`, `Retry-After` |
 /// | returns a [retryable](crate::MarkRetryable) response (or a 5xx under [`ServerErrorPolicy::Release`](crate::ServerErrorPolicy::Release)) | rolled back | released | the response |
 /// | panics | rolled back | released | 500 `handler-panicked` |
 /// | left the transaction aborted (a failed statement) and answered 4xx/5xx | rolled back | that failure stored | the response |
 /// | left it aborted and answered 2xx/3xx | rolled back | released | 500 `transaction-failed` |
 /// | kept the `Tx` past its return | never committed | released | 500 `transaction-failed` |
-/// | – the database refused the completion or `COMMIT` (a deferred constraint; a serialization failure or deadlock) | rolled back | released | 500 `transaction-failed` (503 `store-unavailable` with `Retry-After` for class 40) |
-/// | – the completion or `COMMIT` got no answer | rolled back (or committed, answer lost) | released, if rolled back | 503 `store-unavailable`: the retry finds out |
+/// | answered 4xx/5xx – the database refused the completion or `COMMIT`, or gave no answer | rolled back (or committed, answer lost) | that failure stored | the response |
+/// | answered 2xx/3xx – the database refused the completion or `COMMIT` (a deferred constraint; a serialization failure or deadlock) | rolled back | released | 500 `transaction-failed` (503 `store-unavailable` with `Retry-After` for class 40) |
+/// | answered 2xx/3xx – the completion or `COMMIT` got no answer | rolled back (or committed, answer lost) | released, if rolled back | 503 `store-unavailable`: the retry finds out |
+///
+/// A failure the handler answered (not marked retryable) is kept whatever
+/// became of its transaction, as it is without one: it may stand for an
+/// effect outside the database that no durable step recorded, such as a
+/// provider's charge whose answer was lost. Its rows are rolled back; the
+/// failure is stored outside the transaction, fenced by the execution's
+/// token, and retries replay it.
 ///
 /// Only `BEGIN ISOLATION LEVEL READ COMMITTED` and `COMMIT` are added to the
 /// handler's own statements; the completion stays one statement. The
@@ -275,23 +283,41 @@ pub(super) async fn run<R: Incoming>(
             problem(Problem::new(ProblemKind::StoreUnavailable, UNKNOWN).retry_after(Duration::from_secs(1)));
         return (response, settled(&route, Outcome::StoreError));
     };
+    let lease_lost = || {
+        let detail = "this request's lease was lost while it ran, so its transaction was rolled back; retry to get \
+                      the key's outcome";
+        problem(Problem::new(ProblemKind::LeaseLost, detail).retry_after(Duration::from_secs(1)))
+    };
     match committed {
         Committed::Done => (captured.into_response(), settled(&route, Outcome::Executed)),
+        // The handler's writes are gone, but a failure it answered is kept
+        // like any failure, stored outside the transaction (fenced): it may
+        // have had effects outside Postgres that no durable step recorded (a
+        // provider's charge whose answer was lost), which a release would
+        // let a retry make again.
+        Committed::Aborted if captured.is_failure() => {
+            let counted = settle(&route, execution, Ending::Complete(stored)).await;
+            (captured.into_response(), counted)
+        }
+        // The completion in the transaction may have committed, its answer
+        // lost (or, with synchronous standbys, an error after the local
+        // commit): the record then holds this very response already.
+        Committed::RolledBack { .. } | Committed::Unknown if captured.is_failure() => {
+            let counted = settle(&route, execution, Ending::CompleteAfterLost(stored)).await;
+            (captured.into_response(), counted)
+        }
+        // Kept if the record is still this execution's (only the lease's
+        // confirmation came late); the client is told to retry for the
+        // key's outcome, whichever execution it comes from.
+        Committed::LeaseLost if captured.is_failure() => {
+            let counted = settle(&route, execution, Ending::Complete(stored)).await;
+            (lease_lost(), counted)
+        }
         Committed::LeaseLost => {
             // Rolled back: if the key is still ours after all (only our
             // clock said the lease ran out), a tombstone lets the retry run.
             let _ = execution.try_release().await;
-            let detail = "this request's lease was lost while it ran, so its transaction was rolled back and \
-                          nothing was kept; retry to get the key's outcome";
-            let response = problem(Problem::new(ProblemKind::LeaseLost, detail).retry_after(Duration::from_secs(1)));
-            (response, settled(&route, Outcome::LeaseLost))
-        }
-        // The handler's own writes are gone. A failure it answered is kept
-        // like any failure (it may have had effects outside Postgres); a
-        // success over an aborted transaction would be a lie.
-        Committed::Aborted if captured.is_failure() => {
-            let counted = settle(&route, execution, Ending::Complete(stored)).await;
-            (captured.into_response(), counted)
+            (lease_lost(), settled(&route, Outcome::LeaseLost))
         }
         Committed::Aborted => {
             tracing::error!("the handler answered a success, but a statement of its transaction had failed");

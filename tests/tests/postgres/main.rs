@@ -12,6 +12,7 @@ mod conformance;
 mod inbox;
 mod isolation;
 mod kept_connections;
+mod kept_failures;
 mod locked_row;
 mod long_outage;
 mod outage;
