@@ -26,6 +26,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::postgres::PgSeverity;
+
 use super::Execution;
 use crate::background;
 use crate::observe::{STORE_LATENCY_METRIC, store_call};
@@ -39,6 +41,21 @@ const IN_FAILED_TRANSACTION: &str = "25P02";
 /// SQLSTATE class 40: serialization failure, deadlock. Trying again may
 /// work.
 const TRANSACTION_ROLLBACK: &str = "40";
+
+/// Whether a server's error says that the session ended rather than that
+/// the statement was refused: a fatal error (an administrator or a shutdown
+/// ending the backend, an idle-in-transaction timeout), or SQLSTATE class
+/// 08 (connection), 57 (operator intervention), 58 (system) or XX
+/// (internal). A `COMMIT` that gets one may have committed (with
+/// synchronous standbys, the local commit stands when the wait for them is
+/// cut short).
+fn session_ended(error: &dyn sqlx::error::DatabaseError) -> bool {
+    let fatal = error
+        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        .is_some_and(|error| matches!(error.severity(), PgSeverity::Fatal | PgSeverity::Panic));
+    let class = error.code().map(|code| code.get(..2).unwrap_or_default().to_owned());
+    fatal || matches!(class.as_deref(), Some("08" | "57" | "58" | "XX"))
+}
 
 /// How a transactional execution ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,12 +224,14 @@ impl Execution {
             }
         };
         match error {
-            // The server answered: the transaction is rolled back.
-            Some(sqlx::Error::Database(error)) => {
+            // The server refused the statement: the transaction is rolled back.
+            Some(sqlx::Error::Database(error)) if !session_ended(&*error) => {
                 let transient = error.code().is_some_and(|code| code.starts_with(TRANSACTION_ROLLBACK));
                 tracing::error!(%error, "{what} failed; everything was rolled back");
                 Committed::RolledBack { transient }
             }
+            // The session ended (the server said why, or it went): the
+            // `COMMIT` may stand.
             Some(error) => {
                 tracing::error!(error = %store.error(error), "{what} failed; its outcome is unknown");
                 Committed::Unknown

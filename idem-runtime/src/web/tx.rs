@@ -74,7 +74,8 @@ use crate::store::{PgTransaction, Transactional};
 /// | panics | rolled back | released | 500 `handler-panicked` |
 /// | left the transaction aborted (a failed statement) and answered 4xx/5xx | rolled back | that failure stored | the response |
 /// | left it aborted and answered 2xx/3xx | rolled back | released | 500 `transaction-failed` |
-/// | kept the `Tx` past its return | never committed | released | 500 `transaction-failed` |
+/// | kept the `Tx` past its return and answered 4xx/5xx | never committed | that failure stored | the response |
+/// | kept it and answered 2xx/3xx | never committed | released | 500 `transaction-failed` |
 /// | answered 4xx/5xx – the database refused the completion or `COMMIT`, or gave no answer | rolled back (or committed, answer lost) | that failure stored | the response |
 /// | answered 2xx/3xx – the database refused the completion or `COMMIT` (a deferred constraint; a serialization failure or deadlock) | rolled back | released | 500 `transaction-failed` (503 `store-unavailable` with `Retry-After` for class 40) |
 /// | answered 2xx/3xx – the completion or `COMMIT` got no answer | rolled back (or committed, answer lost) | released, if rolled back | 503 `store-unavailable`: the retry finds out |
@@ -248,35 +249,41 @@ pub(super) async fn run<R: Incoming>(
     let lent = pending.lend(tx);
     let called = req.call(args, config.response_limit).await;
     let tx = lent.take_back();
-    let (captured, tx) = match (called, tx) {
-        (Ok(captured), Some(tx)) => (captured, tx),
-        (Err(_), tx) => {
+    let captured = match called {
+        Ok(captured) => captured,
+        Err(_) => {
             rolled_back(tx, &config).await;
             let counted = settle(&route, execution, Ending::Release).await;
             let detail = "the request handler failed unexpectedly; its transaction was rolled back and nothing was \
                           kept, so a retry runs it again";
             return (problem(Problem::new(ProblemKind::HandlerPanicked, detail)), counted);
         }
-        (Ok(_), None) => {
-            tracing::error!("the handler kept its idem_runtime::Tx past its return; nothing is committed");
-            let counted = settle(&route, execution, Ending::Release).await;
-            let detail = "the request handler kept its transaction past its return, so it was never committed; \
-                          nothing was kept";
-            return (problem(Problem::new(ProblemKind::TransactionFailed, detail)), counted);
-        }
     };
     if captured.leaves_held() {
         // As in `run.rs`: the record stays held for an operator.
         tracing::error!("the execution found its record held for an operator; it stops and leaves the record held");
-        rolled_back(Some(tx), &config).await;
+        rolled_back(tx, &config).await;
         drop(execution);
         return (captured.into_response(), settled(&route, Outcome::Held));
     }
     if releases(&captured, &config) {
-        rolled_back(Some(tx), &config).await;
+        rolled_back(tx, &config).await;
         let counted = settle(&route, execution, Ending::Release).await;
         return (captured.into_response(), counted);
     }
+    let Some(tx) = tx else {
+        tracing::error!("the handler kept its idem_runtime::Tx past its return; nothing is committed");
+        // Nothing can be committed; a failure it answered is kept like any
+        // failure (see the commit's endings below).
+        if captured.is_failure() {
+            let counted = settle(&route, execution, Ending::Complete(captured.to_stored(&config))).await;
+            return (captured.into_response(), counted);
+        }
+        let counted = settle(&route, execution, Ending::Release).await;
+        let detail = "the request handler kept its transaction past its return, so it was never committed; \
+                      nothing was kept";
+        return (problem(Problem::new(ProblemKind::TransactionFailed, detail)), counted);
+    };
     let stored = execution.sealed(captured.to_stored(&config));
     let Some(Commit { committed, execution, response: stored }) = execution.commit(store, tx, stored).await else {
         let response =

@@ -1,13 +1,14 @@
-//! A failure a transactional handler answered is kept when its transaction
-//! does not commit, against a real PostgreSQL: the handler may have made an
-//! effect outside the database (a provider's charge whose answer it never
-//! got, so no durable step recorded it), which its non-retryable failure
-//! says. Its rows are rolled back, its answer is stored outside the
-//! transaction, and a retry replays it instead of making the effect again.
-//! Each way the commit can fail: the connection lost under the
-//! transaction, the `COMMIT` refused, the completion blocked past the store
-//! timeout by a lock (its outcome unknown), the lease not confirmed in
-//! time.
+//! Transactional executions whose commit did not finish, against a real
+//! PostgreSQL. A failure the handler answered is kept: the handler may
+//! have made an effect outside the database (a provider's charge whose
+//! answer it never got, so no durable step recorded it), which its
+//! non-retryable failure says. Its rows are rolled back, its answer is
+//! stored outside the transaction, and a retry replays it instead of making
+//! the effect again. Each way the commit can fail: the connection lost
+//! under the transaction, the `COMMIT` refused, the completion blocked past
+//! the store timeout by a lock (its outcome unknown), the lease not
+//! confirmed in time, the handler keeping its `Tx`. A success whose
+//! connection was lost is not called refused: the retry finds out.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -28,15 +29,18 @@ struct Provider {
     charges: AtomicUsize,
     admin: PgPool,
     url: String,
+    /// Where a handler keeps its `Tx` past its return.
+    kept: std::sync::Mutex<Option<Tx>>,
 }
 
 /// Writes a row in its `Tx`, charges (outside the database, no step: the
 /// provider's answer is taken as lost), then, as the body says, loses its
 /// transaction's connection (`connection-lost`), leaves a deferred
 /// constraint for the `COMMIT` to refuse (`commit-refused`), has another
-/// session lock its record for a second (`completion-blocked`), or
-/// outlasts its lease, which nothing can renew (`lease-unconfirmed`); and
-/// answers 502: the charge may stand.
+/// session lock its record for a second (`completion-blocked`), outlasts
+/// its lease, which nothing can renew (`lease-unconfirmed`), or keeps its
+/// `Tx` (`tx-kept`); and answers 502: the charge may stand (201 for
+/// `connection-lost-201`).
 #[idempotent(scope = "route", lock_ttl = "2s", ttl = "1h")]
 #[post("/charges")]
 async fn charge(mut tx: Tx, execution: ExecutionContext, body: String, provider: web::Data<Provider>) -> HttpResponse {
@@ -48,7 +52,7 @@ async fn charge(mut tx: Tx, execution: ExecutionContext, body: String, provider:
         .expect("inserting the business row");
     provider.charges.fetch_add(1, Ordering::SeqCst);
     match body.as_str() {
-        "connection-lost" => {
+        "connection-lost" | "connection-lost-201" => {
             let (pid,): (i32,) =
                 sqlx::query_as("SELECT pg_backend_pid()").fetch_one(&mut *tx).await.expect("the backend's pid");
             sqlx::query("SELECT pg_terminate_backend($1)")
@@ -80,7 +84,13 @@ async fn charge(mut tx: Tx, execution: ExecutionContext, body: String, provider:
         "lease-unconfirmed" if execution.attempt() == Attempt::First => {
             tokio::time::sleep(Duration::from_millis(2_600)).await;
         }
+        "tx-kept" => {
+            *provider.kept.lock().unwrap() = Some(tx);
+        }
         _ => {}
+    }
+    if body == "connection-lost-201" {
+        return HttpResponse::Created().body("charged");
     }
     HttpResponse::BadGateway().body(format!("the provider's answer was lost ({body})"))
 }
@@ -106,11 +116,16 @@ async fn a_failure_answered_in_a_transaction_that_did_not_commit_is_kept() {
         .execute(store.pool())
         .await
         .expect("creating the deferred table");
-    let provider = web::Data::new(Provider { charges: AtomicUsize::new(0), admin: admin.clone(), url: url.clone() });
+    let provider = web::Data::new(Provider {
+        charges: AtomicUsize::new(0),
+        admin: admin.clone(),
+        url: url.clone(),
+        kept: Default::default(),
+    });
     let idem = Idem::new(store.clone()).store_timeout(Duration::from_millis(300));
     let app = test::init_service(App::new().app_data(idem).app_data(provider.clone()).service(charge)).await;
 
-    let modes = ["connection-lost", "commit-refused", "completion-blocked", "lease-unconfirmed"];
+    let modes = ["connection-lost", "commit-refused", "completion-blocked", "lease-unconfirmed", "tx-kept"];
     for (charged, body) in (1..).zip(modes) {
         let key = fresh_key();
         let closed = match body {
@@ -143,4 +158,26 @@ async fn a_failure_answered_in_a_transaction_that_did_not_commit_is_kept() {
         assert_eq!(replay, (StatusCode::BAD_GATEWAY, Some("true".to_owned()), said), "{body}: the failure was kept");
         assert_eq!(provider.charges.load(Ordering::SeqCst), charged, "{body}: not charged again");
     }
+    drop(provider.kept.lock().unwrap().take());
+}
+
+/// A success whose transaction's connection was lost (an administrator
+/// ended it, the server restarted) is not answered as a refusal: the
+/// `COMMIT`'s outcome is unknown, so the client is told to retry, and the
+/// retry finds out (here: rolled back, so it runs again).
+#[actix_web::test]
+async fn a_success_whose_connection_was_lost_is_answered_retry() {
+    let Some((url, admin)) = database("postgres lost connection", "idem_tx_lost").await else { return };
+    let store: PostgresStore = store(&url, 4).await;
+    let provider = web::Data::new(Provider { charges: AtomicUsize::new(0), admin, url, kept: Default::default() });
+    let idem = Idem::new(store.clone()).store_timeout(Duration::from_millis(300));
+    let app = test::init_service(App::new().app_data(idem).app_data(provider.clone()).service(charge)).await;
+    let key = fresh_key();
+    let (status, _, answer) = send(&app, &key, "connection-lost-201").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+    assert!(answer.contains("urn:idem:problem:store-unavailable"), "{answer}");
+    assert_eq!(rows(&store).await, [], "rolled back");
+    let retry = send(&app, &key, "connection-lost-201").await;
+    assert_eq!(retry.0, StatusCode::SERVICE_UNAVAILABLE, "released: it ran again, and lost its connection again");
+    assert_eq!(provider.charges.load(Ordering::SeqCst), 2);
 }
