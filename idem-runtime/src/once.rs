@@ -367,7 +367,7 @@ impl Once {
                     let first = execution.try_complete(&kept).await;
                     execution.complete(first, &kept, &not_kept()).await
                 }
-                None => execution.release().await,
+                None => execution.release(engine::Releaser::Handler).await,
             }
         });
         let outcome = settled.await.unwrap_or(Outcome::LeaseLost);

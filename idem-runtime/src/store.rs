@@ -377,6 +377,15 @@ pub trait Store: Send + Sync {
     /// the recorded steps for the next execution.
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError>;
 
+    /// [`Store::release`], unless the record is held for an operator
+    /// (`on_lapse = "hold"`): a held record is left as it is, answered
+    /// [`Fence::Lost`]. The runtime ends this way an execution whose handler
+    /// never said that nothing happened (a transactional execution that
+    /// panicked, or whose success did not commit): a held execution never
+    /// runs again by itself, so only its handler's own word, or an
+    /// operator, releases it.
+    async fn release_unless_held(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError>;
+
     /// The live record of `key`, if any (records past their TTL are absent;
     /// tombstones and lapsed leases are present).
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError>;

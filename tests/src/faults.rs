@@ -220,6 +220,10 @@ impl Store for FaultyStore {
         self.inner.release(key, token).await
     }
 
+    async fn release_unless_held(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
+        self.inner.release_unless_held(key, token).await
+    }
+
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         self.inner.get(key).await
     }

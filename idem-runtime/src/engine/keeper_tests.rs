@@ -81,6 +81,10 @@ impl Store for Flaky {
         self.inner.release(key, token).await
     }
 
+    async fn release_unless_held(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
+        self.inner.release_unless_held(key, token).await
+    }
+
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         self.inner.get(key).await
     }
@@ -306,6 +310,10 @@ impl Store for NoBatch {
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
         self.inner.release(key, token).await
+    }
+
+    async fn release_unless_held(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
+        self.inner.release_unless_held(key, token).await
     }
 
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {

@@ -281,6 +281,21 @@ pub(crate) enum NotReady {
     NotRun,
 }
 
+/// Who ends an execution with a tombstone, which decides what becomes of a
+/// record held for an operator (`on_lapse = "hold"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Releaser {
+    /// Its handler, saying that nothing happened (a retryable answer), or
+    /// the runtime for a claim no handler ran under: a held record is
+    /// released too.
+    Handler,
+    /// The runtime, for a handler that never said so (a transactional
+    /// execution rolled back after a panic or a success): a held record
+    /// stays held ([`Store::release_unless_held`]), since a held execution
+    /// never runs again by itself.
+    Runtime,
+}
+
 /// How one try at a completion ended.
 pub(crate) enum Tried {
     /// Settled: stored, or refused by the fence.
@@ -374,7 +389,7 @@ impl Execution {
             Standing::Held => Err(NotReady::Held),
             Standing::Lost | Standing::Unknown => {
                 background::spawn(async move {
-                    let _ = self.release().await;
+                    let _ = self.release(Releaser::Handler).await;
                 });
                 Err(NotReady::NotRun)
             }
@@ -451,8 +466,16 @@ impl Execution {
     /// One attempt at leaving a tombstone. `None` when it failed and may be
     /// tried again (see [`Execution::release`]).
     pub(crate) async fn try_release(&self) -> Option<Outcome> {
+        self.try_release_as(Releaser::Handler).await
+    }
+
+    /// [`Execution::try_release`] by `releaser`.
+    pub(crate) async fn try_release_as(&self, releaser: Releaser) -> Option<Outcome> {
         let store = &self.lease.state().store;
-        let call = store.release(self.key(), self.token());
+        let call = match releaser {
+            Releaser::Handler => store.release(self.key(), self.token()),
+            Releaser::Runtime => store.release_unless_held(self.key(), self.token()),
+        };
         match store_call(store.kind(), "release", self.timeout, call).await {
             Ok(Fence::Held) => Some(Outcome::Executed),
             Ok(_) => Some(self.report(Outcome::LeaseLost)),
@@ -462,10 +485,10 @@ impl Execution {
 
     /// Leaves a tombstone, so that the same request may run again; retried
     /// like a completion while the lease holds.
-    pub(crate) async fn release(self) -> Outcome {
+    pub(crate) async fn release(self, releaser: Releaser) -> Outcome {
         let mut pause = FIRST_PAUSE;
         loop {
-            match self.try_release().await {
+            match self.try_release_as(releaser).await {
                 Some(outcome) => return outcome,
                 None if self.is_held() => {
                     tokio::time::sleep(

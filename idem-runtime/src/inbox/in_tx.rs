@@ -5,6 +5,7 @@ use sqlx::PgConnection;
 
 use super::{Delivery, Inbox, InboxError, MessageContext, processed};
 use crate::background;
+use crate::engine::Releaser;
 use crate::engine::tx_commit::{Commit, Committed, begin, roll_back};
 
 impl Inbox {
@@ -44,7 +45,7 @@ impl Inbox {
         let mut tx = match begin(&*store, timeout).await {
             Ok(tx) => tx,
             Err(error) => {
-                let _ = background::spawn_joined(execution.release()).await;
+                let _ = background::spawn_joined(execution.release(Releaser::Handler)).await;
                 return Err(InboxError::Store(error));
             }
         };
@@ -53,7 +54,7 @@ impl Inbox {
             Ok(value) => value,
             Err(error) => {
                 roll_back(tx, timeout).await;
-                let _ = background::spawn_joined(execution.release()).await;
+                let _ = background::spawn_joined(execution.release(Releaser::Handler)).await;
                 return Err(InboxError::Failed(error));
             }
         };
@@ -65,7 +66,7 @@ impl Inbox {
         }
         // Rolled back (or, for an unanswered COMMIT, perhaps committed: the
         // release is fenced and then changes nothing).
-        let _ = background::spawn_joined(execution.release()).await;
+        let _ = background::spawn_joined(execution.release(Releaser::Handler)).await;
         Err(InboxError::NotCommitted)
     }
 }

@@ -261,7 +261,7 @@ impl Inbox {
                 let first = execution.try_complete(&done).await;
                 execution.complete(first, &done, &done).await
             } else {
-                execution.release().await
+                execution.release(engine::Releaser::Handler).await
             }
         });
         let outcome = settled.await.unwrap_or(Outcome::LeaseLost);

@@ -12,7 +12,7 @@ use super::capture::{Captured, not_kept};
 use super::config::{Config, ServerErrorPolicy};
 use super::route::Route;
 use crate::background;
-use crate::engine::{Execution, Tried};
+use crate::engine::{Execution, Releaser, Tried};
 use crate::observe::Outcome;
 use crate::record::StoredResponse;
 
@@ -75,9 +75,16 @@ pub(super) enum Ending {
     /// may have stored already (the completion inside a transaction whose
     /// `COMMIT` went unanswered): a refusal by the fence is settled by what
     /// the record holds.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     CompleteAfterLost(StoredResponse),
-    /// Nothing happened: leave a tombstone.
+    /// Nothing happened, as the handler said: leave a tombstone.
     Release,
+    /// Leave a tombstone for a handler that never said that nothing
+    /// happened (a transactional execution rolled back after a panic, or
+    /// after a success that did not commit), unless the record was held
+    /// for an operator meanwhile: a held execution stays held.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    ReleaseUnlessHeld,
 }
 
 /// Ends the execution: one attempt now, and if that fails, more in the
@@ -95,11 +102,12 @@ pub(super) async fn settle(route: &Route, execution: Execution, ending: Ending) 
         ))
     };
     // The response to keep (sealed), and whether an attempt whose answer
-    // was lost may have stored it; none: release.
-    let (kept, after_lost) = match ending {
-        Ending::Complete(stored) => (Some(execution.sealed(stored)), false),
-        Ending::CompleteAfterLost(stored) => (Some(execution.sealed(stored)), true),
-        Ending::Release => (None, false),
+    // was lost may have stored it; none: release, by whom.
+    let (kept, after_lost, releaser) = match ending {
+        Ending::Complete(stored) => (Some(execution.sealed(stored)), false, Releaser::Handler),
+        Ending::CompleteAfterLost(stored) => (Some(execution.sealed(stored)), true, Releaser::Handler),
+        Ending::Release => (None, false, Releaser::Handler),
+        Ending::ReleaseUnlessHeld => (None, false, Releaser::Runtime),
     };
     let mut placed = None;
     let first = match &kept {
@@ -113,7 +121,7 @@ pub(super) async fn settle(route: &Route, execution: Execution, ending: Ending) 
             },
             Tried::Failed => Err(Tried::Failed),
         },
-        None => execution.try_release().await.ok_or(Tried::Failed),
+        None => execution.try_release_as(releaser).await.ok_or(Tried::Failed),
     };
     let first = match first {
         Ok(outcome) => return settled(route, outcome),
@@ -127,7 +135,7 @@ pub(super) async fn settle(route: &Route, execution: Execution, ending: Ending) 
                 let processed = placed.unwrap_or_else(|| processed(&execution));
                 execution.complete(first, &stored, &processed).await
             }
-            None => execution.release().await,
+            None => execution.release(releaser).await,
         };
         route.count(outcome);
     };

@@ -134,7 +134,7 @@ pub(crate) async fn serve<R: Incoming>(
                     // can open them.
                     tracing::error!(record = %storage_key.record_id(), step = %step, error = %unopened, "a recorded step result does not open; nothing ran");
                     background::spawn(async move {
-                        let _ = execution.release().await;
+                        let _ = execution.release(engine::Releaser::Handler).await;
                     });
                     return Served::Answered(reject::<R::Framework>(sealed_problem()));
                 }

@@ -24,6 +24,7 @@ use super::context::Annotated;
 use super::finish::{Answer, Ending, Won, releases, settle, settled};
 use super::problem::{Problem, ProblemError, ProblemKind};
 use super::{Framework, Incoming};
+use crate::engine::Releaser;
 use crate::engine::tx_commit::{Commit, Committed, Plain, begin, commit_plain, roll_back};
 use crate::observe::Outcome;
 use crate::store::{PgTransaction, Transactional};
@@ -253,7 +254,7 @@ pub(super) async fn run<R: Incoming>(
         Ok(captured) => captured,
         Err(_) => {
             rolled_back(tx, &config).await;
-            let counted = settle(&route, execution, Ending::Release).await;
+            let counted = settle(&route, execution, Ending::ReleaseUnlessHeld).await;
             let detail = "the request handler failed unexpectedly; its transaction was rolled back and nothing was \
                           kept, so a retry runs it again";
             return (problem(Problem::new(ProblemKind::HandlerPanicked, detail)), counted);
@@ -279,7 +280,7 @@ pub(super) async fn run<R: Incoming>(
             let counted = settle(&route, execution, Ending::Complete(captured.to_stored(&config))).await;
             return (captured.into_response(), counted);
         }
-        let counted = settle(&route, execution, Ending::Release).await;
+        let counted = settle(&route, execution, Ending::ReleaseUnlessHeld).await;
         let detail = "the request handler kept its transaction past its return, so it was never committed; \
                       nothing was kept";
         return (problem(Problem::new(ProblemKind::TransactionFailed, detail)), counted);
@@ -323,17 +324,17 @@ pub(super) async fn run<R: Incoming>(
         Committed::LeaseLost => {
             // Rolled back: if the key is still ours after all (only our
             // clock said the lease ran out), a tombstone lets the retry run.
-            let _ = execution.try_release().await;
+            let _ = execution.try_release_as(Releaser::Runtime).await;
             (lease_lost(), settled(&route, Outcome::LeaseLost))
         }
         Committed::Aborted => {
             tracing::error!("the handler answered a success, but a statement of its transaction had failed");
-            let counted = settle(&route, execution, Ending::Release).await;
+            let counted = settle(&route, execution, Ending::ReleaseUnlessHeld).await;
             let detail = "a statement of the request's transaction failed, so nothing was committed";
             (problem(Problem::new(ProblemKind::TransactionFailed, detail)), counted)
         }
         Committed::RolledBack { transient } => {
-            let counted = settle(&route, execution, Ending::Release).await;
+            let counted = settle(&route, execution, Ending::ReleaseUnlessHeld).await;
             let response = if transient {
                 let detail = "the request's transaction could not be committed (a conflict with another \
                               transaction); nothing was kept, retry";
@@ -347,7 +348,7 @@ pub(super) async fn run<R: Incoming>(
         Committed::Unknown => {
             // Rolled back for sure if the claim is still ours to release;
             // otherwise the commit went through, and the retry replays it.
-            let _ = execution.try_release().await;
+            let _ = execution.try_release_as(Releaser::Runtime).await;
             let response =
                 problem(Problem::new(ProblemKind::StoreUnavailable, UNKNOWN).retry_after(Duration::from_secs(1)));
             (response, settled(&route, Outcome::StoreError))

@@ -9,6 +9,7 @@
 mod actix;
 mod claim_races;
 mod conformance;
+mod held_rollbacks;
 mod inbox;
 mod isolation;
 mod kept_connections;

@@ -100,8 +100,15 @@ async fn send<S>(app: &S, key: &str, body: &'static str) -> (StatusCode, Option<
 where
     S: Service<actix_http::Request, Response = actix_web::dev::ServiceResponse, Error = actix_web::Error>,
 {
-    let request =
-        TestRequest::post().uri("/charges").insert_header(("idempotency-key", key)).set_payload(body).to_request();
+    post(app, "/charges", key, body).await
+}
+
+/// The status, `Idempotent-Replayed` and body of a POST to `path`.
+pub(super) async fn post<S>(app: &S, path: &str, key: &str, body: &'static str) -> (StatusCode, Option<String>, String)
+where
+    S: Service<actix_http::Request, Response = actix_web::dev::ServiceResponse, Error = actix_web::Error>,
+{
+    let request = TestRequest::post().uri(path).insert_header(("idempotency-key", key)).set_payload(body).to_request();
     let response = test::call_service(app, request).await;
     let status = response.status();
     let replayed = response.headers().get("idempotent-replayed").map(|v| v.to_str().unwrap().to_owned());

@@ -69,6 +69,10 @@ impl Store for FreshStore {
         self.current().release(key, token).await
     }
 
+    async fn release_unless_held(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
+        self.current().release_unless_held(key, token).await
+    }
+
     async fn get(&self, key: &StorageKey) -> Result<Option<Record>, StoreError> {
         self.current().get(key).await
     }

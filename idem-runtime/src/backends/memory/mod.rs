@@ -307,6 +307,29 @@ impl MemoryStore {
         self.publish();
         Some(Ok(Claim::Acquired { token, attempt: Attempt::First, steps: Vec::new() }))
     }
+
+    /// Turns the in-flight record of `key` that holds `token` into a
+    /// tombstone; a held one only if `held_too`.
+    fn release_if(&self, key: &StorageKey, token: FencingToken, held_too: bool) -> Fence {
+        let now = Instant::now();
+        let mut shard = self.shard(key).lock();
+        match shard.records.get_mut(key.digest()) {
+            Some(entry)
+                if entry.owned_by(token, now)
+                    && (held_too || !matches!(entry.state, State::InFlight { held: true, .. })) =>
+            {
+                // The tombstone keeps the steps (and their room).
+                if let State::InFlight { steps, .. } = &mut entry.state {
+                    entry.state = State::Released { steps: std::mem::take(steps) };
+                }
+                self.totals.free(RESERVED, false);
+                drop(shard);
+                self.publish();
+                Fence::Held
+            }
+            _ => Fence::Lost,
+        }
+    }
 }
 
 #[async_trait]
@@ -422,21 +445,11 @@ impl Store for MemoryStore {
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
-        let now = Instant::now();
-        let mut shard = self.shard(key).lock();
-        match shard.records.get_mut(key.digest()) {
-            Some(entry) if entry.owned_by(token, now) => {
-                // The tombstone keeps the steps (and their room).
-                if let State::InFlight { steps, .. } = &mut entry.state {
-                    entry.state = State::Released { steps: std::mem::take(steps) };
-                }
-                self.totals.free(RESERVED, false);
-                drop(shard);
-                self.publish();
-                Ok(Fence::Held)
-            }
-            _ => Ok(Fence::Lost),
-        }
+        Ok(self.release_if(key, token, true))
+    }
+
+    async fn release_unless_held(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
+        Ok(self.release_if(key, token, false))
     }
 
     async fn record_step(&self, key: &StorageKey, token: FencingToken, step: &Step) -> Result<Fence, StoreError> {

@@ -102,9 +102,11 @@ impl Store for PostgresStore {
     }
 
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
-        let token_bytes = token.to_bytes();
-        let query = sqlx::query(sql(&self.sql.release)).bind(key.as_str()).bind(&token_bytes[..]);
-        Ok(fence(self.run(self.kept.execute(query)).await?.rows_affected()))
+        self.release_if(key, token, true).await
+    }
+
+    async fn release_unless_held(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
+        self.release_if(key, token, false).await
     }
 
     /// One fenced statement outside the handler's transaction, in the
@@ -161,5 +163,15 @@ impl Transactional for PostgresStore {
 
     fn error(&self, error: sqlx::Error) -> StoreError {
         PostgresStore::error(self, error)
+    }
+}
+
+impl PostgresStore {
+    /// `release.sql`: the in-flight record of `key` that holds `token`
+    /// becomes a tombstone; a held one only if `held_too`.
+    async fn release_if(&self, key: &StorageKey, token: FencingToken, held_too: bool) -> Result<Fence, StoreError> {
+        let token_bytes = token.to_bytes();
+        let query = sqlx::query(sql(&self.sql.release)).bind(key.as_str()).bind(&token_bytes[..]).bind(held_too);
+        Ok(fence(self.run(self.kept.execute(query)).await?.rows_affected()))
     }
 }

@@ -84,6 +84,20 @@ impl RedisStore {
         }
         Ok(encoded)
     }
+
+    /// `release.lua`: the in-flight record of `key` that holds `token`
+    /// becomes a tombstone; a held one only if `held_too`. Not acknowledged
+    /// by replicas even when asked for: a release lost at failover leaves
+    /// the key in flight until its lease runs out, then the same request
+    /// may take it, exactly as after the release.
+    async fn release_if(&self, key: &StorageKey, token: FencingToken, held_too: bool) -> Result<Fence, StoreError> {
+        let reply = self
+            .run("release", &self.scripts.release, key, |args| {
+                args.arg(token.to_bytes().as_slice()).arg(if held_too { "1" } else { "0" });
+            })
+            .await?;
+        reply::fence(reply)
+    }
 }
 
 #[async_trait]
@@ -185,16 +199,12 @@ impl Store for RedisStore {
         }
     }
 
-    /// Not acknowledged by replicas even when asked for: a release lost at
-    /// failover leaves the key in flight until its lease runs out, then the
-    /// same request may take it, exactly as after the release.
     async fn release(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
-        let reply = self
-            .run("release", &self.scripts.release, key, |args| {
-                args.arg(token.to_bytes().as_slice());
-            })
-            .await?;
-        reply::fence(reply)
+        self.release_if(key, token, true).await
+    }
+
+    async fn release_unless_held(&self, key: &StorageKey, token: FencingToken) -> Result<Fence, StoreError> {
+        self.release_if(key, token, false).await
     }
 
     /// `step.lua`: one fenced append; with replica acknowledgements on,

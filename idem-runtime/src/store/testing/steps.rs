@@ -128,7 +128,8 @@ pub async fn a_takeover_sees_every_recorded_step_and_no_other(store: Arc<dyn Sto
 /// over holds it instead: every claim of the same request answers held
 /// (the first to hold it says so), another request is refused, and the
 /// holder keeps its token: it renews, records steps and completes, and
-/// retries replay what it stored.
+/// retries replay what it stored; the runtime's own release
+/// ([`Store::release_unless_held`]) leaves it held.
 pub async fn a_lapsed_execution_under_hold_is_held_for_its_holder(store: Arc<dyn Store>) {
     let key = fresh_key();
     let hold = ClaimTerms::new(SHORT, TTL).on_lapse(OnLapse::Hold).route("POST /conformance");
@@ -154,6 +155,10 @@ pub async fn a_lapsed_execution_under_hold_is_held_for_its_holder(store: Arc<dyn
     assert_eq!(store.renew(&key, holder, LONG).await.unwrap(), Fence::Held);
     assert_eq!(claim(&*store, &key, &fingerprint("a"), &hold).await, Claim::Held { newly: false });
     assert_eq!(store.record_step(&key, holder, &step("ship", "2")).await.unwrap(), Fence::Held);
+    // The runtime's own release (its handler never said that nothing
+    // happened) leaves it held.
+    assert_eq!(store.release_unless_held(&key, holder).await.unwrap(), Fence::Lost);
+    assert_eq!(claim(&*store, &key, &fingerprint("a"), &hold).await, Claim::Held { newly: false });
     let wrong = FencingToken::generate();
     assert_eq!(store.complete(&key, wrong, &response(b"no"), TTL).await.unwrap(), Fence::Lost);
     assert_eq!(store.complete(&key, holder, &response(b"slow"), TTL).await.unwrap(), Fence::Held);
@@ -161,7 +166,8 @@ pub async fn a_lapsed_execution_under_hold_is_held_for_its_holder(store: Arc<dyn
 }
 
 /// A live lease is never held, with or without [`OnLapse::Hold`]; a
-/// holder that releases its held execution leaves a tombstone as always.
+/// holder that releases its execution leaves a tombstone as always, by
+/// either release.
 pub async fn hold_waits_for_the_lease_and_its_grace(store: Arc<dyn Store>) {
     let key = fresh_key();
     let hold = ClaimTerms::new(LONG, TTL).on_lapse(OnLapse::Hold);
@@ -189,7 +195,11 @@ pub async fn hold_waits_for_the_lease_and_its_grace(store: Arc<dyn Store>) {
     assert_eq!(store.renew(&key, holder, LONG).await.unwrap(), Fence::Held);
     tokio::time::sleep(crate::store::grace(SHORT) + SHORT / 4).await;
     assert!(matches!(claim(&*store, &key, &fingerprint("a"), &hold).await, Claim::InFlight { .. }));
-    assert_eq!(store.release(&key, holder).await.unwrap(), Fence::Held);
+    // Not held: the runtime's own release leaves a tombstone too.
+    assert_eq!(store.release_unless_held(&key, FencingToken::generate()).await.unwrap(), Fence::Lost);
+    assert_eq!(store.release_unless_held(&key, holder).await.unwrap(), Fence::Held);
+    let again = claim(&*store, &key, &fingerprint("a"), &hold).await;
+    assert!(matches!(again, Claim::Acquired { attempt: Attempt::AfterRelease, .. }), "{again:?}");
 }
 
 /// A record tells operators the route that claimed it, which execution
