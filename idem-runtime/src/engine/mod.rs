@@ -54,7 +54,7 @@ use crate::background;
 use crate::clock::later;
 use crate::fingerprint::Fingerprint;
 use crate::observe::{Outcome, store_call, store_call_since};
-use crate::record::{RecordState, StoredResponse};
+use crate::record::{Record, RecordState, StoredResponse};
 use crate::scope::StorageKey;
 use crate::sealing::{self, Keyring, Unopened};
 use crate::store::{Attempt, Claim, ClaimTerms, Fence, FencingToken, OnLapse, Step, Store, StoreError};
@@ -478,9 +478,23 @@ impl Execution {
         };
         match store_call(store.kind(), "release", self.timeout, call).await {
             Ok(Fence::Held) => Some(Outcome::Executed),
+            Ok(_) if releaser == Releaser::Runtime && self.is_held_for_an_operator().await => {
+                tracing::error!("the execution's record is held for an operator; it is left held");
+                Some(Outcome::Held)
+            }
             Ok(_) => Some(self.report(Outcome::LeaseLost)),
             Err(_) => None,
         }
+    }
+
+    /// Whether the record holds this execution's token and is held for an
+    /// operator (one read; a failed read says no).
+    async fn is_held_for_an_operator(&self) -> bool {
+        let store = &self.lease.state().store;
+        matches!(
+            store_call(store.kind(), "get", self.timeout, store.get(self.key())).await,
+            Ok(Some(Record { state: RecordState::Held { token, .. }, .. })) if token == self.token()
+        )
     }
 
     /// Leaves a tombstone, so that the same request may run again; retried

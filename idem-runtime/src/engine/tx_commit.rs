@@ -23,9 +23,11 @@
 //!   An application thread blocked by a handler must not stretch it.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use sqlx::postgres::PgSeverity;
 
 use super::Execution;
@@ -44,17 +46,17 @@ const TRANSACTION_ROLLBACK: &str = "40";
 
 /// Whether a server's error says that the session ended rather than that
 /// the statement was refused: a fatal error (an administrator or a shutdown
-/// ending the backend, an idle-in-transaction timeout), or SQLSTATE class
-/// 08 (connection), 57 (operator intervention), 58 (system) or XX
-/// (internal). A `COMMIT` that gets one may have committed (with
-/// synchronous standbys, the local commit stands when the wait for them is
-/// cut short).
+/// ending the backend, an idle-in-transaction timeout), SQLSTATE class 08
+/// (connection) or 58 (system), or one of 57P01 to 57P05 (shutdowns, a
+/// server not accepting connections, the idle-session timeout). A `COMMIT`
+/// that gets one may have committed (with synchronous standbys, the local
+/// commit stands when the wait for them is cut short).
 fn session_ended(error: &dyn sqlx::error::DatabaseError) -> bool {
     let fatal = error
         .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
         .is_some_and(|error| matches!(error.severity(), PgSeverity::Fatal | PgSeverity::Panic));
-    let class = error.code().map(|code| code.get(..2).unwrap_or_default().to_owned());
-    fatal || matches!(class.as_deref(), Some("08" | "57" | "58" | "XX"))
+    let code = error.code().unwrap_or_default();
+    fatal || code.starts_with("08") || code.starts_with("58") || code.starts_with("57P")
 }
 
 /// How a transactional execution ended.
@@ -166,8 +168,10 @@ pub(crate) async fn commit_plain(tx: PgTransaction, timeout: Duration) -> Plain 
 impl Execution {
     /// Writes `response` as the fenced completion inside `tx` and commits,
     /// on the keeper's runtime: the work's writes and the response become
-    /// visible together, or not at all. `None` only if that task panicked
-    /// (the execution is then gone; its lease runs out).
+    /// visible together, or not at all. A panic on the way (in the driver,
+    /// say) is an unknown outcome: the execution comes back to be settled.
+    /// `None` only if the task itself could not finish (its runtime shut
+    /// down; the execution is then gone, and its lease runs out).
     pub(crate) async fn commit(
         self,
         store: Arc<dyn Transactional>,
@@ -175,7 +179,11 @@ impl Execution {
         response: StoredResponse,
     ) -> Option<Commit> {
         let task = background::spawn_joined(async move {
-            let committed = self.commit_here(&*store, tx, &response).await;
+            let committing = AssertUnwindSafe(self.commit_here(&*store, tx, &response)).catch_unwind();
+            let committed = committing.await.unwrap_or_else(|_| {
+                tracing::error!("committing the handler's transaction panicked; its outcome is unknown");
+                Committed::Unknown
+            });
             Commit { committed, execution: self, response }
         });
         match task.await {

@@ -65,8 +65,9 @@ impl Inbox {
             return Ok(Delivery::Processed(value));
         }
         // Rolled back (or, for an unanswered COMMIT, perhaps committed: the
-        // release is fenced and then changes nothing).
-        let _ = background::spawn_joined(execution.release(Releaser::Handler)).await;
+        // release is fenced and then changes nothing). The work said it was
+        // done: a message held for an operator meanwhile stays held.
+        let _ = background::spawn_joined(execution.release(Releaser::Runtime)).await;
         Err(InboxError::NotCommitted)
     }
 }

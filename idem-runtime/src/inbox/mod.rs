@@ -114,7 +114,9 @@ pub enum InboxError<E, T = ()> {
     /// failed, the database refused or did not answer the `COMMIT`).
     /// Nothing of the work was kept, unless an unanswered `COMMIT` went
     /// through (the next delivery then finds the message processed). Do
-    /// not acknowledge: a later delivery runs it, or reports it done.
+    /// not acknowledge: a later delivery runs it, or reports it done (or,
+    /// under [`OnLapse::Hold`], held, if it was held for an operator while
+    /// this one's lease had lapsed).
     #[error("the message's transaction was not committed; a later delivery will run it again")]
     NotCommitted,
     /// [`Inbox::process_in_tx`] on a store that is not a `PostgresStore`:

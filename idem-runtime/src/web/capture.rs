@@ -62,6 +62,13 @@ impl<F: Framework> Captured<F> {
         is_failure_status(self.status) && !matches!(self.body, Sent::Failed)
     }
 
+    /// A 4xx or 5xx, its body sent whole or not: a failure the
+    /// transactional mode keeps even when its transaction does not commit.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn has_failure_status(&self) -> bool {
+        is_failure_status(self.status)
+    }
+
     /// A 5xx the handler answered by itself (its body did not fail), not
     /// one the runtime marked kept.
     pub(crate) fn is_plain_server_error(&self) -> bool {

@@ -24,6 +24,7 @@ use super::context::Annotated;
 use super::finish::{Answer, Ending, Won, releases, settle, settled};
 use super::problem::{Problem, ProblemError, ProblemKind};
 use super::{Framework, Incoming};
+use crate::background;
 use crate::engine::Releaser;
 use crate::engine::tx_commit::{Commit, Committed, Plain, begin, commit_plain, roll_back};
 use crate::observe::Outcome;
@@ -72,14 +73,19 @@ use crate::store::{PgTransaction, Transactional};
 /// | returns a response | completion written, committed | completed | the response |
 /// | returns, but the lease was lost | rolled back | owned by the other execution (a failure it answered is stored if the key is still its own) | 409 `lease-lost`, `Retry-After` |
 /// | returns a [retryable](crate::MarkRetryable) response (or a 5xx under [`ServerErrorPolicy::Release`](crate::ServerErrorPolicy::Release)) | rolled back | released | the response |
-/// | panics | rolled back | released | 500 `handler-panicked` |
+/// | panics | rolled back | released¹ | 500 `handler-panicked` |
 /// | left the transaction aborted (a failed statement) and answered 4xx/5xx | rolled back | that failure stored | the response |
-/// | left it aborted and answered 2xx/3xx | rolled back | released | 500 `transaction-failed` |
+/// | left it aborted and answered 2xx/3xx | rolled back | released¹ | 500 `transaction-failed` |
 /// | kept the `Tx` past its return and answered 4xx/5xx | never committed | that failure stored | the response |
-/// | kept it and answered 2xx/3xx | never committed | released | 500 `transaction-failed` |
-/// | answered 4xx/5xx – the database refused the completion or `COMMIT`, or gave no answer | rolled back (or committed, answer lost) | that failure stored | the response |
-/// | answered 2xx/3xx – the database refused the completion or `COMMIT` (a deferred constraint; a serialization failure or deadlock) | rolled back | released | 500 `transaction-failed` (503 `store-unavailable` with `Retry-After` for class 40) |
-/// | answered 2xx/3xx – the completion or `COMMIT` got no answer | rolled back (or committed, answer lost) | released, if rolled back | 503 `store-unavailable`: the retry finds out |
+/// | kept it and answered 2xx/3xx | never committed | released¹ | 500 `transaction-failed` |
+/// | answered 4xx/5xx – the database refused the completion or `COMMIT`, or gave no answer, or the session ended | rolled back (or committed, answer lost) | that failure stored | the response |
+/// | answered 2xx/3xx – the database refused the completion or `COMMIT` (a deferred constraint; a serialization failure or deadlock) | rolled back | released¹ | 500 `transaction-failed` (503 `store-unavailable` with `Retry-After` for class 40) |
+/// | answered 2xx/3xx – the completion or `COMMIT` got no answer, or the session ended (a fatal error, SQLSTATE 08, 58, 57P01–57P05) | rolled back (or committed, answer lost) | released¹, if rolled back | 503 `store-unavailable`: the retry finds out |
+///
+/// ¹ Unless the record was held for an operator meanwhile (`on_lapse =
+/// "hold"`): the runtime's own release leaves it held, and retries get 409
+/// `execution-held`. A retryable answer is the handler's word that nothing
+/// happened, and releases a held record too.
 ///
 /// A failure the handler answered (not marked retryable) is kept whatever
 /// became of its transaction, as it is without one: it may stand for an
@@ -215,7 +221,8 @@ pub(crate) fn tx_for(
 }
 
 const UNKNOWN: &str = "the request's transaction could not be confirmed as committed; retry with the same key: \
-                       the retry gets the stored response if it was, and runs the request if it was not";
+                       the retry gets the stored response if it was, and runs the request if it was not (unless \
+                       it was held for an operator meanwhile)";
 
 /// Runs a claimed request in transactional mode. `pending` holds the slots
 /// of the handler's `Tx`.
@@ -256,7 +263,7 @@ pub(super) async fn run<R: Incoming>(
             rolled_back(tx, &config).await;
             let counted = settle(&route, execution, Ending::ReleaseUnlessHeld).await;
             let detail = "the request handler failed unexpectedly; its transaction was rolled back and nothing was \
-                          kept, so a retry runs it again";
+                          kept, so a retry runs it again, unless it was held for an operator meanwhile";
             return (problem(Problem::new(ProblemKind::HandlerPanicked, detail)), counted);
         }
     };
@@ -276,7 +283,7 @@ pub(super) async fn run<R: Incoming>(
         tracing::error!("the handler kept its idem_runtime::Tx past its return; nothing is committed");
         // Nothing can be committed; a failure it answered is kept like any
         // failure (see the commit's endings below).
-        if captured.is_failure() {
+        if captured.has_failure_status() {
             let counted = settle(&route, execution, Ending::Complete(captured.to_stored(&config))).await;
             return (captured.into_response(), counted);
         }
@@ -303,21 +310,21 @@ pub(super) async fn run<R: Incoming>(
         // have had effects outside Postgres that no durable step recorded (a
         // provider's charge whose answer was lost), which a release would
         // let a retry make again.
-        Committed::Aborted if captured.is_failure() => {
+        Committed::Aborted if captured.has_failure_status() => {
             let counted = settle(&route, execution, Ending::Complete(stored)).await;
             (captured.into_response(), counted)
         }
         // The completion in the transaction may have committed, its answer
         // lost (or, with synchronous standbys, an error after the local
         // commit): the record then holds this very response already.
-        Committed::RolledBack { .. } | Committed::Unknown if captured.is_failure() => {
+        Committed::RolledBack { .. } | Committed::Unknown if captured.has_failure_status() => {
             let counted = settle(&route, execution, Ending::CompleteAfterLost(stored)).await;
             (captured.into_response(), counted)
         }
         // Kept if the record is still this execution's (only the lease's
         // confirmation came late); the client is told to retry for the
         // key's outcome, whichever execution it comes from.
-        Committed::LeaseLost if captured.is_failure() => {
+        Committed::LeaseLost if captured.has_failure_status() => {
             let counted = settle(&route, execution, Ending::Complete(stored)).await;
             (lease_lost(), counted)
         }
@@ -346,9 +353,12 @@ pub(super) async fn run<R: Incoming>(
             (response, counted)
         }
         Committed::Unknown => {
-            // Rolled back for sure if the claim is still ours to release;
-            // otherwise the commit went through, and the retry replays it.
-            let _ = execution.try_release_as(Releaser::Runtime).await;
+            // Rolled back for sure if the claim is still ours to release
+            // (tried while the lease holds); otherwise the commit went
+            // through, and the retry replays it.
+            background::spawn(async move {
+                let _ = execution.release(Releaser::Runtime).await;
+            });
             let response =
                 problem(Problem::new(ProblemKind::StoreUnavailable, UNKNOWN).retry_after(Duration::from_secs(1)));
             (response, settled(&route, Outcome::StoreError))

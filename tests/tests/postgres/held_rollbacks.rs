@@ -16,7 +16,9 @@ use idem_runtime::{Attempt, ExecutionContext, Idem, PostgresStore, Tx, idempoten
 use idem_tests::http::fresh_key;
 use tokio::sync::Semaphore;
 
-use super::transactional::{accept_connections, database, refuse_new_connections, rows, store};
+use super::transactional::{
+    accept_connections, break_at_commit, create_deferred_table, database, insert, refuse_new_connections, rows, store,
+};
 use super::unfinished_commits::post;
 
 /// Charges made outside the database, and the gate a first execution
@@ -32,12 +34,7 @@ struct Provider {
 #[idempotent(scope = "route", lock_ttl = "2s", ttl = "1h", on_lapse = "hold")]
 #[post("/held")]
 async fn charge(mut tx: Tx, execution: ExecutionContext, body: String, provider: web::Data<Provider>) -> HttpResponse {
-    sqlx::query("INSERT INTO business_rows (tag, attempt) VALUES ($1, $2)")
-        .bind(&body)
-        .bind(execution.attempt().as_str())
-        .execute(&mut *tx)
-        .await
-        .expect("inserting the business row");
+    insert(&mut tx, &body, execution.attempt()).await.expect("inserting the business row");
     provider.charges.fetch_add(1, Ordering::SeqCst);
     if execution.attempt() == Attempt::First {
         let _permit = provider.gate.acquire().await.expect("the gate");
@@ -45,12 +42,7 @@ async fn charge(mut tx: Tx, execution: ExecutionContext, body: String, provider:
     match body.as_str() {
         "panic" => panic!("the handler fails after its charge"),
         _ => {
-            for _ in 0..2 {
-                sqlx::query("INSERT INTO deferred_rows (tag) VALUES ('twice')")
-                    .execute(&mut *tx)
-                    .await
-                    .expect("a deferred constraint waits for the COMMIT");
-            }
+            break_at_commit(&mut tx).await.expect("a deferred constraint waits for the COMMIT");
             HttpResponse::Created().body("charged")
         }
     }
@@ -63,10 +55,7 @@ async fn a_held_execution_rolled_back_stays_held() {
         let name = format!("idem_tx_held_{}", body.replace('-', "_"));
         let Some((url, admin)) = database("postgres held rollbacks", &name).await else { return };
         let store: PostgresStore = store(&url, 4).await;
-        sqlx::query("CREATE TABLE deferred_rows (tag text UNIQUE DEFERRABLE INITIALLY DEFERRED)")
-            .execute(store.pool())
-            .await
-            .expect("creating the deferred table");
+        create_deferred_table(&store).await;
         let provider = web::Data::new(Provider { charges: AtomicUsize::new(0), gate: Semaphore::new(0) });
         let idem = Idem::new(store.clone()).store_timeout(Duration::from_millis(300));
         let app = test::init_service(App::new().app_data(idem).app_data(provider.clone()).service(charge)).await;

@@ -6,22 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::inbox::{Delivery, Inbox, InboxError};
-use idem_runtime::{Attempt, MemoryStore};
+use idem_runtime::MemoryStore;
 use idem_tests::http::fresh_key;
 use sqlx::PgConnection;
 use tokio::sync::Semaphore;
 
-use super::transactional::{accept_connections, database, refuse_new_connections, rows, store};
-
-/// Inserts the business row of a delivery: the message, the attempt.
-async fn insert(tx: &mut PgConnection, tag: &str, attempt: Attempt) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO business_rows (tag, attempt) VALUES ($1, $2)")
-        .bind(tag)
-        .bind(attempt.as_str())
-        .execute(tx)
-        .await
-        .map(drop)
-}
+use super::transactional::{
+    accept_connections, break_at_commit, create_deferred_table, database, insert, refuse_new_connections, rows, store,
+};
 
 /// 64 concurrent deliveries of one message: one processing, one row. A
 /// failure rolls its row back and releases the message; a statement that
@@ -139,4 +131,53 @@ async fn a_lease_lost_delivery_rolls_its_writes_back() {
     assert!(matches!(first, Err(InboxError::NotCommitted)), "{first:?}");
     assert_eq!(rows(&store).await, [("takeover".to_owned(), "takeover".to_owned())], "the stalled row rolled back");
     accept_connections(&admin, &name).await;
+}
+
+/// Under `OnLapse::Hold`, a delivery held for an operator while its lease
+/// had lapsed stays held when its work then ends `Ok` but its `COMMIT` is
+/// refused: the message is not redelivered to the work, which may have
+/// had effects outside the database.
+#[actix_web::test]
+async fn a_held_delivery_whose_commit_fails_stays_held() {
+    let Some((url, admin)) = database("postgres inbox held", "idem_inbox_held").await else { return };
+    let store = store(&url, 4).await;
+    create_deferred_table(&store).await;
+    let name = refuse_new_connections(&url, &admin, &store).await;
+
+    let inbox = Inbox::new(store.clone(), "notifier")
+        .lease(Duration::from_secs(2))
+        .store_timeout(Duration::from_millis(600))
+        .on_lapse(idem_runtime::OnLapse::Hold);
+    let id = format!("msg-{}", fresh_key());
+    let gate = Arc::new(Semaphore::new(0));
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let first = {
+        let (inbox, id, gate, runs) = (inbox.clone(), id.clone(), Arc::clone(&gate), Arc::clone(&runs));
+        tokio::spawn(async move {
+            inbox
+                .process_in_tx(&id, async |context, tx| {
+                    runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    insert(tx, "stalled", context.attempt()).await?;
+                    let _permit = gate.acquire().await.expect("the gate");
+                    break_at_commit(tx).await?;
+                    Ok::<_, sqlx::Error>("stalled")
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(2_600)).await;
+    let never = async |_, _: &mut PgConnection| Ok::<_, sqlx::Error>("redelivered");
+    let graced = inbox.process_in_tx(&id, never).await;
+    assert!(matches!(graced, Ok(Delivery::InProgress { .. })), "{graced:?}");
+    tokio::time::sleep(idem_runtime::store::grace(Duration::from_secs(2)) + Duration::from_millis(100)).await;
+    let held = inbox.process_in_tx(&id, never).await;
+    assert!(matches!(held, Err(InboxError::Held { .. })), "{held:?}");
+    accept_connections(&admin, &name).await;
+    gate.add_permits(1);
+    let first = first.await.expect("the stalled delivery");
+    assert!(matches!(first, Err(InboxError::NotCommitted)), "{first:?}");
+    assert_eq!(rows(&store).await, [], "rolled back");
+    let again = inbox.process_in_tx(&id, never).await;
+    assert!(matches!(again, Err(InboxError::Held { .. })), "still held: {again:?}");
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1, "the work ran once");
 }

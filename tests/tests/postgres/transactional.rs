@@ -13,7 +13,7 @@ use idem_runtime::{Attempt, ExecutionContext, Idem, MarkRetryable, PostgresStore
 use idem_tests::http::fresh_key;
 use serde_json::Value;
 use sqlx::postgres::PgPoolOptions;
-use sqlx::{AssertSqlSafe, PgPool};
+use sqlx::{AssertSqlSafe, PgConnection, PgPool};
 use tokio::sync::Semaphore;
 
 /// Lets a stalled first execution go on.
@@ -26,12 +26,7 @@ struct Gate(Semaphore);
 #[post("/rows")]
 async fn write(mut tx: Tx, execution: ExecutionContext, body: String, gate: web::Data<Gate>) -> HttpResponse {
     let attempt = execution.attempt().as_str();
-    sqlx::query("INSERT INTO business_rows (tag, attempt) VALUES ($1, $2)")
-        .bind(&body)
-        .bind(attempt)
-        .execute(&mut *tx)
-        .await
-        .expect("inserting the business row");
+    insert(&mut tx, &body, execution.attempt()).await.expect("inserting the business row");
     match body.as_str() {
         "retryable" => return HttpResponse::ServiceUnavailable().body("nothing happened").retryable(),
         "panic" => panic!("the handler fails half way"),
@@ -69,12 +64,7 @@ async fn stepped(
     let found = execution.steps_recorded();
     let charge: usize = execution.step("charge", async { charges.0.fetch_add(1, Ordering::SeqCst) + 1 }).await?;
     let attempt = execution.attempt().as_str();
-    sqlx::query("INSERT INTO business_rows (tag, attempt) VALUES ($1, $2)")
-        .bind(&body)
-        .bind(attempt)
-        .execute(&mut *tx)
-        .await
-        .expect("inserting the business row");
+    insert(&mut tx, &body, execution.attempt()).await.expect("inserting the business row");
     if execution.attempt() == Attempt::First {
         match body.as_str() {
             "retryable" => return Ok(HttpResponse::ServiceUnavailable().body("try again").retryable()),
@@ -104,6 +94,32 @@ async fn keyless(mut tx: Tx, body: String) -> HttpResponse {
         }
         _ => HttpResponse::Created().body(body),
     }
+}
+
+/// Inserts a business row: `tag`, and the attempt that wrote it.
+pub(super) async fn insert(tx: &mut PgConnection, tag: &str, attempt: Attempt) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO business_rows (tag, attempt) VALUES ($1, $2)")
+        .bind(tag)
+        .bind(attempt.as_str())
+        .execute(tx)
+        .await
+        .map(drop)
+}
+
+/// Creates a table whose unique constraint is checked at `COMMIT`.
+pub(super) async fn create_deferred_table(store: &PostgresStore) {
+    sqlx::query("CREATE TABLE deferred_rows (tag text UNIQUE DEFERRABLE INITIALLY DEFERRED)")
+        .execute(store.pool())
+        .await
+        .expect("creating the deferred table");
+}
+
+/// Breaks the deferred constraint in `tx`, for its `COMMIT` to refuse.
+pub(super) async fn break_at_commit(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+    for _ in 0..2 {
+        sqlx::query("INSERT INTO deferred_rows (tag) VALUES ('twice')").execute(&mut *tx).await?;
+    }
+    Ok(())
 }
 
 /// A fresh database `name` on the shared server (dropped first if a run
@@ -399,12 +415,7 @@ async fn crowded(
             format!("ticket {body}")
         })
         .await?;
-    sqlx::query("INSERT INTO business_rows (tag, attempt) VALUES ($1, $2)")
-        .bind(&body)
-        .bind(execution.attempt().as_str())
-        .execute(&mut *tx)
-        .await
-        .expect("inserting the business row");
+    insert(&mut tx, &body, execution.attempt()).await.expect("inserting the business row");
     Ok(HttpResponse::Created().body(ticket))
 }
 

@@ -21,7 +21,9 @@ use idem_runtime::{Attempt, ExecutionContext, Idem, PostgresStore, Tx, idempoten
 use idem_tests::http::fresh_key;
 use sqlx::{Connection, PgConnection, PgPool};
 
-use super::transactional::{accept_connections, database, refuse_new_connections, rows, store};
+use super::transactional::{
+    accept_connections, break_at_commit, create_deferred_table, database, insert, refuse_new_connections, rows, store,
+};
 
 /// Effects made outside the database; a pool on the server, to end the
 /// handler's own connection with; the test database's URL.
@@ -44,12 +46,7 @@ struct Provider {
 #[idempotent(scope = "route", lock_ttl = "2s", ttl = "1h")]
 #[post("/charges")]
 async fn charge(mut tx: Tx, execution: ExecutionContext, body: String, provider: web::Data<Provider>) -> HttpResponse {
-    sqlx::query("INSERT INTO business_rows (tag, attempt) VALUES ($1, $2)")
-        .bind(&body)
-        .bind(execution.attempt().as_str())
-        .execute(&mut *tx)
-        .await
-        .expect("inserting the business row");
+    insert(&mut tx, &body, execution.attempt()).await.expect("inserting the business row");
     provider.charges.fetch_add(1, Ordering::SeqCst);
     match body.as_str() {
         "connection-lost" | "connection-lost-201" => {
@@ -62,12 +59,7 @@ async fn charge(mut tx: Tx, execution: ExecutionContext, body: String, provider:
                 .expect("ending the transaction's connection");
         }
         "commit-refused" => {
-            for _ in 0..2 {
-                sqlx::query("INSERT INTO deferred_rows (tag) VALUES ('twice')")
-                    .execute(&mut *tx)
-                    .await
-                    .expect("a deferred constraint waits for the COMMIT");
-            }
+            break_at_commit(&mut tx).await.expect("a deferred constraint waits for the COMMIT");
         }
         "completion-blocked" => {
             let mut locker = PgConnection::connect(&provider.url).await.expect("a connection of another session");
@@ -119,10 +111,7 @@ where
 async fn a_failure_answered_in_a_transaction_that_did_not_commit_is_kept() {
     let Some((url, admin)) = database("postgres kept failures", "idem_tx_kept").await else { return };
     let store: PostgresStore = store(&url, 4).await;
-    sqlx::query("CREATE TABLE deferred_rows (tag text UNIQUE DEFERRABLE INITIALLY DEFERRED)")
-        .execute(store.pool())
-        .await
-        .expect("creating the deferred table");
+    create_deferred_table(&store).await;
     let provider = web::Data::new(Provider {
         charges: AtomicUsize::new(0),
         admin: admin.clone(),

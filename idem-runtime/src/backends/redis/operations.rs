@@ -89,7 +89,8 @@ impl RedisStore {
     /// becomes a tombstone; a held one only if `held_too`. Not acknowledged
     /// by replicas even when asked for: a release lost at failover leaves
     /// the key in flight until its lease runs out, then the same request
-    /// may take it, exactly as after the release.
+    /// may take it as after the release (or, under `on_lapse = "hold"`,
+    /// finds it held).
     async fn release_if(&self, key: &StorageKey, token: FencingToken, held_too: bool) -> Result<Fence, StoreError> {
         let reply = self
             .run("release", &self.scripts.release, key, |args| {

@@ -136,12 +136,22 @@ pub async fn a_lapsed_execution_under_hold_is_held_for_its_holder(store: Arc<dyn
     let holder = FencingToken::generate();
     let claimed = store.claim_with(&key, &fingerprint("a"), holder, &hold).await.unwrap();
     assert!(matches!(claimed, Claim::Acquired { attempt: Attempt::First, .. }), "{claimed:?}");
+    // Another, whose holder releases it once held.
+    let (other, other_holder) = (fresh_key(), FencingToken::generate());
+    let claimed = store.claim_with(&other, &fingerprint("a"), other_holder, &hold).await.unwrap();
+    assert!(matches!(claimed, Claim::Acquired { attempt: Attempt::First, .. }), "{claimed:?}");
     assert_eq!(store.record_step(&key, holder, &step("charge", "1")).await.unwrap(), Fence::Held);
     tokio::time::sleep(PAST_SHORT).await;
     // The grace first, as for a takeover.
     assert!(matches!(claim(&*store, &key, &fingerprint("a"), &hold).await, Claim::InFlight { .. }));
+    assert!(matches!(claim(&*store, &other, &fingerprint("a"), &hold).await, Claim::InFlight { .. }));
     tokio::time::sleep(crate::store::grace(SHORT) + SHORT / 4).await;
     assert_eq!(claim(&*store, &key, &fingerprint("a"), &hold).await, Claim::Held { newly: true });
+    assert_eq!(claim(&*store, &other, &fingerprint("a"), &hold).await, Claim::Held { newly: true });
+    // Its holder's own word (a retryable answer) releases a held record.
+    assert_eq!(store.release(&other, other_holder).await.unwrap(), Fence::Held);
+    let again = claim(&*store, &other, &fingerprint("a"), &hold).await;
+    assert!(matches!(again, Claim::Acquired { attempt: Attempt::AfterRelease, .. }), "{again:?}");
     assert_eq!(claim(&*store, &key, &fingerprint("a"), &hold).await, Claim::Held { newly: false });
     // A route deployed with `takeover` meanwhile does not take it either.
     let takeover = ClaimTerms::new(SHORT, TTL);
