@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::inbox::{Delivery, Inbox, InboxError};
 use idem_runtime::MemoryStore;
+use idem_runtime::inbox::{Delivery, Inbox, InboxError};
 use idem_tests::http::fresh_key;
 use sqlx::PgConnection;
 use tokio::sync::Semaphore;
