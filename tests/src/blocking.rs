@@ -14,10 +14,13 @@ use crate::counter::Counter;
 use crate::http::{fresh_key, send};
 use crate::server::TestServer;
 
-/// The lease of both routes.
-const LEASE: Duration = Duration::from_secs(1);
+/// The lease of both routes: long enough that a loaded machine (the suites
+/// run side by side on two cores) answers a claim and starts its handler
+/// within it, or the request is refused (503) and the test has nothing to
+/// show.
+const LEASE: Duration = Duration::from_secs(2);
 /// How long the blocking handler holds its thread: 1.5 × the lease.
-const BLOCK: Duration = Duration::from_millis(1500);
+const BLOCK: Duration = Duration::from_millis(3000);
 
 /// Executions of each route.
 #[derive(Debug, Default)]
@@ -27,7 +30,7 @@ pub struct Hits {
 }
 
 /// Blocks its worker thread (a synchronous SDK call, heavy CPU).
-#[idempotent(scope = "global", lock_ttl = "1s", ttl = "1h")]
+#[idempotent(scope = "global", lock_ttl = "2s", ttl = "1h")]
 #[post("/blocking")]
 async fn blocking(hits: web::Data<Hits>) -> HttpResponse {
     hits.blocking.next();
@@ -36,7 +39,7 @@ async fn blocking(hits: web::Data<Hits>) -> HttpResponse {
 }
 
 /// Waits without blocking, on the same worker.
-#[idempotent(scope = "global", lock_ttl = "1s", ttl = "1h")]
+#[idempotent(scope = "global", lock_ttl = "2s", ttl = "1h")]
 #[post("/polite")]
 async fn polite(hits: web::Data<Hits>) -> HttpResponse {
     hits.polite.next();
