@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use idem_runtime::RedisStore;
 use idem_runtime::store::testing::{fingerprint, fresh_key};
-use idem_runtime::store::{Claim, Fence, Renewal, Store};
+use idem_runtime::store::{Claim, Fence, Renewal, Store, StoreError};
 use idem_tests::logs::Logs;
 use idem_tests::redis_cluster::RedisCluster;
 use idem_tests::redis_node::{info_field, served_slots, slot_of};
@@ -32,16 +32,24 @@ const BATCHES: usize = 5;
 const STORE_TIMEOUT: Duration = Duration::from_secs(2);
 const LEASE: Duration = Duration::from_secs(30);
 
-/// `count` leases acquired on `store`.
+/// `count` leases acquired on `store`. With replica acknowledgements, a
+/// claim whose acknowledgement came late (a loaded machine, a replica still
+/// catching up after the cluster started) fails closed; another key is
+/// tried then, a few times.
 async fn acquire(store: &RedisStore, count: usize) -> Vec<Renewal> {
     let mut renewals = Vec::new();
-    for _ in 0..count {
+    let mut refused = 0;
+    while renewals.len() < count {
         let key = fresh_key();
-        let Claim::Acquired { token, .. } = store.claim(&key, &fingerprint("a"), LEASE, LEASE * 2).await.unwrap()
-        else {
-            panic!("a fresh key is acquired");
-        };
-        renewals.push(Renewal { key, token, lease: LEASE });
+        match store.claim(&key, &fingerprint("a"), LEASE, LEASE * 2).await {
+            Ok(Claim::Acquired { token, .. }) => renewals.push(Renewal { key, token, lease: LEASE }),
+            Ok(other) => panic!("a fresh key is acquired, not {other:?}"),
+            Err(error @ StoreError::Unavailable { .. }) if refused < 5 => {
+                refused += 1;
+                eprintln!("a claim was refused ({error}); trying another key");
+            }
+            Err(error) => panic!("claiming a fresh key: {error}"),
+        }
     }
     renewals
 }
