@@ -27,7 +27,7 @@ use crate::clock::later;
 use crate::observe::store_call;
 use crate::record::RecordState;
 use crate::scope::StorageKey;
-use crate::store::{FencingToken, Store};
+use crate::store::{FencingToken, Store, StoreError};
 
 /// Whether an execution may act as its key's owner, as its record says
 /// after a lapse ([`LeaseState::standing`]).
@@ -197,20 +197,24 @@ impl LeaseState {
             if !self.has_lapsed() {
                 return Standing::Owner;
             }
-            match store_call(self.store.kind(), "get", self.timeout, self.store.get(&self.key)).await {
-                Ok(Some(record)) => {
-                    return match record.state {
-                        RecordState::Held { token, .. } if token == self.token => Standing::Held,
-                        RecordState::InFlight { token, .. } if token == self.token => Standing::Owner,
-                        _ => Standing::Lost,
-                    };
-                }
-                Ok(None) => return Standing::Lost,
+            match self.read_standing().await {
+                Ok(standing) => return standing,
                 // Unknown: looked at again, while the lease holds.
                 Err(_) if Instant::now() < ends => tokio::time::sleep(Duration::from_millis(200)).await,
                 Err(_) => return Standing::Unknown,
             }
         }
+    }
+
+    /// What the record says of this lease, in one read: its own (in
+    /// flight), held for an operator, or another's (or gone).
+    pub(crate) async fn read_standing(&self) -> Result<Standing, StoreError> {
+        let record = store_call(self.store.kind(), "get", self.timeout, self.store.get(&self.key)).await?;
+        Ok(match record.map(|record| record.state) {
+            Some(RecordState::Held { token, .. }) if token == self.token => Standing::Held,
+            Some(RecordState::InFlight { token, .. }) if token == self.token => Standing::Owner,
+            _ => Standing::Lost,
+        })
     }
 
     /// The store said the record no longer holds the token.

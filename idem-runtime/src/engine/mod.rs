@@ -54,7 +54,7 @@ use crate::background;
 use crate::clock::later;
 use crate::fingerprint::Fingerprint;
 use crate::observe::{Outcome, store_call, store_call_since};
-use crate::record::{Record, RecordState, StoredResponse};
+use crate::record::{RecordState, StoredResponse};
 use crate::scope::StorageKey;
 use crate::sealing::{self, Keyring, Unopened};
 use crate::store::{Attempt, Claim, ClaimTerms, Fence, FencingToken, OnLapse, Step, Store, StoreError};
@@ -490,11 +490,7 @@ impl Execution {
     /// Whether the record holds this execution's token and is held for an
     /// operator (one read; a failed read says no).
     async fn is_held_for_an_operator(&self) -> bool {
-        let store = &self.lease.state().store;
-        matches!(
-            store_call(store.kind(), "get", self.timeout, store.get(self.key())).await,
-            Ok(Some(Record { state: RecordState::Held { token, .. }, .. })) if token == self.token()
-        )
+        matches!(self.lease.state().read_standing().await, Ok(Standing::Held))
     }
 
     /// Leaves a tombstone, so that the same request may run again; retried
