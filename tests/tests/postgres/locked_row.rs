@@ -140,7 +140,10 @@ async fn retries_of_a_locked_rows_own_key_give_its_holder_a_grace_not_a_takeover
             break first.await.unwrap();
         }
         let retry = post_with(&server.at("/locked-row"), &[("idempotency-key", &key)], "{}").await;
-        assert!(matches!(retry.status.as_u16(), 409 | 503), "never run again while it runs: {retry:?}");
+        // Its completion may land before its own answer reaches the test:
+        // a retry then replays it (the count below says it ran once).
+        let replayed = retry.status.as_u16() == 201 && retry.replayed.as_deref() == Some("true");
+        assert!(matches!(retry.status.as_u16(), 409 | 503) || replayed, "never run again while it runs: {retry:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(first.status.as_u16(), 201, "{first:?}");
